@@ -1,0 +1,31 @@
+"""tracegrad: PyTorch-style tensors and autograd on NumPy, recorded as one IR.
+
+This module only re-exports the public API.
+"""
+
+from tracegrad.ir.types import bool_ as bool  # noqa: A001,F401
+from tracegrad.ir.types import DType as dtype  # noqa: F401
+from tracegrad.ir.types import float32, float64, int64  # noqa: F401
+from tracegrad.ir.types import float32 as float  # noqa: A001,F401
+from tracegrad.ir.types import float64 as double  # noqa: F401
+from tracegrad.ir.types import int64 as long  # noqa: F401
+from tracegrad.tensor import Tensor  # noqa: F401
+from tracegrad import ops  # noqa: F401  (registers the primitive table)
+from tracegrad import tensor_methods  # noqa: F401  (installs Tensor methods)
+from tracegrad.functional import *  # noqa: F401,F403
+from tracegrad.functional import max, min, sum, abs, pow  # noqa: F401,A004
+from tracegrad.creation import (  # noqa: F401
+    arange, empty, empty_like, eye, from_numpy, full, full_like, linspace, ones, ones_like,
+    tensor, zeros, zeros_like,
+)
+from tracegrad.random import (  # noqa: F401
+    manual_seed, rand, rand_like, randint, randint_like, randn, randn_like,
+)
+from tracegrad.autograd.grad_mode import (  # noqa: F401
+    enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
+    set_grad_enabled,
+)
+from tracegrad import autograd, ir  # noqa: F401
+from tracegrad import nn, optim  # noqa: F401
+
+__version__ = "0.1.0"

@@ -1,0 +1,27 @@
+"""Autograd: grad mode, `backward`/`grad`, custom `Function`, gradcheck, `Variable`.
+
+Names are loaded on first use: the tensor and dispatch modules import grad mode from
+here while the engine imports them.
+"""
+
+import importlib
+
+_EXPORTS = {
+    "backward": "engine", "grad": "engine",
+    "Function": "function", "FunctionCtx": "function",
+    "GradcheckError": "gradcheck", "gradcheck": "gradcheck", "gradgradcheck": "gradcheck",
+    "enable_grad": "grad_mode", "inference_mode": "grad_mode", "is_grad_enabled": "grad_mode",
+    "no_grad": "grad_mode", "set_grad_enabled": "grad_mode",
+    "Variable": "variable",
+}
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tracegrad.autograd' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"tracegrad.autograd.{module}"), name)
+
+
+def __dir__():
+    return sorted(_EXPORTS)

@@ -1,0 +1,143 @@
+"""`backward()` and `autograd.grad()`: run the reverse-mode transform and deliver results.
+
+Gradients are computed by `tracegrad.ir.autodiff.reverse_mode` over NumPy tensors (in
+no-grad mode), or over recording tensors when `create_graph=True` so that the backward
+computation is itself a recorded graph (higher-order gradients).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracegrad.autograd.grad_mode import enable_grad, no_grad
+from tracegrad.ir.autodiff import reverse_mode
+from tracegrad.tensor import Tensor
+
+
+def _as_list(tensors) -> list:
+    if isinstance(tensors, Tensor):
+        return [tensors]
+    return list(tensors)
+
+
+def _roots(outputs: list[Tensor], grad_outputs: list, what: str) -> list:
+    roots = []
+    for i, (out, grad) in enumerate(zip(outputs, grad_outputs)):
+        if not isinstance(out, Tensor):
+            raise TypeError(f"{what}: expected Tensors as outputs, got {type(out).__name__}")
+        if not out._requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+        if grad is None:
+            if out.numel() != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            grad = Tensor._make(np.ones(out.shape, dtype=out.dtype.np), out._type)
+        elif not isinstance(grad, Tensor):
+            grad = Tensor(grad, dtype=out.dtype)
+        if grad.shape != out.shape:
+            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {list(grad.shape)} "
+                               f"and output[{i}] has a shape of {list(out.shape)}.")
+        if grad.dtype is not out.dtype:
+            raise RuntimeError(f"Mismatch in dtype: grad_output[{i}] has a dtype of {grad.dtype.name} "
+                               f"and output[{i}] has a dtype of {out.dtype.name}.")
+        roots.append((out._autograd_value(), grad))
+    return roots
+
+
+def _run(roots, targets, retain_graph: bool, create_graph: bool):
+    mode = enable_grad() if create_graph else no_grad()
+    with mode:
+        return reverse_mode(roots, targets, retain_graph=retain_graph)
+
+
+def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
+             create_graph: bool = False, inputs=None) -> None:
+    """Accumulate d(tensors)/d(leaf) into the `.grad` of the graph's leaves (or of `inputs`)."""
+    outputs = _as_list(tensors)
+    grads = _as_list(grad_tensors) if grad_tensors is not None else [None] * len(outputs)
+    if len(grads) != len(outputs):
+        raise RuntimeError(f"got {len(grads)} gradients for {len(outputs)} tensors")
+    if retain_graph is None:
+        retain_graph = create_graph
+    roots = _roots(outputs, grads, "backward")
+    targets = None
+    if inputs is not None:
+        inputs = _as_list(inputs)
+        if not inputs:
+            raise RuntimeError("backward: 'inputs' argument to backward() cannot be empty.")
+        targets = [t._autograd_value() for t in inputs]
+    results = _run(roots, targets, retain_graph, create_graph)
+    delivered: set[int] = set()
+    for value, grad in results.items():
+        tensor = _leaf_of(value, inputs)
+        if tensor is None:
+            continue
+        grad = _run_leaf_hooks(tensor, grad)
+        _accumulate(tensor, grad, create_graph, delivered)
+
+
+def _leaf_of(value, inputs):
+    if inputs is not None:
+        for t in inputs:
+            if t._autograd_value() == value:
+                return t
+        return None
+    return value.leaf() if value.leaf is not None else None
+
+
+def _run_leaf_hooks(tensor: Tensor, grad):
+    if tensor._grad_fn is None and tensor._hooks:
+        for hook in tensor._hooks:
+            replaced = hook(grad)
+            if replaced is not None:
+                grad = replaced
+    return grad
+
+
+def _accumulate(tensor: Tensor, grad: Tensor, create_graph: bool, delivered: set[int]) -> None:
+    if not create_graph:
+        array = grad._data
+        # Own the gradient buffer: rule results may be read-only broadcasts or shared
+        # between leaves (add sends one array to both inputs).
+        if not (array.flags.writeable and array.flags.owndata) or id(array) in delivered:
+            array = np.array(array, copy=True)
+        delivered.add(id(array))
+        grad = Tensor._make(array, tensor._type)
+    if tensor._grad is None:
+        tensor._grad = grad
+    elif create_graph:
+        tensor._grad = tensor._grad + grad
+    else:
+        np.add(tensor._grad._data, grad._data, out=tensor._grad._data)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
+         create_graph: bool = False, only_inputs: bool = True, allow_unused: bool = False,
+         is_grads_batched: bool = False, materialize_grads: bool = False) -> tuple:
+    """Gradients of `outputs` w.r.t. `inputs`, returned; `.grad` fields are left alone."""
+    outputs = _as_list(outputs)
+    inputs = _as_list(inputs)
+    grads = _as_list(grad_outputs) if grad_outputs is not None else [None] * len(outputs)
+    if len(grads) != len(outputs):
+        raise RuntimeError(f"grad requires one grad_output per output: got {len(grads)} for "
+                           f"{len(outputs)} outputs")
+    for t in inputs:
+        if not isinstance(t, Tensor) or not t._requires_grad:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+    if retain_graph is None:
+        retain_graph = create_graph
+    roots = _roots(outputs, grads, "grad")
+    targets = [t._autograd_value() for t in inputs]
+    results = _run(roots, targets, retain_graph, create_graph)
+    answer = []
+    for t, target in zip(inputs, targets):
+        g = results.get(target)
+        if g is None:
+            if materialize_grads:
+                g = Tensor._make(np.zeros(t.shape, dtype=t.dtype.np), t._type)
+            elif not allow_unused:
+                raise RuntimeError("One of the differentiated Tensors appears to not have been used "
+                                   "in the graph. Set allow_unused=True if this is the desired behavior.")
+        elif not create_graph:
+            g = Tensor._make(g._data, t._type)
+        answer.append(g)
+    return tuple(answer)

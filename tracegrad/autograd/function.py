@@ -1,0 +1,125 @@
+"""Custom differentiable functions: `tg.autograd.Function` with `forward(ctx, ...)`,
+`backward(ctx, ...)`, `ctx.save_for_backward`, `ctx.saved_tensors`, `ctx.needs_input_grad`.
+
+A custom function is recorded as one IR node whose primitive is created per Function
+subclass: its NumPy implementation runs the user's forward, its gradient rule the user's
+backward, so the reverse-mode transform needs nothing special for it.
+"""
+
+from __future__ import annotations
+
+from tracegrad.autograd.grad_mode import MODE, no_grad
+from tracegrad.autograd.saved import SavedTensor
+from tracegrad.ir.graph import Node, user_location
+from tracegrad.ir.types import TensorType
+from tracegrad.ops.primitive import REGISTRY, Primitive
+from tracegrad.tensor import Tensor
+
+
+class FunctionCtx:
+    def __init__(self, needs_input_grad: tuple[bool, ...]):
+        self.needs_input_grad = needs_input_grad
+        self._saved: tuple | None = None
+        self._node: Node | None = None
+        self.materialize_grads = True
+
+    def save_for_backward(self, *tensors) -> None:
+        self._to_save = tensors
+
+    def mark_non_differentiable(self, *tensors) -> None:
+        self._non_differentiable = {id(t) for t in tensors}
+
+    def set_materialize_grads(self, value: bool) -> None:
+        self.materialize_grads = value
+
+    @property
+    def saved_tensors(self) -> tuple:
+        from tracegrad.ir.autodiff import FREED
+        from tracegrad.autograd.saved import FREED_MESSAGE
+        if self._saved is FREED or (self._node is not None and self._node.saved is FREED):
+            raise RuntimeError(FREED_MESSAGE)
+        if self._saved is None:
+            return ()
+        return tuple(s.unpack(self._node) if isinstance(s, SavedTensor) else s for s in self._saved)
+
+
+class Function:
+    """Subclass with static `forward(ctx, *args)` and `backward(ctx, *grads)`; call `.apply`."""
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError("You must implement the forward function for custom autograd.Function.")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("You must implement either the backward or vjp method for your "
+                                  "custom autograd.Function to use it with backward mode AD.")
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        tensors = [a for a in args if isinstance(a, Tensor)]
+        needs = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
+        record = MODE.grad_enabled and any(needs) and not any(t._volatile for t in tensors)
+        ctx = FunctionCtx(needs)
+        ctx._function = cls
+        ctx._tensor_positions = tuple(i for i, a in enumerate(args) if isinstance(a, Tensor))
+        with no_grad():
+            outputs = cls.forward(ctx, *args, **kwargs)
+        single = isinstance(outputs, Tensor)
+        outs = (outputs,) if single else tuple(outputs)
+        if not record:
+            return outputs
+        # Outputs are new tensors so the caller's forward results keep no autograd fields.
+        results = tuple(o.detach() if isinstance(o, Tensor) else o for o in outs)
+        tensor_outputs = [o for o in results if isinstance(o, Tensor)]
+        prim = _primitive_for(cls, len(tensor_outputs))
+        input_tensors = [a for a in args if isinstance(a, Tensor)]
+        node = Node(prim, tuple(t._autograd_value() for t in input_tensors),
+                    {"ctx": ctx, "arg_needs": needs},
+                    tuple(TensorType(o.shape, o.dtype) for o in tensor_outputs), user_location())
+        node.needs_input_grad = tuple(t._requires_grad for t in input_tensors)
+        node.saved = (None,) * len(input_tensors)
+        ctx._node = node
+        to_save = getattr(ctx, "_to_save", ())
+        output_ids = {id(o): i for i, o in enumerate(outs) if isinstance(o, Tensor)}
+        ctx._saved = tuple(
+            SavedTensor(t, output_index=output_ids[id(t)]) if isinstance(t, Tensor) and id(t) in output_ids
+            else (SavedTensor(t) if isinstance(t, Tensor) else t) for t in to_save)
+        non_diff = getattr(ctx, "_non_differentiable", set())
+        for index, (original, out) in enumerate(zip([o for o in outs if isinstance(o, Tensor)],
+                                                     tensor_outputs)):
+            if out.dtype.is_floating and id(original) not in non_diff:
+                out._requires_grad = True
+                out._grad_fn = node
+                out._value = node.output(index)
+        return results[0] if single else results
+
+
+def _custom_vjp(ctx, *grads):
+    fn_ctx: FunctionCtx = ctx.attrs["ctx"]
+    result = fn_ctx._function.backward(fn_ctx, *grads)
+    if not isinstance(result, tuple):
+        result = (result,)
+    expected = len(ctx.attrs["arg_needs"])
+    if len(result) != expected:
+        raise RuntimeError(f"function {fn_ctx._function.__name__}Backward returned an incorrect number "
+                           f"of gradients (expected {expected}, got {len(result)})")
+    # backward returns one gradient per forward argument; the node's inputs are the tensors.
+    return tuple(result[i] for i in fn_ctx._tensor_positions)
+
+
+def _primitive_for(cls, num_outputs: int) -> Primitive:
+    name = f"custom.{cls.__module__}.{cls.__qualname__}.{num_outputs}"
+    prim = REGISTRY.get(name)
+    if prim is None:
+        prim = Primitive(name, shape_rule=_no_shape_rule, impl=_no_impl, vjp=_custom_vjp,
+                         num_outputs=num_outputs, backward_name=f"{cls.__name__}Backward")
+    return prim
+
+
+def _no_shape_rule(*args, **kwargs):
+    raise RuntimeError("custom Functions are recorded directly; they are not re-executed from IR")
+
+
+def _no_impl(*args, **kwargs):
+    raise RuntimeError("custom Functions cannot be re-executed from IR yet")

@@ -1,0 +1,60 @@
+"""Tensors saved for backward, with the version check of PyTorch's SavedVariable."""
+
+from __future__ import annotations
+
+from tracegrad.ir.graph import Node, Value
+
+FREED_MESSAGE = (
+    "Trying to backward through the graph a second time (or directly access saved tensors "
+    "after they have already been freed). Saved intermediate values of the graph are freed "
+    "when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
+    "backward through the graph a second time or if you need to access saved tensors after "
+    "calling backward.")
+
+INFERENCE_MESSAGE = (
+    "Inference tensors cannot be saved for backward. To work around you can make a clone to "
+    "get a normal tensor and use it in autograd.")
+
+
+class SavedTensor:
+    """A tensor a gradient rule reads later. Stores the data (not the tensor, to avoid a
+    tensor -> grad_fn -> tensor cycle), the version it had, and its autograd identity so
+    that `create_graph=True` differentiates through it."""
+
+    __slots__ = ("data", "counter", "version", "value", "requires_grad", "output_index", "lazy")
+
+    def __init__(self, tensor, output_index: int | None = None):
+        if tensor._inference:
+            raise RuntimeError(INFERENCE_MESSAGE)
+        self.lazy = tensor if tensor._data is None else None
+        self.data = tensor._data
+        self.counter = tensor._version_counter
+        self.version = self.counter.value
+        self.requires_grad = tensor._requires_grad
+        self.output_index = output_index
+        # An output's identity is re-created from the node on unpack (no cycle).
+        self.value = None if output_index is not None else (
+            tensor._autograd_value() if tensor._requires_grad else None)
+
+    def unpack(self, node: Node):
+        from tracegrad.tensor import Tensor
+        if self.lazy is not None:
+            return self.lazy
+        if self.counter.value != self.version:
+            raise RuntimeError(self._modified_message(node))
+        value: Value | None = self.value
+        if self.output_index is not None:
+            value = node.output(self.output_index)
+        return Tensor._from_saved(self.data, self.counter, value, self.requires_grad)
+
+    def _modified_message(self, node: Node) -> str:
+        shape = list(self.data.shape)
+        kind = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "LongTensor",
+                "bool": "BoolTensor"}[self.data.dtype.name]
+        where = ""
+        value = node.output(self.output_index) if self.output_index is not None else self.value
+        if value is not None and value.node is not None:
+            where = f", which is output {value.index} of {value.node.name()},"
+        return ("one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [tracegrad.{kind} {shape}]{where} is at version "
+                f"{self.counter.value}; expected version {self.version} instead.")

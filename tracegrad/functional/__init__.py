@@ -1,0 +1,24 @@
+"""User-facing functions (`tg.add`, `tg.softmax`, ...): composites of the primitives in
+`tracegrad.ops`, with PyTorch signatures, broadcasting and dtype promotion. Nothing here
+has gradient code of its own."""
+
+from tracegrad.functional.arith import (  # noqa: F401
+    abs, add, clamp, clip, cos, div, eq, erf, exp, ge, gt, isinf, isnan, le, log, logical_and,
+    logical_not, logical_or, lt, maximum, minimum, mul, ne, neg, pow, relu, rsqrt, sigmoid, sign,
+    sin, sqrt, sub, tanh, to_dtype, where,
+)
+from tracegrad.functional.index import gather, getitem, index_put  # noqa: F401
+from tracegrad.functional.linalg import matmul, mm  # noqa: F401
+from tracegrad.functional.neural import (  # noqa: F401
+    cross_entropy, dropout, gelu, layer_norm, linear, log_softmax, mse_loss, silu, softmax,
+)
+from tracegrad.functional.reduce import (  # noqa: F401
+    amax, amin, argmax, argmin, logsumexp, max, mean, min, std, sum, var,
+)
+from tracegrad.functional.shape import (  # noqa: F401
+    T, broadcast_to, cat, clone, concat, contiguous, expand, expand_as, flatten, permute,
+    reshape, squeeze, stack, t, transpose, unsqueeze, view,
+)
+
+__all__ = [name for name in dir() if not name.startswith("_") and name not in {
+    "arith", "index", "linalg", "neural", "reduce", "shape"}]

@@ -1,0 +1,108 @@
+"""Operand handling shared by the user-facing functions: scalars to tensors, dtype
+promotion, broadcasting, dim normalization."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracegrad.ir import types
+from tracegrad.ops import elementwise as ew
+from tracegrad.ops import movement as mv
+from tracegrad.tensor import Tensor, _normalize_dim
+
+
+def scalar_tensor(value, dtype: types.DType) -> Tensor:
+    """A Python scalar as a 0-d constant tensor (a runtime argument when traced)."""
+    return Tensor._make(np.array(value, dtype=dtype.np), types.TensorType((), dtype))
+
+
+def _category(dtype: types.DType) -> int:
+    return 2 if dtype.is_floating else (1 if dtype is types.int64 else 0)
+
+
+def result_dtype(*operands) -> types.DType:
+    """PyTorch's promotion: tensors with dims outrank 0-d tensors, which outrank scalars;
+    a lower-priority operand only lifts the category (to its default dtype)."""
+    dim_tensors = [o.dtype for o in operands if isinstance(o, Tensor) and o.ndim > 0]
+    zero_dim = [o.dtype for o in operands if isinstance(o, Tensor) and o.ndim == 0]
+    scalars = [o for o in operands if not isinstance(o, Tensor)]
+    result = None
+    for group in (dim_tensors, zero_dim):
+        for dtype in group:
+            if result is None:
+                result = dtype
+            elif _category(dtype) > _category(result) and group is not dim_tensors:
+                result = types.default_float if dtype.is_floating else dtype
+            else:
+                result = types.promote(result, dtype)
+    if result is None:
+        result = types.scalar_dtype(scalars[0])
+        scalars = scalars[1:]
+    for scalar in scalars:
+        result = types.promote_with_scalar(result, scalar)
+    return result
+
+
+def check_operand(name: str, value) -> None:
+    if not isinstance(value, (Tensor, bool, int, float, np.number)):
+        raise TypeError(f"{name}: expected a Tensor or a Python number, got {type(value).__name__}")
+
+
+def as_operand(value, dtype: types.DType) -> Tensor:
+    if isinstance(value, Tensor):
+        return ew.convert(value, dtype)
+    if isinstance(value, np.number):
+        value = value.item()
+    return scalar_tensor(value, dtype)
+
+
+def broadcast_shapes(name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    ndim = max(len(s) for s in shapes)
+    result = [1] * ndim
+    for shape in shapes:
+        padded = (1,) * (ndim - len(shape)) + tuple(shape)
+        for i, size in enumerate(padded):
+            if size != 1 and result[i] != 1 and size != result[i]:
+                raise RuntimeError(
+                    f"{name}: shapes {', '.join(str(list(s)) for s in shapes)} cannot be broadcast: "
+                    f"the size of tensor a ({result[i]}) must match the size of tensor b ({size}) "
+                    f"at non-singleton dimension {i}")
+            if size != 1:
+                result[i] = size
+    return tuple(result)
+
+
+def broadcast_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
+    if x.shape == shape:
+        return x
+    if x.ndim < len(shape):
+        x = mv.reshape(x, (1,) * (len(shape) - x.ndim) + x.shape)
+    return mv.expand(x, shape)
+
+
+def prepare(name: str, *operands, dtype: types.DType | None = None) -> list[Tensor]:
+    """Convert, promote and broadcast operands of an elementwise op."""
+    for operand in operands:
+        check_operand(name, operand)
+    dtype = dtype or result_dtype(*operands)
+    tensors = [as_operand(o, dtype) for o in operands]
+    shape = broadcast_shapes(name, *(t.shape for t in tensors))
+    return [broadcast_to(t, shape) for t in tensors]
+
+
+def normalize_dim(name: str, dim: int, ndim: int) -> int:
+    return _normalize_dim(name, dim, ndim)
+
+
+def normalize_dims(name: str, dim, ndim: int) -> tuple[int, ...]:
+    """`dim` as a sorted tuple of axes; None or () means all axes."""
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, int):
+        dim = (dim,)
+    axes = tuple(sorted({normalize_dim(name, d, ndim) for d in dim}))
+    if len(axes) != len(tuple(dim)):
+        raise RuntimeError(f"{name}: dim {tuple(dim)} appears multiple times in the list of dims")
+    if ndim == 0:
+        return ()
+    return axes if axes else tuple(range(ndim))

@@ -1,0 +1,146 @@
+"""Elementwise user-facing functions: arithmetic with broadcasting and promotion,
+unary math, comparisons, where, clamp, relu/sigmoid and friends."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracegrad.ir import types
+from tracegrad.ops import elementwise as ew
+from tracegrad.tensor import Tensor
+from tracegrad.functional._util import as_operand, check_operand, prepare, result_dtype
+
+
+def _binary(prim_fn, name):
+    def op(input, other):
+        a, b = prepare(name, input, other)
+        return prim_fn(a, b)
+    op.__name__ = name
+    return op
+
+
+add_same = _binary(ew.add, "add")
+sub_same = _binary(ew.sub, "sub")
+mul = _binary(ew.mul, "mul")
+maximum = _binary(ew.maximum, "maximum")
+minimum = _binary(ew.minimum, "minimum")
+lt = _binary(ew.lt, "lt")
+le = _binary(ew.le, "le")
+gt = _binary(ew.gt, "gt")
+ge = _binary(ew.ge, "ge")
+eq = _binary(ew.eq, "eq")
+ne = _binary(ew.ne, "ne")
+logical_and = _binary(ew.logical_and, "logical_and")
+logical_or = _binary(ew.logical_or, "logical_or")
+
+
+def add(input, other, *, alpha=1) -> Tensor:
+    if alpha != 1:
+        other = mul(other, alpha)
+    return add_same(input, other)
+
+
+def sub(input, other, *, alpha=1) -> Tensor:
+    if alpha != 1:
+        other = mul(other, alpha)
+    return sub_same(input, other)
+
+
+def div(input, other) -> Tensor:
+    for operand in (input, other):
+        check_operand("div", operand)
+    dtype = result_dtype(input, other)
+    a, b = prepare("div", input, other, dtype=dtype if dtype.is_floating else types.default_float)
+    return ew.div(a, b)
+
+
+def pow(input, exponent) -> Tensor:  # noqa: A001
+    a, b = prepare("pow", input, exponent)
+    return ew.pow(a, b)
+
+
+def neg(input: Tensor) -> Tensor:
+    return ew.neg(input)
+
+
+def _float_unary(prim_fn, name):
+    def op(input: Tensor) -> Tensor:
+        if not isinstance(input, Tensor):
+            raise TypeError(f"{name}(): argument 'input' must be Tensor, not {type(input).__name__}")
+        if not input.dtype.is_floating:
+            input = ew.convert(input, types.default_float)
+        return prim_fn(input)
+    op.__name__ = name
+    return op
+
+
+exp = _float_unary(ew.exp, "exp")
+log = _float_unary(ew.log, "log")
+sqrt = _float_unary(ew.sqrt, "sqrt")
+sin = _float_unary(ew.sin, "sin")
+cos = _float_unary(ew.cos, "cos")
+tanh = _float_unary(ew.tanh, "tanh")
+erf = _float_unary(ew.erf, "erf")
+sigmoid = _float_unary(ew.sigmoid, "sigmoid")
+
+
+def rsqrt(input: Tensor) -> Tensor:
+    root = sqrt(input)
+    return ew.div(ew.full_like(root, 1.0), root)
+
+
+def abs(input: Tensor) -> Tensor:  # noqa: A001
+    return ew.abs(input)
+
+
+def sign(input: Tensor) -> Tensor:
+    return ew.sign(input)
+
+
+def logical_not(input: Tensor) -> Tensor:
+    return ew.logical_not(ew.ne(input, ew.full_like(input, 0)) if input.dtype is not types.bool_ else input)
+
+
+def isinf(input: Tensor) -> Tensor:
+    return ew.eq(ew.abs(input), ew.full_like(input, np.inf))
+
+
+def isnan(input: Tensor) -> Tensor:
+    return ew.ne(input, input)
+
+
+def where(condition: Tensor, input, other) -> Tensor:
+    if not isinstance(condition, Tensor) or condition.dtype is not types.bool_:
+        got = condition.dtype.name if isinstance(condition, Tensor) else type(condition).__name__
+        raise TypeError(f"where: expected condition to be a bool tensor, got {got}")
+    cond, a, b = prepare("where", condition, input, other, dtype=result_dtype(input, other))
+    return ew.where(ew.convert(cond, types.bool_), a, b)
+
+
+def relu(input: Tensor) -> Tensor:
+    # where(x <= 0, 0, x): relu'(0) = 0 as in PyTorch, and NaN propagates.
+    zero = ew.full_like(input, 0)
+    return ew.where(ew.le(input, zero), zero, input)
+
+
+def clamp(input: Tensor, min=None, max=None) -> Tensor:  # noqa: A002
+    if min is None and max is None:
+        raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
+    result = input
+    # Inclusive bounds pass the gradient, as PyTorch's clamp does; NaN stays NaN.
+    if min is not None:
+        low = as_operand(min, input.dtype) if not isinstance(min, Tensor) else min
+        x, low = prepare("clamp", result, low, dtype=input.dtype)
+        result = ew.where(ew.lt(x, low), low, x)
+    if max is not None:
+        high = as_operand(max, input.dtype) if not isinstance(max, Tensor) else max
+        x, high = prepare("clamp", result, high, dtype=input.dtype)
+        result = ew.where(ew.gt(x, high), high, x)
+    return result
+
+
+clip = clamp
+
+
+def to_dtype(input: Tensor, dtype: types.DType) -> Tensor:
+    return ew.convert(input, dtype)

@@ -1,0 +1,178 @@
+"""NumPy/PyTorch indexing: `t[key]` and the functional form of `t[key] = value`.
+
+A key is compiled into a plan of primitive steps (slice, reshape, permute, index). Reading
+runs the plan; writing runs each step's transpose in reverse on the value and on a mask of
+ones, then selects: `where(mask, scattered_value, x)`. Writes to repeated integer indices
+add up rather than the last one winning.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracegrad.ir import types
+from tracegrad.ops import elementwise as ew
+from tracegrad.ops import indexing
+from tracegrad.ops import movement as mv
+from tracegrad.tensor import Tensor
+from tracegrad.functional._util import broadcast_shapes, broadcast_to, prepare
+
+
+def _as_index_array(item):
+    if isinstance(item, Tensor):
+        return item
+    array = np.asarray(item)
+    if array.dtype == np.bool_:
+        return Tensor._make(array, types.TensorType(array.shape, types.bool_))
+    if array.dtype.kind not in "iu":
+        raise IndexError(f"index: tensors used as indices must be long, int or bool tensors, got "
+                         f"{array.dtype}")
+    array = array.astype(np.int64)
+    return Tensor._make(array, types.TensorType(array.shape, types.int64))
+
+
+def _expand_key(key, ndim):
+    if not isinstance(key, tuple):
+        key = (key,)
+    items = []
+    for item in key:
+        if isinstance(item, (list, np.ndarray)) or (isinstance(item, Tensor) and item.ndim > 0) or (
+                isinstance(item, Tensor) and item.dtype is types.bool_):
+            items.append(_as_index_array(item))
+        elif isinstance(item, Tensor):
+            items.append(int(item))
+        else:
+            items.append(item)
+    consumed = sum(1 if not (isinstance(i, Tensor) and i.dtype is types.bool_) else i.ndim
+                   for i in items if i is not None and i is not Ellipsis)
+    if sum(1 for i in items if i is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if consumed > ndim:
+        raise IndexError(f"too many indices for tensor of dimension {ndim}")
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items[at:at + 1] = [slice(None)] * (ndim - consumed)
+    else:
+        items += [slice(None)] * (ndim - consumed)
+    return items
+
+
+class _Plan:
+    """Steps from x to x[key]; each is (forward, transpose) on tensors."""
+
+    def __init__(self, x: Tensor, key):
+        self.steps = []
+        shape = x.shape
+        starts, stops, steps = [], [], []
+        out_shape = []          # shape after dropping int dims and adding None dims
+        advanced = []           # (position in out_shape, index tensor)
+        dim = 0
+        for item in _expand_key(key, x.ndim):
+            if item is None:
+                out_shape.append(1)
+                continue
+            if isinstance(item, Tensor) and item.dtype is types.bool_:
+                for offset, size in enumerate(item.shape):
+                    if shape[dim + offset] != size:
+                        raise IndexError(f"The shape of the mask {list(item.shape)} at index {offset} "
+                                         f"does not match the shape of the indexed tensor "
+                                         f"{list(shape)} at index {dim + offset}")
+                for index_array in np.nonzero(item._concrete()):
+                    starts.append(0)
+                    stops.append(shape[dim])
+                    steps.append(1)
+                    advanced.append((len(out_shape), _as_index_array(index_array)))
+                    out_shape.append(shape[dim])
+                    dim += 1
+                continue
+            size = shape[dim]
+            if isinstance(item, Tensor):
+                advanced.append((len(out_shape), item))
+                starts.append(0)
+                stops.append(size)
+                steps.append(1)
+                out_shape.append(size)
+            elif isinstance(item, slice):
+                start, stop, step = item.indices(size)
+                if step <= 0:
+                    raise ValueError("step must be greater than zero")
+                stop = max(start, stop)
+                starts.append(start)
+                stops.append(stop)
+                steps.append(step)
+                out_shape.append(max(0, (stop - start + step - 1) // step))
+            elif isinstance(item, (int, np.integer)):
+                index = int(item)
+                if not -size <= index < size:
+                    raise IndexError(f"index {index} is out of bounds for dimension {dim} with size {size}")
+                index %= size
+                starts.append(index)
+                stops.append(index + 1)
+                steps.append(1)
+            else:
+                raise IndexError(f"index: unsupported index of type {type(item).__name__}; expected "
+                                 "int, slice, None, Ellipsis, a list or a tensor")
+            dim += 1
+        sliced = tuple(max(0, (b - a + c - 1) // c) for a, b, c in zip(starts, stops, steps))
+        if sliced != shape:
+            self.steps.append((lambda t, a=tuple(starts), b=tuple(stops), c=tuple(steps):
+                               mv.slice_(t, a, b, c),
+                               lambda t, s=shape, a=tuple(starts), b=tuple(stops), c=tuple(steps):
+                               mv.pad_slice(t, s, a, b, c)))
+        if tuple(out_shape) != sliced:
+            self.steps.append((lambda t, s=tuple(out_shape): mv.reshape(t, s),
+                               lambda t, s=sliced: mv.reshape(t, s)))
+        if advanced:
+            self._add_advanced(tuple(out_shape), advanced)
+
+    def _add_advanced(self, shape, advanced):
+        positions = [p for p, _ in advanced]
+        index_shape = broadcast_shapes("index", *(t.shape for _, t in advanced))
+        indices = [broadcast_to(t, index_shape) for _, t in advanced]
+        adjacent = positions == list(range(positions[0], positions[0] + len(positions)))
+        axis = positions[0] if adjacent else 0
+        if not adjacent:  # NumPy moves non-adjacent advanced dims to the front
+            perm = tuple(positions + [i for i in range(len(shape)) if i not in positions])
+            inverse = tuple(np.argsort(perm))
+            self.steps.append((lambda t, p=perm: mv.permute(t, p),
+                               lambda t, p=inverse: mv.permute(t, p)))
+            shape = tuple(shape[p] for p in perm)
+        self.steps.append((lambda t: indexing.index(t, indices, axis),
+                           lambda t, s=shape: indexing.index_add(s, t, indices, axis)))
+
+    def read(self, x: Tensor) -> Tensor:
+        for forward, _ in self.steps:
+            x = forward(x)
+        return x
+
+    def scatter(self, value: Tensor) -> Tensor:
+        for _, transpose in reversed(self.steps):
+            value = transpose(value)
+        return value
+
+
+def getitem(x: Tensor, key) -> Tensor:
+    plan = _Plan(x, key)
+    if not plan.steps:
+        return mv.bind_alias(x)
+    return plan.read(x)
+
+
+def index_put(x: Tensor, key, value) -> Tensor:
+    """`x` with `x[key]` replaced by `value` (broadcast), as a new tensor."""
+    plan = _Plan(x, key)
+    target_shape = plan.read(ew.full_like(x, 0)).shape
+    (value,) = prepare("index_put", value, dtype=x.dtype)
+    broadcast_shapes("index_put", value.shape, target_shape)
+    value = broadcast_to(value, target_shape)
+    if not plan.steps:
+        return ew.copy(value)
+    placed = plan.scatter(value)
+    ones = ew.full(target_shape, 1.0, types.float64)
+    mask = ew.ne(plan.scatter(ones), ew.full(x.shape, 0.0, types.float64))
+    return ew.where(mask, placed, x)
+
+
+def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:
+    from tracegrad.functional._util import normalize_dim
+    return indexing.gather(input, index, normalize_dim("gather", dim, input.ndim))

@@ -1,0 +1,164 @@
+"""Neural-network composites (the `tg.nn.functional` namespace): softmax, log_softmax,
+gelu, silu, layer_norm, linear, losses, dropout. Written once from primitives; their
+gradients come from the primitives' rules and the compiler fuses them back together."""
+
+from __future__ import annotations
+
+import math
+
+from tracegrad.ir import types
+from tracegrad.ops import elementwise as ew
+from tracegrad.ops import indexing
+from tracegrad.ops import movement as mv
+from tracegrad.ops import reduction as red
+from tracegrad.tensor import Tensor
+from tracegrad.functional import arith, reduce
+from tracegrad.functional._util import normalize_dim, scalar_tensor
+from tracegrad.functional.linalg import matmul
+from tracegrad.functional.arith import relu  # noqa: F401  (re-exported)
+
+
+def _float(x: Tensor) -> Tensor:
+    return x if x.dtype.is_floating else ew.convert(x, types.default_float)
+
+
+def _shifted(input: Tensor, axis: int) -> Tensor:
+    """x - max(x) along axis, the max treated as a constant (it cancels in the gradient)."""
+    shift = red.amax(input.detach(), (axis,), keepdim=True)
+    shift = ew.where(arith.isinf(shift), ew.full_like(shift, 0.0), shift)
+    return ew.sub(input, mv.expand(shift, input.shape))
+
+
+def softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
+    x = _float(input if dtype is None else ew.convert(input, dtype))
+    axis = normalize_dim("softmax", dim, x.ndim)
+    e = ew.exp(_shifted(x, axis))
+    return ew.div(e, mv.expand(red.sum_(e, (axis,), keepdim=True), x.shape))
+
+
+def log_softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
+    x = _float(input if dtype is None else ew.convert(input, dtype))
+    axis = normalize_dim("log_softmax", dim, x.ndim)
+    shifted = _shifted(x, axis)
+    total = ew.log(red.sum_(ew.exp(shifted), (axis,), keepdim=True))
+    return ew.sub(shifted, mv.expand(total, x.shape))
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    x = input
+    half = ew.full_like(x, 0.5)
+    one = ew.full_like(x, 1.0)
+    if approximate == "none":
+        inner = ew.erf(ew.mul(x, ew.full_like(x, 1.0 / math.sqrt(2.0))))
+    elif approximate == "tanh":
+        cube = ew.mul(ew.mul(x, x), x)
+        poly = ew.add(x, ew.mul(ew.full_like(x, 0.044715), cube))
+        inner = ew.tanh(ew.mul(ew.full_like(x, math.sqrt(2.0 / math.pi)), poly))
+    else:
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return ew.mul(ew.mul(half, x), ew.add(one, inner))
+
+
+def silu(input: Tensor) -> Tensor:
+    return ew.mul(input, ew.sigmoid(input))
+
+
+def sigmoid(input: Tensor) -> Tensor:
+    return arith.sigmoid(input)
+
+
+def tanh(input: Tensor) -> Tensor:
+    return arith.tanh(input)
+
+
+def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    normalized_shape = tuple(normalized_shape)
+    k = len(normalized_shape)
+    if input.shape[input.ndim - k:] != normalized_shape:
+        raise RuntimeError(f"layer_norm: Given normalized_shape={list(normalized_shape)}, expected "
+                           f"input with shape [*, {', '.join(map(str, normalized_shape))}], but got "
+                           f"input of size {list(input.shape)}")
+    axes = tuple(range(input.ndim - k, input.ndim))
+    mean = reduce.mean(input, axes, keepdim=True)
+    centered = ew.sub(input, mv.expand(mean, input.shape))
+    variance = reduce.mean(ew.mul(centered, centered), axes, keepdim=True)
+    inv_std = arith.rsqrt(ew.add(variance, ew.full_like(variance, eps)))
+    out = ew.mul(centered, mv.expand(inv_std, input.shape))
+    if weight is not None:
+        out = arith.mul(out, weight)
+    if bias is not None:
+        out = arith.add(out, bias)
+    return out
+
+
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    if input.shape[-1:] != weight.shape[-1:]:
+        raise RuntimeError(f"linear: mat1 and mat2 shapes cannot be multiplied ({list(input.shape)} "
+                           f"and weight {list(weight.shape)}): expected input's last dim "
+                           f"{input.shape[-1] if input.ndim else None} to equal weight.shape[1]")
+    out = matmul(input, mv.permute(weight, (1, 0)) if weight.ndim == 2 else weight)
+    return arith.add(out, bias) if bias is not None else out
+
+
+def _reduce_loss(name: str, loss: Tensor, reduction: str) -> Tensor:
+    if reduction == "mean":
+        return reduce.mean(loss)
+    if reduction == "sum":
+        return reduce.sum(loss)
+    if reduction == "none":
+        return loss
+    raise ValueError(f"{name}: {reduction} is not a valid value for reduction "
+                     "(expected 'mean', 'sum' or 'none')")
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    diff = arith.sub(input, target)
+    return _reduce_loss("mse_loss", ew.mul(diff, diff), reduction)
+
+
+def cross_entropy(input: Tensor, target: Tensor, weight=None, ignore_index: int = -100,
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    """Cross-entropy of logits `input` (N, C) or (C,) against class indices `target`."""
+    if weight is not None or label_smoothing:
+        raise NotImplementedError("cross_entropy: weight and label_smoothing are not supported yet")
+    if not isinstance(target, Tensor) or target.dtype is not types.int64:
+        got = target.dtype.name if isinstance(target, Tensor) else type(target).__name__
+        raise TypeError(f"cross_entropy: expected target of class indices (int64), got {got}")
+    batched = input.ndim == 2
+    if not batched and input.ndim != 1:
+        raise RuntimeError(f"cross_entropy: expected input of shape (N, C) or (C,), got "
+                           f"{list(input.shape)}")
+    logits = input if batched else mv.reshape(input, (1,) + input.shape)
+    labels = target if batched else mv.reshape(target, (1,))
+    if labels.shape != logits.shape[:1]:
+        raise ValueError(f"cross_entropy: Expected input batch_size ({logits.shape[0]}) to match "
+                         f"target batch_size ({labels.shape[0] if labels.ndim else 0}).")
+    logp = log_softmax(logits, 1)
+    valid = ew.ne(labels, ew.full_like(labels, ignore_index))
+    safe_labels = ew.where(valid, labels, ew.full_like(labels, 0))
+    picked = indexing.gather(logp, mv.reshape(safe_labels, (labels.shape[0], 1)), 1)
+    picked = mv.reshape(picked, labels.shape)
+    valid_f = ew.convert(valid, logp.dtype)
+    losses = ew.neg(ew.mul(picked, valid_f))
+    if reduction == "mean":
+        count = red.sum_(valid_f, (0,))
+        return ew.div(red.sum_(losses, (0,)), count)
+    if not batched and reduction == "none":
+        losses = mv.reshape(losses, ())
+    return _reduce_loss("cross_entropy", losses, reduction)
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return ew.mul(input, ew.full_like(input, 0.0))
+    from tracegrad.random import rand
+    keep = arith.ge(rand(input.shape, dtype=input.dtype), p)
+    scale = scalar_tensor(1.0 / (1.0 - p), input.dtype)
+    return arith.mul(ew.mul(input, ew.convert(keep, input.dtype)), scale)

@@ -1,0 +1,114 @@
+"""Reductions with PyTorch signatures: sum, mean, max/min (with indices), amax/amin,
+var/std, logsumexp, argmax/argmin."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+from tracegrad.ir import types
+from tracegrad.ops import elementwise as ew
+from tracegrad.ops import indexing
+from tracegrad.ops import movement as mv
+from tracegrad.ops import reduction as red
+from tracegrad.tensor import Tensor
+from tracegrad.functional._util import normalize_dim, normalize_dims
+from tracegrad.functional import arith
+
+ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
+
+
+def sum(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A001
+    if dtype is not None:
+        input = ew.convert(input, dtype)
+    elif input.dtype is types.bool_:
+        input = ew.convert(input, types.int64)
+    return red.sum_(input, normalize_dims("sum", dim, input.ndim), keepdim)
+
+
+def _count(input: Tensor, axes) -> int:
+    n = 1
+    for a in axes:
+        n *= input.shape[a]
+    return n
+
+
+def mean(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
+    if dtype is not None:
+        input = ew.convert(input, dtype)
+    if not input.dtype.is_floating:
+        raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a "
+                           f"floating point or complex dtype. Got: {input.dtype.name}")
+    axes = normalize_dims("mean", dim, input.ndim)
+    total = red.sum_(input, axes, keepdim)
+    return ew.div(total, ew.full_like(total, float(_count(input, axes))))
+
+
+def amax(input: Tensor, dim=(), keepdim: bool = False) -> Tensor:
+    return red.amax(input, normalize_dims("amax", dim if dim != () else None, input.ndim), keepdim)
+
+
+def amin(input: Tensor, dim=(), keepdim: bool = False) -> Tensor:
+    return red.amin(input, normalize_dims("amin", dim if dim != () else None, input.ndim), keepdim)
+
+
+def _extremum(name, full_reduce, arg_reduce, elementwise):
+    def op(input: Tensor, dim=None, keepdim: bool = False):
+        if isinstance(dim, Tensor):
+            return elementwise(input, dim)
+        if dim is None:
+            return full_reduce(input, tuple(range(input.ndim)), False)
+        axis = normalize_dim(name, dim, input.ndim)
+        indices = arg_reduce(input, axis, True)
+        # Gathering at the index sends the gradient to that element only (PyTorch's max(dim)).
+        values = indexing.gather(input, indices, axis) if input.ndim else input
+        if not keepdim and input.ndim:
+            values = mv.reshape(values, red.reduced_shape(input.shape, (axis,), False))
+            indices = mv.reshape(indices, values.shape)
+        return ValuesIndices(values, indices)
+    op.__name__ = name
+    return op
+
+
+max = _extremum("max", red.amax, red.argmax, arith.maximum)  # noqa: A001
+min = _extremum("min", red.amin, red.argmin, arith.minimum)  # noqa: A001
+
+
+def argmax(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    if dim is None:
+        return red.argmax(mv.reshape(input, (input.numel(),)), 0, False)
+    return red.argmax(input, normalize_dim("argmax", dim, input.ndim), keepdim)
+
+
+def argmin(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    if dim is None:
+        return red.argmin(mv.reshape(input, (input.numel(),)), 0, False)
+    return red.argmin(input, normalize_dim("argmin", dim, input.ndim), keepdim)
+
+
+def var(input: Tensor, dim=None, unbiased=None, keepdim: bool = False, *, correction=None) -> Tensor:
+    if isinstance(dim, bool):  # var(x, False): the old positional `unbiased`
+        dim, unbiased = None, dim
+    if correction is None:
+        correction = 1 if unbiased is None or unbiased else 0
+    axes = normalize_dims("var", dim, input.ndim)
+    centered = arith.sub(input, mean(input, axes, keepdim=True))
+    squares = red.sum_(ew.mul(centered, centered), axes, keepdim)
+    denominator = _count(input, axes) - correction
+    return ew.div(squares, ew.full_like(squares, float(denominator) if denominator > 0 else 0.0))
+
+
+def std(input: Tensor, dim=None, unbiased=None, keepdim: bool = False, *, correction=None) -> Tensor:
+    return ew.sqrt(var(input, dim, unbiased, keepdim, correction=correction))
+
+
+def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:
+    axes = normalize_dims("logsumexp", dim, input.ndim)
+    if not input.dtype.is_floating:
+        input = ew.convert(input, types.default_float)
+    # Shift by the (constant) max for stability; an all -inf row shifts by 0.
+    shift = red.amax(input.detach(), axes, keepdim=True)
+    shift = ew.where(arith.isinf(shift), ew.full_like(shift, 0.0), shift)
+    shifted = ew.sub(input, mv.expand(shift, input.shape))
+    total = ew.log(red.sum_(ew.exp(shifted), axes, keepdim=True))
+    result = ew.add(total, shift)
+    return result if keepdim else mv.reshape(result, red.reduced_shape(input.shape, axes, False))

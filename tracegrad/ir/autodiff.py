@@ -1,0 +1,155 @@
+"""The reverse-mode transform: from a recorded forward graph to its gradients.
+
+`reverse_mode` walks the recorded nodes backwards from the roots and applies each
+primitive's VJP rule. Rules are written with primitive calls, so the kind of tensors
+flowing through decides what the transform produces: NumPy tensors compute gradients now
+(eager backward), recording tensors build a differentiable graph (`create_graph=True`),
+and lazy tensors under a `Tracer` build the backward IR graph (`backward_graph`, the
+compiler).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tracegrad.autograd.saved import FREED_MESSAGE
+from tracegrad.ir.graph import Graph, Node, Value
+from tracegrad.ops.primitive import VJPContext
+
+FREED = ()  # node.saved after backward freed it
+
+
+def _grad_edges(node: Node):
+    for value, needed in zip(node.inputs, node.needs_input_grad):
+        if needed and value.node is not None:
+            yield value.node
+
+
+def forward_order(roots: list[Value]) -> list[Node]:
+    """Recorded nodes reachable from `roots` through edges that need grad, inputs first."""
+    order: list[Node] = []
+    expanded: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(v.node, False) for v in roots if v.node is not None]
+    while stack:
+        node, finished = stack.pop()
+        if finished:
+            order.append(node)
+            continue
+        if id(node) in expanded:
+            continue
+        expanded.add(id(node))
+        stack.append((node, True))
+        stack.extend((n, False) for n in _grad_edges(node) if id(n) not in expanded)
+    return order
+
+
+def _leads_to_targets(order: list[Node], targets: set[Value]) -> set[int]:
+    useful: set[int] = set()
+    for node in order:  # inputs first, so producers are decided before consumers
+        for value, needed in zip(node.inputs, node.needs_input_grad):
+            if needed and (value in targets or (value.node is not None and id(value.node) in useful)):
+                useful.add(id(node))
+                break
+    return useful
+
+
+def _context(node: Node, unpack: Callable) -> VJPContext:
+    saved = node.saved
+    if saved is FREED:
+        raise RuntimeError(FREED_MESSAGE)
+    n_inputs = len(node.inputs)
+    inputs = [unpack(s, node) if s is not None else None for s in saved[:n_inputs]]
+    out = unpack(saved[n_inputs], node) if len(saved) > n_inputs else None
+    return VJPContext(inputs, out, node.attrs, tuple(v.type for v in node.inputs), node.out_types,
+                      node.needs_input_grad)
+
+
+def _default_unpack(saved, node):
+    return saved.unpack(node)
+
+
+def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None = None,
+                 retain_graph: bool = False, unpack: Callable = _default_unpack,
+                 run_hooks: bool = True) -> dict[Value, object]:
+    """Gradients of `sum(<root, cotangent>)` w.r.t. every leaf reached (targets=None) or
+    w.r.t. `targets`. Returns {value: gradient tensor}; values not reached are absent."""
+    from tracegrad.ops.elementwise import add, full
+
+    cotangents: dict[Value, object] = {}
+    for value, cotangent in roots:
+        previous = cotangents.get(value)
+        cotangents[value] = cotangent if previous is None else add(previous, cotangent)
+    order = forward_order([v for v, _ in roots])
+    target_set = set(targets) if targets is not None else None
+    useful = _leads_to_targets(order, target_set) if target_set is not None else None
+    results: dict[Value, object] = {}
+    for node in reversed(order):
+        outputs = [node.output(i) for i in range(len(node.out_types))]
+        grads = [cotangents.pop(v, None) for v in outputs]
+        if all(g is None for g in grads):
+            continue
+        if run_hooks and node.hooks:
+            grads = [_run_hooks(node.hooks.get(i), g) for i, g in enumerate(grads)]
+        if target_set is not None:
+            for v, g in zip(outputs, grads):
+                if v in target_set and g is not None:
+                    results[v] = g
+            if id(node) not in useful:
+                continue
+        grads = [g if g is not None else full(t.shape, 0.0, t.dtype)
+                 for g, t in zip(grads, node.out_types)]
+        ctx = _context(node, unpack)
+        input_grads = node.op.vjp(ctx, *grads)
+        if not retain_graph and node.saved:
+            node.saved = FREED
+        for value, needed, grad in zip(node.inputs, node.needs_input_grad, input_grads):
+            if not needed or grad is None:
+                continue
+            if grad.shape != value.type.shape:
+                raise RuntimeError(f"internal error: the gradient rule of {node.op.name} returned "
+                                   f"shape {list(grad.shape)} for an input of type {value.type}")
+            previous = cotangents.get(value)
+            cotangents[value] = grad if previous is None else add(previous, grad)
+    for value, grad in cotangents.items():
+        if value.node is None and (target_set is None or value in target_set):
+            results[value] = grad
+    return results
+
+
+def _run_hooks(hooks, grad):
+    if not hooks or grad is None:
+        return grad
+    for hook in hooks:
+        replaced = hook(grad)
+        if replaced is not None:
+            grad = replaced
+    return grad
+
+
+def backward_graph(output, inputs) -> Graph:
+    """The backward IR of `output` w.r.t. `inputs`: a graph from (grad_output, saved
+    values) to one gradient per input. `graph.bindings` holds the saved arrays."""
+    from tracegrad.autograd.grad_mode import no_grad
+    from tracegrad.ir.tracer import Tracer
+    from tracegrad.ops.elementwise import full
+
+    inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    if output._grad_fn is None:
+        raise RuntimeError("backward_graph: the output has no recorded graph (it does not require grad)")
+    graph = Graph(name="backward")
+    targets = [t._autograd_value() for t in inputs]
+    with Tracer(graph) as tracer, no_grad():
+        seed = tracer.input(output._type, "grad_output")
+        grads = reverse_mode([(output._value, seed)], targets, retain_graph=True, run_hooks=False)
+        outputs = []
+        for target in targets:
+            grad = grads.get(target)
+            if grad is None:
+                grad = full(target.type.shape, 0.0, target.type.dtype)
+            outputs.append(tracer.value_of(grad))
+    for value in graph.inputs:
+        if value.name and value.name.startswith("c"):
+            value.name = "saved" + value.name[1:]
+    graph.outputs = outputs
+    graph.bindings = tracer.bindings()
+    return graph

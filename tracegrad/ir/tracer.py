@@ -1,0 +1,50 @@
+"""`Tracer`: while active, ops on tensors append nodes to a graph instead of computing.
+
+Concrete tensors an op reads become graph inputs by identity (captured), so the graph
+can later run with their current data. Used to build backward graphs; the compiler
+traces whole functions with it.
+"""
+
+from __future__ import annotations
+
+from tracegrad.autograd.grad_mode import MODE
+from tracegrad.ir.graph import Graph, Value
+
+
+class Tracer:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.captured: dict[int, tuple[object, Value]] = {}
+
+    def value_of(self, tensor) -> Value:
+        if tensor._data is None:
+            return tensor._value
+        entry = self.captured.get(id(tensor))
+        if entry is None:
+            name = f"c{len(self.captured)}"
+            entry = (tensor, self.graph.add_input(tensor._type, name))
+            self.captured[id(tensor)] = entry
+        return entry[1]
+
+    def input(self, type, name: str):
+        """A new graph input as a lazy tensor."""
+        from tracegrad.tensor import Tensor
+        return Tensor._make_lazy(self.graph.add_input(type, name), type)
+
+    def bindings(self) -> dict[Value, object]:
+        """The concrete arrays of captured inputs."""
+        return {value: tensor._data for tensor, value in self.captured.values()}
+
+    def __enter__(self) -> Tracer:
+        self._previous = MODE.tracer
+        MODE.tracer = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        MODE.tracer = self._previous
+
+
+def realize(tensor):
+    raise RuntimeError(
+        "a traced tensor has no value yet: it is an IR value inside a graph being built "
+        f"({tensor._type}); run the graph with tracegrad.ir.interpret to get its value")

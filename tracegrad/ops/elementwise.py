@@ -1,0 +1,284 @@
+"""Elementwise primitives: unary math, binary arithmetic, comparisons, where, convert, full.
+
+Binary primitives take operands of one shape and one dtype: broadcasting and type
+promotion are explicit `expand`/`convert` nodes inserted by the user-facing functions
+(`tracegrad.functional`), so every gradient rule here is shape-preserving.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tracegrad.ir import types
+from tracegrad.ir.types import TensorType
+from tracegrad.ops.dispatch import bind
+from tracegrad.ops.mathfn import erf as _np_erf
+from tracegrad.ops.primitive import ELEMENTWISE, Primitive
+
+
+def _unary_float_rule(name):
+    def rule(x: TensorType):
+        if not x.dtype.is_floating:
+            raise TypeError(f"{name}: expected a floating-point tensor, got {x.dtype.name} {list(x.shape)}")
+        return (x,)
+    return rule
+
+
+def _unary_any_rule(x: TensorType):
+    return (x,)
+
+
+def _same_operands(name):
+    def check(*operands: TensorType):
+        first = operands[0]
+        for other in operands[1:]:
+            if other.shape != first.shape or other.dtype is not first.dtype:
+                raise TypeError(f"{name}: primitive operands must have one shape and dtype, got "
+                                f"{first} and {other}")
+        return first
+    return check
+
+
+def _binary_rule(name):
+    check = _same_operands(name)
+
+    def rule(a: TensorType, b: TensorType):
+        return (check(a, b),)
+    return rule
+
+
+def _compare_rule(name):
+    check = _same_operands(name)
+
+    def rule(a: TensorType, b: TensorType):
+        return (TensorType(check(a, b).shape, types.bool_),)
+    return rule
+
+
+def _quiet(fn):
+    """NumPy ufunc without floating-point warnings: inf/nan results are the answer, as in PyTorch."""
+    def run(*arrays):
+        with np.errstate(all="ignore"):
+            return fn(*arrays)
+    return run
+
+
+# --- unary -------------------------------------------------------------------------
+
+NEG = Primitive("neg", shape_rule=_unary_any_rule, impl=np.negative, kind=ELEMENTWISE,
+                vjp=lambda ctx, g: (neg(g),))
+EXP = Primitive("exp", shape_rule=_unary_float_rule("exp"), impl=_quiet(np.exp), kind=ELEMENTWISE,
+                saves_output=True, vjp=lambda ctx, g: (mul(g, ctx.out),))
+LOG = Primitive("log", shape_rule=_unary_float_rule("log"), impl=_quiet(np.log), kind=ELEMENTWISE,
+                saves_inputs=(0,), vjp=lambda ctx, g: (div(g, ctx.inputs[0]),))
+SQRT = Primitive("sqrt", shape_rule=_unary_float_rule("sqrt"), impl=_quiet(np.sqrt),
+                 kind=ELEMENTWISE, saves_output=True,
+                 vjp=lambda ctx, g: (div(g, mul(ctx.out, full_like(ctx.out, 2.0))),))
+SIN = Primitive("sin", shape_rule=_unary_float_rule("sin"), impl=_quiet(np.sin), kind=ELEMENTWISE,
+                saves_inputs=(0,), vjp=lambda ctx, g: (mul(g, cos(ctx.inputs[0])),))
+COS = Primitive("cos", shape_rule=_unary_float_rule("cos"), impl=_quiet(np.cos), kind=ELEMENTWISE,
+                saves_inputs=(0,), vjp=lambda ctx, g: (neg(mul(g, sin(ctx.inputs[0]))),))
+TANH = Primitive("tanh", shape_rule=_unary_float_rule("tanh"), impl=_quiet(np.tanh),
+                 kind=ELEMENTWISE, saves_output=True,
+                 vjp=lambda ctx, g: (mul(g, sub(full_like(ctx.out, 1.0), mul(ctx.out, ctx.out))),))
+
+
+def _sigmoid_impl(x):
+    # Two branches so that neither exp overflows: exp(-|x|) is always in (0, 1].
+    with np.errstate(all="ignore"):
+        z = np.exp(-np.abs(x))
+        return np.where(x >= 0, 1 / (1 + z), z / (1 + z)).astype(x.dtype, copy=False)
+
+
+SIGMOID = Primitive("sigmoid", shape_rule=_unary_float_rule("sigmoid"), impl=_sigmoid_impl,
+                    kind=ELEMENTWISE, saves_output=True,
+                    vjp=lambda ctx, g: (mul(g, mul(ctx.out, sub(full_like(ctx.out, 1.0), ctx.out))),))
+
+
+def _erf_vjp(ctx, g):
+    x = ctx.inputs[0]
+    return (mul(g, mul(full_like(x, 2.0 / math.sqrt(math.pi)), exp(neg(mul(x, x))))),)
+
+
+ERF = Primitive("erf", shape_rule=_unary_float_rule("erf"), impl=_np_erf, kind=ELEMENTWISE,
+                saves_inputs=(0,), vjp=_erf_vjp)
+# abs'(0) = 0 and sign's gradient is zero everywhere, as in PyTorch.
+ABS = Primitive("abs", shape_rule=_unary_any_rule, impl=np.abs, kind=ELEMENTWISE,
+                saves_inputs=(0,), vjp=lambda ctx, g: (mul(g, sign(ctx.inputs[0])),))
+SIGN = Primitive("sign", shape_rule=_unary_any_rule, impl=np.sign, kind=ELEMENTWISE,
+                 vjp=lambda ctx, g: (full_like(g, 0.0),))
+
+
+def _convert_rule(x: TensorType, dtype):
+    return (TensorType(x.shape, dtype),)
+
+
+def _convert_vjp(ctx, g):
+    source = ctx.in_types[0].dtype
+    return (convert(g, source) if source.is_floating else None,)
+
+
+CONVERT = Primitive("convert", shape_rule=_convert_rule, kind=ELEMENTWISE, vjp=_convert_vjp,
+                    impl=lambda x, dtype: x.astype(dtype.np))
+COPY = Primitive("copy", shape_rule=_unary_any_rule, kind=ELEMENTWISE,
+                 impl=lambda x: np.array(x, copy=True), vjp=lambda ctx, g: (g,))
+
+# --- binary ------------------------------------------------------------------------
+
+ADD = Primitive("add", shape_rule=_binary_rule("add"), impl=np.add, kind=ELEMENTWISE,
+                vjp=lambda ctx, g: (g, g))
+SUB = Primitive("sub", shape_rule=_binary_rule("sub"), impl=np.subtract, kind=ELEMENTWISE,
+                vjp=lambda ctx, g: (g, neg(g)))
+MUL = Primitive("mul", shape_rule=_binary_rule("mul"), impl=np.multiply, kind=ELEMENTWISE,
+                saves_inputs=(0, 1),
+                vjp=lambda ctx, g: (mul(g, ctx.inputs[1]) if ctx.needs_input_grad[0] else None,
+                                    mul(g, ctx.inputs[0]) if ctx.needs_input_grad[1] else None))
+
+
+def _div_impl(a, b):
+    with np.errstate(all="ignore"):
+        if a.dtype.kind in "iub":  # integer division is true division, as in PyTorch
+            return np.true_divide(a, b).astype(np.float32)
+        return np.true_divide(a, b)
+
+
+def _div_rule(a: TensorType, b: TensorType):
+    (out,) = _binary_rule("div")(a, b)
+    return (out if out.dtype.is_floating else TensorType(out.shape, types.float32),)
+
+
+def _div_vjp(ctx, g):
+    a, b = ctx.inputs
+    grad_a = div(g, b) if ctx.needs_input_grad[0] else None
+    grad_b = neg(div(mul(g, a), mul(b, b))) if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b
+
+
+DIV = Primitive("div", shape_rule=_div_rule, impl=_div_impl, kind=ELEMENTWISE,
+                saves_inputs=(0, 1), vjp=_div_vjp)
+
+
+def _pow_vjp(ctx, g):
+    base, exponent = ctx.inputs
+    zero = full_like(g, 0.0)
+    grad_base = grad_exponent = None
+    if ctx.needs_input_grad[0]:
+        # d/dx x**y = y * x**(y-1), defined as 0 where y == 0 (PyTorch's choice).
+        local = mul(exponent, pow(base, sub(exponent, full_like(exponent, 1.0))))
+        grad_base = where(eq(exponent, zero), zero, mul(g, local))
+    if ctx.needs_input_grad[1]:
+        # d/dy x**y = x**y * log(x), defined as 0 where x == 0 and y >= 0.
+        local = mul(ctx.out, log(base))
+        grad_exponent = where(logical_and(eq(base, zero), ge(exponent, zero)), zero, mul(g, local))
+    return grad_base, grad_exponent
+
+
+POW = Primitive("pow", shape_rule=_binary_rule("pow"), impl=_quiet(np.power), kind=ELEMENTWISE,
+                saves_inputs=(0, 1), saves_output=True, vjp=_pow_vjp)
+
+
+def _minmax_vjp(first_wins):
+    # Ties split the gradient in half, as PyTorch's maximum/minimum do.
+    def vjp(ctx, g):
+        a, b = ctx.inputs
+        half = mul(g, full_like(g, 0.5))
+        zero = full_like(g, 0.0)
+        tie = eq(a, b)
+        grad_a = where(first_wins(a, b), g, where(tie, half, zero))
+        grad_b = where(first_wins(b, a), g, where(tie, half, zero))
+        return grad_a, grad_b
+    return vjp
+
+
+MAXIMUM = Primitive("maximum", shape_rule=_binary_rule("maximum"), impl=np.maximum,
+                    kind=ELEMENTWISE, saves_inputs=(0, 1), vjp=_minmax_vjp(lambda a, b: gt(a, b)))
+MINIMUM = Primitive("minimum", shape_rule=_binary_rule("minimum"), impl=np.minimum,
+                    kind=ELEMENTWISE, saves_inputs=(0, 1), vjp=_minmax_vjp(lambda a, b: lt(a, b)))
+
+LT = Primitive("lt", shape_rule=_compare_rule("lt"), impl=_quiet(np.less), kind=ELEMENTWISE)
+LE = Primitive("le", shape_rule=_compare_rule("le"), impl=_quiet(np.less_equal), kind=ELEMENTWISE)
+GT = Primitive("gt", shape_rule=_compare_rule("gt"), impl=_quiet(np.greater), kind=ELEMENTWISE)
+GE = Primitive("ge", shape_rule=_compare_rule("ge"), impl=_quiet(np.greater_equal), kind=ELEMENTWISE)
+EQ = Primitive("eq", shape_rule=_compare_rule("eq"), impl=np.equal, kind=ELEMENTWISE)
+NE = Primitive("ne", shape_rule=_compare_rule("ne"), impl=np.not_equal, kind=ELEMENTWISE)
+LOGICAL_AND = Primitive("logical_and", shape_rule=_compare_rule("logical_and"),
+                        impl=np.logical_and, kind=ELEMENTWISE)
+LOGICAL_OR = Primitive("logical_or", shape_rule=_compare_rule("logical_or"),
+                       impl=np.logical_or, kind=ELEMENTWISE)
+LOGICAL_NOT = Primitive("logical_not", shape_rule=lambda x: (TensorType(x.shape, types.bool_),),
+                        impl=np.logical_not, kind=ELEMENTWISE)
+
+
+def _where_rule(cond: TensorType, a: TensorType, b: TensorType):
+    if cond.dtype is not types.bool_ or cond.shape != a.shape:
+        raise TypeError(f"where: condition must be bool of the operands' shape, got {cond} for {a}")
+    return (_same_operands("where")(a, b),)
+
+
+def _where_vjp(ctx, g):
+    cond = ctx.inputs[0]
+    zero = full_like(g, 0.0)
+    return (None,
+            where(cond, g, zero) if ctx.needs_input_grad[1] else None,
+            where(cond, zero, g) if ctx.needs_input_grad[2] else None)
+
+
+WHERE = Primitive("where", shape_rule=_where_rule, impl=np.where, kind=ELEMENTWISE,
+                  saves_inputs=(0,), vjp=_where_vjp)
+
+
+def _full_rule(shape, dtype, value):
+    return (TensorType(tuple(shape), dtype),)
+
+
+FULL = Primitive("full", shape_rule=_full_rule, kind=ELEMENTWISE,
+                 impl=lambda shape, dtype, value: np.full(shape, value, dtype=dtype.np))
+
+# --- bound functions: what gradient rules and composites call ------------------------
+
+
+def neg(x): return bind(NEG, (x,))
+def exp(x): return bind(EXP, (x,))
+def log(x): return bind(LOG, (x,))
+def sqrt(x): return bind(SQRT, (x,))
+def sin(x): return bind(SIN, (x,))
+def cos(x): return bind(COS, (x,))
+def tanh(x): return bind(TANH, (x,))
+def erf(x): return bind(ERF, (x,))
+def sigmoid(x): return bind(SIGMOID, (x,))
+def abs(x): return bind(ABS, (x,))  # noqa: A001 - the op's name
+def sign(x): return bind(SIGN, (x,))
+def copy(x): return bind(COPY, (x,))
+def add(a, b): return bind(ADD, (a, b))
+def sub(a, b): return bind(SUB, (a, b))
+def mul(a, b): return bind(MUL, (a, b))
+def div(a, b): return bind(DIV, (a, b))
+def pow(a, b): return bind(POW, (a, b))  # noqa: A001
+def maximum(a, b): return bind(MAXIMUM, (a, b))
+def minimum(a, b): return bind(MINIMUM, (a, b))
+def lt(a, b): return bind(LT, (a, b))
+def le(a, b): return bind(LE, (a, b))
+def gt(a, b): return bind(GT, (a, b))
+def ge(a, b): return bind(GE, (a, b))
+def eq(a, b): return bind(EQ, (a, b))
+def ne(a, b): return bind(NE, (a, b))
+def logical_and(a, b): return bind(LOGICAL_AND, (a, b))
+def logical_or(a, b): return bind(LOGICAL_OR, (a, b))
+def logical_not(x): return bind(LOGICAL_NOT, (x,))
+def where(cond, a, b): return bind(WHERE, (cond, a, b))
+
+
+def convert(x, dtype):
+    if x.dtype is dtype:
+        return x
+    return bind(CONVERT, (x,), {"dtype": dtype})
+
+
+def full(shape, value, dtype):
+    return bind(FULL, (), {"shape": tuple(shape), "dtype": dtype, "value": value})
+
+
+def full_like(x, value):
+    return full(x.shape, value, x.dtype)

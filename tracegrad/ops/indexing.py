@@ -1,0 +1,141 @@
+"""Data-dependent indexing primitives: gather/scatter_add along one axis (torch.gather),
+and NumPy-style integer-array indexing of consecutive axes with its transpose.
+
+`index(x, *indices, axis)` reads `x[..., i0, i1, ...]` where the index tensors (already
+broadcast to one shape) select along axes `axis, axis+1, ...`; `index_add` writes the
+transpose (summing repeated indices).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracegrad.ir import types
+from tracegrad.ir.types import TensorType
+from tracegrad.ops.dispatch import bind
+from tracegrad.ops.primitive import OTHER, Primitive
+
+
+def _check_index_dtype(name, index: TensorType):
+    if index.dtype is not types.int64:
+        raise TypeError(f"{name}: index must be an int64 tensor, got {index.dtype.name} "
+                        f"{list(index.shape)}")
+
+
+def _gather_rule(x: TensorType, index: TensorType, axis):
+    _check_index_dtype("gather", index)
+    if index.ndim != x.ndim:
+        raise RuntimeError(f"gather: index {list(index.shape)} and input {list(x.shape)} must have "
+                           "the same number of dimensions")
+    for d, (i, s) in enumerate(zip(index.shape, x.shape)):
+        if d != axis and i > s:
+            raise RuntimeError(f"gather: size of index {list(index.shape)} exceeds input "
+                               f"{list(x.shape)} at dimension {d}")
+    return (TensorType(index.shape, x.dtype),)
+
+
+def _check_bounds(name, index, size):
+    if index.size and (index.min() < -size or index.max() >= size):
+        bad = index.min() if index.min() < -size else index.max()
+        raise IndexError(f"{name}: index {int(bad)} is out of bounds for dimension with size {size}")
+
+
+def _gather_impl(x, index, axis):
+    _check_bounds("gather", index, x.shape[axis])
+    # take_along_axis needs equal non-axis sizes; torch.gather allows smaller index sizes.
+    view = x[tuple(slice(0, n) if d != axis else slice(None) for d, n in enumerate(index.shape))]
+    return np.take_along_axis(view, index, axis=axis)
+
+
+GATHER = Primitive("gather", shape_rule=_gather_rule, impl=_gather_impl, kind=OTHER,
+                   saves_inputs=(1,),
+                   vjp=lambda ctx, g: (scatter_add(ctx.in_types[0].shape, ctx.inputs[1], g,
+                                                   ctx.attrs["axis"]), None))
+
+
+def _scatter_add_rule(index: TensorType, src: TensorType, shape, axis):
+    _check_index_dtype("scatter_add", index)
+    if index.shape != src.shape:
+        raise RuntimeError(f"scatter_add: index {list(index.shape)} and src {list(src.shape)} differ")
+    return (TensorType(tuple(shape), src.dtype),)
+
+
+def _scatter_add_impl(index, src, shape, axis):
+    out = np.zeros(shape, dtype=src.dtype)
+    grids = list(np.indices(index.shape, sparse=True))
+    grids[axis] = index
+    np.add.at(out, tuple(grids), src)
+    return out
+
+
+# A zero tensor of `shape` with src added at index along axis (the transpose of gather).
+SCATTER_ADD = Primitive("scatter_add", shape_rule=_scatter_add_rule, impl=_scatter_add_impl,
+                        kind=OTHER, saves_inputs=(0,),
+                        vjp=lambda ctx, g: (None, gather(g, ctx.inputs[0], ctx.attrs["axis"])))
+
+
+def _index_rule(x: TensorType, *indices: TensorType, axis):
+    for index in indices:
+        _check_index_dtype("index", index)
+        if index.shape != indices[0].shape:
+            raise IndexError(f"index: index tensors of shapes {list(indices[0].shape)} and "
+                             f"{list(index.shape)} must be broadcast first")
+    if axis + len(indices) > x.ndim:
+        raise IndexError(f"index: too many indices for tensor of shape {list(x.shape)}")
+    shape = x.shape[:axis] + indices[0].shape + x.shape[axis + len(indices):]
+    return (TensorType(shape, x.dtype),)
+
+
+def _index_key(axis, indices):
+    return (slice(None),) * axis + tuple(indices)
+
+
+def _index_impl(x, *indices, axis):
+    for offset, index in enumerate(indices):
+        _check_bounds("index", index, x.shape[axis + offset])
+    return np.asarray(x[_index_key(axis, indices)])
+
+
+def _index_vjp(ctx, g):
+    indices = ctx.inputs[1:]
+    return (index_add(ctx.in_types[0].shape, g, indices, ctx.attrs["axis"]),) + (None,) * len(indices)
+
+
+INDEX = Primitive("index", shape_rule=_index_rule, impl=_index_impl, kind=OTHER,
+                  saves_inputs=tuple(range(1, 33)), vjp=_index_vjp)
+
+
+def _index_add_rule(src: TensorType, *indices: TensorType, shape, axis):
+    (expected,) = _index_rule(TensorType(tuple(shape), src.dtype), *indices, axis=axis)
+    if expected.shape != src.shape:
+        raise RuntimeError(f"index_add: source {list(src.shape)} does not match indexed shape "
+                           f"{list(expected.shape)}")
+    return (TensorType(tuple(shape), src.dtype),)
+
+
+def _index_add_impl(src, *indices, shape, axis):
+    out = np.zeros(shape, dtype=src.dtype)
+    np.add.at(out, _index_key(axis, indices), src)
+    return out
+
+
+INDEX_ADD = Primitive("index_add", shape_rule=_index_add_rule, impl=_index_add_impl, kind=OTHER,
+                      saves_inputs=tuple(range(1, 33)),
+                      vjp=lambda ctx, g: (index(g, ctx.inputs[1:], ctx.attrs["axis"]),)
+                      + (None,) * (len(ctx.in_types) - 1))
+
+
+def gather(x, index_tensor, axis):
+    return bind(GATHER, (x, index_tensor), {"axis": axis})
+
+
+def scatter_add(shape, index_tensor, src, axis):
+    return bind(SCATTER_ADD, (index_tensor, src), {"shape": tuple(shape), "axis": axis})
+
+
+def index(x, indices, axis):
+    return bind(INDEX, (x, *indices), {"axis": axis})
+
+
+def index_add(shape, src, indices, axis):
+    return bind(INDEX_ADD, (src, *indices), {"shape": tuple(shape), "axis": axis})

@@ -1,0 +1,40 @@
+"""The matmul primitive: batched matrix product of operands with equal batch dims.
+
+`tracegrad.functional.matmul` handles 1-D operands and batch broadcasting.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracegrad.ir.types import TensorType
+from tracegrad.ops.dispatch import bind
+from tracegrad.ops.movement import permute
+from tracegrad.ops.primitive import MATMUL, Primitive
+
+
+def _matmul_rule(a: TensorType, b: TensorType):
+    if (a.ndim < 2 or a.ndim != b.ndim or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]
+            or a.dtype is not b.dtype):
+        raise RuntimeError(f"matmul: mat1 and mat2 shapes cannot be multiplied ({a} and {b})")
+    return (TensorType(a.shape[:-1] + b.shape[-1:], a.dtype),)
+
+
+def transpose_last(x):
+    perm = list(range(x.ndim))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    return permute(x, perm)
+
+
+def _matmul_vjp(ctx, g):
+    a, b = ctx.inputs
+    return (matmul(g, transpose_last(b)) if ctx.needs_input_grad[0] else None,
+            matmul(transpose_last(a), g) if ctx.needs_input_grad[1] else None)
+
+
+MATMUL_PRIM = Primitive("matmul", shape_rule=_matmul_rule, impl=np.matmul, kind=MATMUL,
+                        saves_inputs=(0, 1), vjp=_matmul_vjp, backward_name="MmBackward")
+
+
+def matmul(a, b):
+    return bind(MATMUL_PRIM, (a, b))

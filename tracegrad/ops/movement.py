@@ -1,0 +1,181 @@
+"""Movement primitives: reshape, permute, expand, slice, pad_slice, concat.
+
+They change how elements are laid out, never their values, so the compiler lowers them
+to index mappings that fuse into their consumers. In eager mode they return NumPy views
+where NumPy can (reshape of a contiguous array, permute, expand, slice).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracegrad.ir.types import TensorType
+from tracegrad.ops import reduction
+from tracegrad.ops.dispatch import bind
+from tracegrad.ops.primitive import MOVEMENT, Primitive
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _reshape_rule(x: TensorType, shape):
+    if _numel(shape) != x.numel:
+        raise RuntimeError(f"reshape: shape {list(shape)} is invalid for input of size {x.numel} "
+                           f"(input shape {list(x.shape)})")
+    return (TensorType(tuple(shape), x.dtype),)
+
+
+RESHAPE = Primitive("reshape", shape_rule=_reshape_rule, kind=MOVEMENT,
+                    impl=lambda x, shape: np.reshape(x, shape),
+                    vjp=lambda ctx, g: (reshape(g, ctx.in_types[0].shape),), backward_name="ViewBackward")
+
+
+def _permute_rule(x: TensorType, perm):
+    if sorted(perm) != list(range(x.ndim)):
+        raise RuntimeError(f"permute: {list(perm)} is not a permutation of the {x.ndim} dims of a "
+                           f"tensor of shape {list(x.shape)}")
+    return (TensorType(tuple(x.shape[p] for p in perm), x.dtype),)
+
+
+def _permute_vjp(ctx, g):
+    perm = ctx.attrs["perm"]
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return (permute(g, tuple(inverse)),)
+
+
+PERMUTE = Primitive("permute", shape_rule=_permute_rule, kind=MOVEMENT, vjp=_permute_vjp,
+                    impl=lambda x, perm: np.transpose(x, perm))
+
+
+def _expand_rule(x: TensorType, shape):
+    if len(shape) != x.ndim or any(s != t and s != 1 for s, t in zip(x.shape, shape)):
+        raise RuntimeError(f"expand: the expanded size {list(shape)} must match the existing size "
+                           f"{list(x.shape)} at each non-singleton dimension")
+    return (TensorType(tuple(shape), x.dtype),)
+
+
+def _expand_vjp(ctx, g):
+    source = ctx.in_types[0].shape
+    axes = tuple(i for i, (s, t) in enumerate(zip(source, g.shape)) if s != t)
+    return (reduction.sum_(g, axes, keepdim=True) if axes else g,)
+
+
+EXPAND = Primitive("expand", shape_rule=_expand_rule, kind=MOVEMENT, vjp=_expand_vjp,
+                   impl=lambda x, shape: np.broadcast_to(x, shape))
+
+
+def _slice_rule(x: TensorType, starts, stops, steps):
+    shape = []
+    for axis, (start, stop, step, size) in enumerate(zip(starts, stops, steps, x.shape)):
+        if step <= 0 or not 0 <= start <= size or not start <= stop <= size:
+            raise IndexError(f"slice: invalid slice {start}:{stop}:{step} of axis {axis} with size "
+                             f"{size} (tensor shape {list(x.shape)})")
+        shape.append(max(0, (stop - start + step - 1) // step))
+    return (TensorType(tuple(shape), x.dtype),)
+
+
+def _slices(starts, stops, steps):
+    return tuple(slice(a, b, c) for a, b, c in zip(starts, stops, steps))
+
+
+SLICE = Primitive("slice", shape_rule=_slice_rule, kind=MOVEMENT,
+                  impl=lambda x, starts, stops, steps: x[_slices(starts, stops, steps)],
+                  vjp=lambda ctx, g: (pad_slice(g, ctx.in_types[0].shape, ctx.attrs["starts"],
+                                                ctx.attrs["stops"], ctx.attrs["steps"]),))
+
+
+def _pad_slice_rule(x: TensorType, shape, starts, stops, steps):
+    (sliced,) = _slice_rule(TensorType(tuple(shape), x.dtype), starts, stops, steps)
+    if sliced.shape != x.shape:
+        raise RuntimeError(f"pad_slice: source of shape {list(x.shape)} does not fill slice of "
+                           f"shape {list(sliced.shape)}")
+    return (TensorType(tuple(shape), x.dtype),)
+
+
+def _pad_slice_impl(x, shape, starts, stops, steps):
+    out = np.zeros(shape, dtype=x.dtype)
+    out[_slices(starts, stops, steps)] = x
+    return out
+
+
+# The transpose of slice: a zero tensor of `shape` with `x` written at the slice.
+PAD_SLICE = Primitive("pad_slice", shape_rule=_pad_slice_rule, kind=MOVEMENT, impl=_pad_slice_impl,
+                      vjp=lambda ctx, g: (slice_(g, ctx.attrs["starts"], ctx.attrs["stops"],
+                                                 ctx.attrs["steps"]),))
+
+
+def _concat_rule(*xs: TensorType, axis):
+    first = xs[0]
+    for other in xs[1:]:
+        same = all(a == b for i, (a, b) in enumerate(zip(first.shape, other.shape)) if i != axis)
+        if other.ndim != first.ndim or not same or other.dtype is not first.dtype:
+            raise RuntimeError(f"cat: sizes of tensors must match except in dimension {axis}: got "
+                               f"{first} and {other}")
+    shape = list(first.shape)
+    shape[axis] = sum(x.shape[axis] for x in xs)
+    return (TensorType(tuple(shape), first.dtype),)
+
+
+def _concat_vjp(ctx, g):
+    axis = ctx.attrs["axis"]
+    grads, offset = [], 0
+    for needed, typ in zip(ctx.needs_input_grad, ctx.in_types):
+        size = typ.shape[axis]
+        if needed:
+            starts = [0] * g.ndim
+            stops = list(g.shape)
+            starts[axis], stops[axis] = offset, offset + size
+            grads.append(slice_(g, starts, stops, [1] * g.ndim))
+        else:
+            grads.append(None)
+        offset += size
+    return tuple(grads)
+
+
+CONCAT = Primitive("concat", shape_rule=_concat_rule, kind=MOVEMENT, vjp=_concat_vjp,
+                   impl=lambda *xs, axis: np.concatenate(xs, axis=axis), backward_name="CatBackward")
+
+
+def reshape(x, shape):
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    return bind(RESHAPE, (x,), {"shape": shape})
+
+
+def permute(x, perm):
+    perm = tuple(perm)
+    if perm == tuple(range(len(perm))):
+        return x
+    return bind(PERMUTE, (x,), {"perm": perm})
+
+
+def expand(x, shape):
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    return bind(EXPAND, (x,), {"shape": shape})
+
+
+def slice_(x, starts, stops, steps):
+    return bind(SLICE, (x,), {"starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)})
+
+
+def pad_slice(x, shape, starts, stops, steps):
+    return bind(PAD_SLICE, (x,), {"shape": tuple(shape), "starts": tuple(starts),
+                                  "stops": tuple(stops), "steps": tuple(steps)})
+
+
+def concat(xs, axis):
+    return bind(CONCAT, tuple(xs), {"axis": axis})
+
+
+def bind_alias(x):
+    """A new tensor viewing all of `x` (what `x[...]` and `x[:]` return)."""
+    return bind(RESHAPE, (x,), {"shape": x.shape})

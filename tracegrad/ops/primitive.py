@@ -1,0 +1,70 @@
+"""The `Primitive` record: one entry of the primitive table.
+
+An entry holds everything about one op: its shape/dtype rule (abstract evaluation, which
+raises the clear error for bad input), its NumPy implementation, its gradient rule (a VJP
+written with primitive calls, so it works on NumPy tensors, recording tensors and IR
+values alike), which inputs/output that rule reads, and its kind, which tells the
+compiler how the op fuses. Interpreters look ops up here and never special-case a name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tracegrad.ir.types import TensorType
+
+ELEMENTWISE = "elementwise"
+REDUCTION = "reduction"
+MOVEMENT = "movement"
+MATMUL = "matmul"
+OTHER = "other"
+
+REGISTRY: dict[str, Primitive] = {}
+
+
+class Primitive:
+    """One op. `vjp(ctx, *output_grads)` returns one gradient (or None) per input."""
+
+    __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output",
+                 "kind", "num_outputs", "backward_name", "__dict__")
+
+    def __init__(self, name: str, *, shape_rule: Callable[..., tuple[TensorType, ...]],
+                 impl: Callable, vjp: Callable | None = None,
+                 saves_inputs: tuple[int, ...] = (), saves_output: bool = False,
+                 kind: str = OTHER, num_outputs: int = 1, backward_name: str | None = None):
+        if name in REGISTRY:
+            raise ValueError(f"primitive {name!r} is defined twice")
+        self.name = name
+        self.shape_rule = shape_rule
+        self.impl = impl
+        self.vjp = vjp
+        self.saves_inputs = saves_inputs
+        self.saves_output = saves_output
+        self.kind = kind
+        self.num_outputs = num_outputs
+        self.backward_name = backward_name or _camel(name) + "Backward"
+        REGISTRY[name] = self
+
+    def __repr__(self) -> str:
+        return f"<primitive {self.name}>"
+
+    def __reduce__(self):
+        return (REGISTRY.__getitem__, (self.name,))
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+class VJPContext:
+    """What a gradient rule sees: saved input/output tensors, attributes, input types."""
+
+    __slots__ = ("inputs", "out", "attrs", "in_types", "out_types", "needs_input_grad")
+
+    def __init__(self, inputs, out, attrs, in_types, out_types, needs_input_grad):
+        self.inputs = inputs
+        self.out = out
+        self.attrs = attrs
+        self.in_types = in_types
+        self.out_types = out_types
+        self.needs_input_grad = needs_input_grad

@@ -1,0 +1,132 @@
+"""Reduction primitives: sum, amax, amin over normalized axes, and argmax/argmin.
+
+Axes arrive normalized (sorted, non-negative) from `tracegrad.functional`; `keepdim`
+keeps reduced axes as size 1. Gradients re-expand with `reshape` + `expand`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracegrad.ir import types
+from tracegrad.ir.types import TensorType
+from tracegrad.ops import elementwise as ew
+from tracegrad.ops.dispatch import bind
+from tracegrad.ops.primitive import REDUCTION, Primitive
+
+
+def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdim: bool) -> tuple[int, ...]:
+    if keepdim:
+        return tuple(1 if i in axes else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in axes)
+
+
+def _check_axes(name, x: TensorType, axes):
+    for axis in axes:
+        if not 0 <= axis < max(x.ndim, 1):
+            raise IndexError(f"{name}: axis {axis} out of range for a tensor of shape {list(x.shape)}")
+
+
+def _reduce_rule(name, empty_ok=True):
+    def rule(x: TensorType, axes, keepdim):
+        _check_axes(name, x, axes)
+        if not empty_ok and any(x.shape[a] == 0 for a in axes if a < x.ndim):
+            raise RuntimeError(f"{name}: cannot reduce over an empty axis of a tensor of shape "
+                               f"{list(x.shape)}; specify a non-empty axis")
+        return (TensorType(reduced_shape(x.shape, axes, keepdim), x.dtype),)
+    return rule
+
+
+def broadcast_back(g, in_type: TensorType, axes, keepdim):
+    """Expand a reduction's output-shaped tensor back to the input shape."""
+    if not keepdim:
+        g = reshape(g, reduced_shape(in_type.shape, axes, True))
+    return expand(g, in_type.shape)
+
+
+def _sum_impl(x, axes, keepdim):
+    result = np.sum(x, axis=axes, keepdims=keepdim, dtype=x.dtype if x.dtype != np.bool_ else np.int64)
+    return np.asarray(result)
+
+
+def _sum_rule(x: TensorType, axes, keepdim):
+    (out,) = _reduce_rule("sum")(x, axes, keepdim)
+    return (TensorType(out.shape, types.int64) if x.dtype is types.bool_ else out,)
+
+
+SUM = Primitive("sum", shape_rule=_sum_rule, impl=_sum_impl, kind=REDUCTION,
+                vjp=lambda ctx, g: (broadcast_back(g, ctx.in_types[0], ctx.attrs["axes"],
+                                                   ctx.attrs["keepdim"]),))
+
+
+def _extremum_vjp(ctx, g):
+    # The gradient is shared evenly among tied extrema, as PyTorch's amax/amin do.
+    x, out = ctx.inputs[0], ctx.out
+    axes, keepdim = ctx.attrs["axes"], ctx.attrs["keepdim"]
+    mask = ew.convert(ew.eq(x, broadcast_back(out, ctx.in_types[0], axes, keepdim)), x.dtype)
+    count = sum_(mask, axes, True)
+    share = ew.div(broadcast_back(g, ctx.in_types[0], axes, keepdim), expand(count, x.shape))
+    return (ew.mul(share, mask),)
+
+
+def _extremum_impl(fn):
+    def impl(x, axes, keepdim):
+        return np.asarray(fn(x, axis=axes, keepdims=keepdim))
+    return impl
+
+
+AMAX = Primitive("amax", shape_rule=_reduce_rule("amax", empty_ok=False), impl=_extremum_impl(np.max),
+                 kind=REDUCTION, saves_inputs=(0,), saves_output=True, vjp=_extremum_vjp)
+AMIN = Primitive("amin", shape_rule=_reduce_rule("amin", empty_ok=False), impl=_extremum_impl(np.min),
+                 kind=REDUCTION, saves_inputs=(0,), saves_output=True, vjp=_extremum_vjp)
+
+
+def _arg_rule(name):
+    def rule(x: TensorType, axis, keepdim):
+        (out,) = _reduce_rule(name, empty_ok=False)(x, (axis,), keepdim)
+        return (TensorType(out.shape, types.int64),)
+    return rule
+
+
+def _arg_impl(fn):
+    def impl(x, axis, keepdim):
+        result = fn(x, axis=axis)
+        if keepdim:
+            result = np.expand_dims(result, axis)
+        return np.asarray(result, dtype=np.int64)
+    return impl
+
+
+ARGMAX = Primitive("argmax", shape_rule=_arg_rule("argmax"), impl=_arg_impl(np.argmax), kind=REDUCTION)
+ARGMIN = Primitive("argmin", shape_rule=_arg_rule("argmin"), impl=_arg_impl(np.argmin), kind=REDUCTION)
+
+
+def sum_(x, axes, keepdim=False):
+    return bind(SUM, (x,), {"axes": tuple(axes), "keepdim": keepdim})
+
+
+def amax(x, axes, keepdim=False):
+    return bind(AMAX, (x,), {"axes": tuple(axes), "keepdim": keepdim})
+
+
+def amin(x, axes, keepdim=False):
+    return bind(AMIN, (x,), {"axes": tuple(axes), "keepdim": keepdim})
+
+
+def argmax(x, axis, keepdim=False):
+    return bind(ARGMAX, (x,), {"axis": axis, "keepdim": keepdim})
+
+
+def argmin(x, axis, keepdim=False):
+    return bind(ARGMIN, (x,), {"axis": axis, "keepdim": keepdim})
+
+
+def reshape(x, shape):
+    return movement.reshape(x, shape)
+
+
+def expand(x, shape):
+    return movement.expand(x, shape)
+
+
+from tracegrad.ops import movement  # noqa: E402  (movement imports this module at its top)

@@ -1,0 +1,331 @@
+"""`Tensor`: a NumPy array (or, while tracing, a lazy IR value) plus autograd fields.
+
+Operators and methods delegate to `tracegrad.functional`; autograd lives in
+`tracegrad.autograd`. A tensor's autograd identity is an IR `Value`: an output of its
+`grad_fn` node, or a graph input for a leaf.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+
+import numpy as np
+
+from tracegrad.autograd.grad_mode import MODE
+from tracegrad.ir import types
+from tracegrad.ir.graph import Value
+from tracegrad.ir.types import TensorType
+
+
+class VersionCounter:
+    """Shared by a tensor, its views and its detached aliases; bumped by in-place ops."""
+
+    __slots__ = ("value",)
+
+    def __init__(self):
+        self.value = 0
+
+
+NON_LEAF_GRAD_WARNING = (
+    "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
+    "attribute won't be populated during autograd.backward(). If you indeed want the .grad field "
+    "to be populated for a non-leaf Tensor, use .retain_grad() on the non-leaf Tensor. If you "
+    "access the non-leaf Tensor by mistake, make sure you access the leaf Tensor instead.")
+
+
+class Tensor:
+    __slots__ = ("_data", "_type", "_value", "_grad_fn", "_requires_grad", "_grad",
+                 "_version_counter", "_base", "_retains_grad", "_hooks", "_inference",
+                 "_volatile", "__weakref__", "__dict__")
+
+    # Make NumPy defer to our reflected operators (ndarray + Tensor -> Tensor.__radd__).
+    __array_priority__ = 1000
+
+    def __init__(self, data=None, dtype=None, requires_grad: bool = False):
+        from tracegrad.creation import as_array
+        array = as_array(data, dtype)
+        self._init(array, types.from_numpy(array.dtype))
+        if requires_grad:
+            self.requires_grad_(True)
+
+    def _init(self, array, dtype, inference=False):
+        self._data = array
+        self._type = TensorType(array.shape, dtype) if array is not None else None
+        self._value = None
+        self._grad_fn = None
+        self._requires_grad = False
+        self._grad = None
+        self._version_counter = VersionCounter()
+        self._base = None
+        self._retains_grad = False
+        self._hooks = None
+        self._inference = inference
+        self._volatile = False
+
+    @classmethod
+    def _make(cls, array, typ: TensorType, inference: bool = False) -> Tensor:
+        if not isinstance(array, np.ndarray):
+            array = np.asarray(array, dtype=typ.dtype.np)
+        t = cls.__new__(cls)
+        t._init(array, typ.dtype, inference)
+        t._type = typ
+        return t
+
+    @classmethod
+    def _make_lazy(cls, value: Value, typ: TensorType) -> Tensor:
+        t = cls.__new__(cls)
+        t._init(None, typ.dtype)
+        t._type = typ
+        t._value = value
+        return t
+
+    @classmethod
+    def _from_saved(cls, array, counter, value, requires_grad) -> Tensor:
+        t = cls._make(array, TensorType(array.shape, types.from_numpy(array.dtype)))
+        t._version_counter = counter
+        t._requires_grad = requires_grad
+        if value is not None:
+            t._value = value
+            t._grad_fn = value.node
+        return t
+
+    # --- autograd identity ------------------------------------------------------------
+
+    def _autograd_value(self) -> Value:
+        """This tensor as an IR value in recorded graphs (created once for leaves)."""
+        if self._value is not None:
+            return self._value
+        if not self._requires_grad:
+            return Value(self._type)
+        self._value = Value(self._type, leaf=weakref.ref(self))
+        return self._value
+
+    # --- metadata ---------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._type.shape
+
+    @property
+    def dtype(self) -> types.DType:
+        return self._type.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._type.shape)
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def numel(self) -> int:
+        return self._type.numel
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return self.shape
+        return self.shape[_normalize_dim("size", dim, self.ndim)]
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._grad_fn is None
+
+    @property
+    def grad_fn(self):
+        return self._grad_fn
+
+    @property
+    def output_nr(self) -> int:
+        return self._value.index if self._grad_fn is not None else 0
+
+    @property
+    def _version(self) -> int:
+        return self._version_counter.value
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        self.requires_grad_(flag)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        if self._grad_fn is not None:
+            raise RuntimeError(
+                "you can only change requires_grad flags of leaf variables. If you want to use a "
+                "computed variable in a subgraph that doesn't require differentiation use "
+                "var_no_grad = var.detach().")
+        if requires_grad and not self.dtype.is_floating:
+            raise RuntimeError("only Tensors of floating point and complex dtype can require "
+                               f"gradients (got {self.dtype.name})")
+        if requires_grad and self._inference and not MODE.inference:
+            raise RuntimeError("Setting requires_grad=True on inference tensor outside "
+                               "InferenceMode is not allowed.")
+        if self._requires_grad != bool(requires_grad):
+            self._requires_grad = bool(requires_grad)
+            self._value = None if self._data is not None else self._value
+        return self
+
+    @property
+    def grad(self) -> Tensor | None:
+        if self._grad_fn is not None and not self._retains_grad:
+            warnings.warn(NON_LEAF_GRAD_WARNING, UserWarning, stacklevel=2)
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"assigned grad expected to be a Tensor or None but got "
+                                f"{type(value).__name__}")
+            if value.shape != self.shape:
+                raise RuntimeError(f"assigned grad has data of a different size: {list(value.shape)} "
+                                   f"vs {list(self.shape)}")
+            if value.dtype is not self.dtype:
+                raise RuntimeError(f"assigned grad has data of a different type: {value.dtype.name} "
+                                   f"vs {self.dtype.name}")
+        self._grad = value
+
+    def retain_grad(self) -> None:
+        if not self._requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self._grad_fn is not None:
+            self._retains_grad = True
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    def register_hook(self, hook):
+        """Call `hook(grad)` when this tensor's gradient is computed; a non-None return
+        replaces the gradient. Returns a handle with `.remove()`."""
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self._hooks is None:
+            self._hooks = []
+        self._hooks.append(hook)
+        return _HookHandle(self._hooks, hook)
+
+    def is_inference(self) -> bool:
+        return self._inference
+
+    @property
+    def volatile(self) -> bool:
+        return self._volatile
+
+    @volatile.setter
+    def volatile(self, flag: bool) -> None:
+        self._volatile = bool(flag)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None) -> None:
+        from tracegrad.autograd.engine import backward
+        backward(self, gradient, retain_graph, create_graph, inputs)
+
+    def detach(self) -> Tensor:
+        t = Tensor._make(self._data, self._type)
+        t._version_counter = self._version_counter
+        t._value = self._value if self._data is None else None
+        return t
+
+    def detach_(self) -> Tensor:
+        if self._base is not None and self._base._requires_grad:
+            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+        self._grad_fn = None
+        self._requires_grad = False
+        self._value = None if self._data is not None else self._value
+        return self
+
+    @property
+    def data(self) -> Tensor:
+        return self.detach()
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        self._data = value._data
+        self._type = value._type
+
+    # --- conversion out ---------------------------------------------------------------
+
+    def _concrete(self) -> np.ndarray:
+        if self._data is None:
+            from tracegrad.ir.tracer import realize
+            return realize(self)
+        return self._data
+
+    def numpy(self) -> np.ndarray:
+        if self._requires_grad:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
+                               "tensor.detach().numpy() instead.")
+        return self._concrete()
+
+    def __array__(self, dtype=None, copy=None):
+        array = self._concrete()
+        return array if dtype is None else array.astype(dtype)
+
+    def item(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
+        return self._concrete().reshape(()).item()
+
+    def tolist(self):
+        return self._concrete().tolist()
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous "
+                               f"(shape {list(self.shape)})")
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype.is_floating or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __repr__(self) -> str:
+        from tracegrad.printing import tensor_repr
+        return tensor_repr(self)
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __reduce_ex__(self, protocol):
+        return (_rebuild, (self.detach().numpy(), self._requires_grad))
+
+
+def _rebuild(array, requires_grad):
+    return Tensor(array, requires_grad=requires_grad)
+
+
+class _HookHandle:
+    def __init__(self, hooks: list, hook):
+        self._hooks = hooks
+        self._hook = hook
+
+    def remove(self) -> None:
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+
+def _normalize_dim(name: str, dim: int, ndim: int) -> int:
+    size = max(ndim, 1)
+    if not -size <= dim < size:
+        raise IndexError(f"{name}: Dimension out of range (expected to be in range of "
+                         f"[{-size}, {size - 1}], but got {dim})")
+    return dim % size

@@ -1,0 +1,186 @@
+"""Tensor methods and operators, installed on `Tensor` from `tracegrad.functional`, and the
+in-place ops (`add_`, `t[idx] = v`, ...) with their version-counter and autograd rules."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracegrad import functional as F
+from tracegrad.autograd.grad_mode import MODE
+from tracegrad.ir import types
+from tracegrad.ops import elementwise as ew
+from tracegrad.tensor import Tensor
+
+LEAF_INPLACE_MESSAGE = "a leaf Variable that requires grad is being used in an in-place operation."
+VIEW_INPLACE_MESSAGE = (
+    "{op}: in-place modification of a view of a tensor that is part of an autograd graph is not "
+    "supported by tracegrad; write to the base tensor, or use out-of-place ops (e.g. "
+    "index_put / torch.where) instead")
+
+
+def _reflect(fn):
+    return lambda self, other: fn(other, self)
+
+
+def _method(fn):
+    return lambda self, *args, **kwargs: fn(self, *args, **kwargs)
+
+
+_METHODS = {
+    "__add__": F.add, "__radd__": _reflect(F.add), "__sub__": F.sub, "__rsub__": _reflect(F.sub),
+    "__mul__": F.mul, "__rmul__": _reflect(F.mul), "__truediv__": F.div,
+    "__rtruediv__": _reflect(F.div), "__pow__": F.pow, "__rpow__": _reflect(F.pow),
+    "__matmul__": F.matmul, "__rmatmul__": _reflect(F.matmul), "__neg__": F.neg,
+    "__abs__": F.abs, "__lt__": F.lt, "__le__": F.le, "__gt__": F.gt, "__ge__": F.ge,
+    "__eq__": F.eq, "__ne__": F.ne, "__and__": F.logical_and, "__or__": F.logical_or,
+    "__invert__": F.logical_not, "__getitem__": F.getitem,
+    "add": F.add, "sub": F.sub, "mul": F.mul, "div": F.div, "pow": F.pow, "matmul": F.matmul,
+    "mm": F.matmul, "neg": F.neg, "abs": F.abs, "exp": F.exp, "log": F.log, "sqrt": F.sqrt,
+    "rsqrt": F.rsqrt, "sin": F.sin, "cos": F.cos, "tanh": F.tanh, "sigmoid": F.sigmoid,
+    "erf": F.erf, "relu": F.relu, "sign": F.sign, "maximum": F.maximum, "minimum": F.minimum,
+    "clamp": F.clamp, "clip": F.clamp, "where": lambda self, cond, other: F.where(cond, self, other),
+    "lt": F.lt, "le": F.le, "gt": F.gt, "ge": F.ge, "eq": F.eq, "ne": F.ne,
+    "logical_not": F.logical_not, "isnan": F.isnan, "isinf": F.isinf,
+    "sum": F.sum, "mean": F.mean, "max": F.max, "min": F.min, "amax": F.amax, "amin": F.amin,
+    "var": F.var, "std": F.std, "logsumexp": F.logsumexp, "argmax": F.argmax, "argmin": F.argmin,
+    "softmax": F.softmax, "log_softmax": F.log_softmax,
+    "reshape": F.reshape, "view": F.view, "flatten": F.flatten, "permute": F.permute,
+    "transpose": F.transpose, "t": F.t, "unsqueeze": F.unsqueeze, "squeeze": F.squeeze,
+    "expand": F.expand, "expand_as": F.expand_as, "broadcast_to": F.broadcast_to,
+    "gather": F.gather, "clone": F.clone, "contiguous": F.contiguous,
+}
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _method(_fn))
+
+Tensor.T = property(F.T)
+Tensor.mT = property(lambda self: F.transpose(self, -2, -1))
+
+
+def _view_as(self, other):
+    return F.reshape(self, other.shape)
+
+
+def _to(self, *args, dtype=None, **kwargs):
+    for arg in args:
+        if isinstance(arg, types.DType):
+            dtype = arg
+        elif isinstance(arg, Tensor):
+            dtype = arg.dtype
+        elif arg not in ("cpu", None):
+            raise ValueError(f"to: unsupported argument {arg!r} (tracegrad runs on the CPU)")
+    if dtype is None or dtype is self.dtype:
+        return self
+    return ew.convert(self, dtype)
+
+
+Tensor.view_as = _view_as
+Tensor.reshape_as = _view_as
+Tensor.to = _to
+Tensor.type_as = lambda self, other: _to(self, other.dtype)
+Tensor.float = lambda self: _to(self, types.float32)
+Tensor.double = lambda self: _to(self, types.float64)
+Tensor.long = lambda self: _to(self, types.int64)
+Tensor.bool = lambda self: _to(self, types.bool_)
+Tensor.cpu = lambda self: self
+Tensor.is_floating_point = lambda self: self.dtype.is_floating
+Tensor.is_contiguous = lambda self: self._data is None or bool(self._data.flags.c_contiguous)
+Tensor.__hash__ = lambda self: id(self)
+
+
+# --- in-place ops ------------------------------------------------------------------------
+
+
+def _apply_inplace(self: Tensor, name: str, compute) -> Tensor:
+    """Compute the new value out of place, then write it into `self`'s buffer, bump the
+    version and make `self` an output of the new node (PyTorch's rebase)."""
+    if self._requires_grad and self._grad_fn is None and MODE.grad_enabled:
+        raise RuntimeError(LEAF_INPLACE_MESSAGE)
+    if self._inference and not MODE.inference:
+        raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed."
+                           "You can make a clone to get a normal tensor before doing inplace update.")
+    result = compute()
+    if result.shape != self.shape:
+        raise RuntimeError(f"{name}: output with shape {list(self.shape)} doesn't match the "
+                           f"broadcast shape {list(result.shape)}")
+    if result.dtype is not self.dtype:
+        if self.dtype.is_floating or not result.dtype.is_floating:
+            result_cast = ew.convert(result, self.dtype)
+        else:
+            raise RuntimeError(f"{name}: result type {result.dtype.name} can't be cast to the "
+                               f"desired output type {self.dtype.name}")
+        result = result_cast
+    base = self._base
+    tracks_grad = result._requires_grad or self._requires_grad
+    if base is not None and (tracks_grad or base._requires_grad) and MODE.grad_enabled:
+        raise RuntimeError(VIEW_INPLACE_MESSAGE.format(op=name))
+    node = result._grad_fn
+    if node is not None and node.saved:
+        # The new node may have saved `self` as an input: keep the pre-update data for it.
+        for saved in node.saved:
+            if saved is not None and saved.counter is self._version_counter and saved.output_index is None:
+                saved.data = saved.data.copy()
+                saved.counter = type(saved.counter)()
+                saved.version = 0
+    if not self._data.flags.writeable:
+        raise RuntimeError(f"{name}: unsupported operation: the tensor is a broadcast (expanded) "
+                           "view in which several elements share one memory location; clone() it first")
+    np.copyto(self._data, result._data, casting="unsafe")
+    self._version_counter.value += 1
+    if result._requires_grad:
+        self._grad_fn = result._grad_fn
+        self._value = result._value
+        self._requires_grad = True
+    return self
+
+
+def _inplace_binary(fn, name):
+    def op(self, other, **kwargs):
+        return _apply_inplace(self, name, lambda: fn(self, other, **kwargs))
+    op.__name__ = name
+    return op
+
+
+Tensor.add_ = _inplace_binary(F.add, "add_")
+Tensor.sub_ = _inplace_binary(F.sub, "sub_")
+Tensor.mul_ = _inplace_binary(F.mul, "mul_")
+Tensor.div_ = _inplace_binary(F.div, "div_")
+Tensor.pow_ = _inplace_binary(F.pow, "pow_")
+Tensor.__iadd__ = Tensor.add_
+Tensor.__isub__ = Tensor.sub_
+Tensor.__imul__ = Tensor.mul_
+Tensor.__itruediv__ = Tensor.div_
+
+
+def _clamp_(self, min=None, max=None):  # noqa: A002
+    return _apply_inplace(self, "clamp_", lambda: F.clamp(self, min, max))
+
+
+def _fill_(self, value):
+    return _apply_inplace(self, "fill_", lambda: F.where(ew.full(self.shape, True, types.bool_),
+                                                         value, ew.full_like(self, 0)))
+
+
+def _zero_(self):
+    return _apply_inplace(self, "zero_", lambda: ew.full_like(self, 0))
+
+
+def _copy_(self, src):
+    def compute():
+        source = src if isinstance(src, Tensor) else Tensor(src)
+        source = F.broadcast_to(ew.convert(source, self.dtype), self.shape)
+        return ew.copy(source)
+    return _apply_inplace(self, "copy_", compute)
+
+
+def _setitem(self, key, value):
+    _apply_inplace(self, "setitem", lambda: F.index_put(self, key, value))
+
+
+Tensor.clamp_ = _clamp_
+Tensor.clip_ = _clamp_
+Tensor.fill_ = _fill_
+Tensor.zero_ = _zero_
+Tensor.copy_ = _copy_
+Tensor.__setitem__ = _setitem
+Tensor.relu_ = lambda self: _apply_inplace(self, "relu_", lambda: F.relu(self))
+Tensor.exp_ = lambda self: _apply_inplace(self, "exp_", lambda: F.exp(self))
