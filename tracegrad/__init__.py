@@ -27,5 +27,6 @@ from tracegrad.autograd.grad_mode import (  # noqa: F401
 )
 from tracegrad import autograd, ir  # noqa: F401
 from tracegrad import nn, optim  # noqa: F401
+from tracegrad.compile import compile  # noqa: F401,A004
 
 __version__ = "0.1.0"

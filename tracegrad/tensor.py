@@ -78,6 +78,8 @@ class Tensor:
         t._init(None, typ.dtype)
         t._type = typ
         t._value = value
+        if MODE.tracer is not None:
+            MODE.tracer.register(t)
         return t
 
     @classmethod
@@ -228,9 +230,19 @@ class Tensor:
         backward(self, gradient, retain_graph, create_graph, inputs)
 
     def detach(self) -> Tensor:
-        t = Tensor._make(self._data, self._type)
+        if self._data is None:
+            t = Tensor._make_lazy(self._value, self._type)
+        else:
+            t = Tensor._make(self._data, self._type)
         t._version_counter = self._version_counter
-        t._value = self._value if self._data is None else None
+        return t
+
+    def _with_identity(self, node, index: int) -> Tensor:
+        """This tensor's data as output `index` of `node` (re-attaching a saved output)."""
+        t = self.detach()
+        t._requires_grad = True
+        t._grad_fn = node
+        t._value = node.output(index)
         return t
 
     def detach_(self) -> Tensor:
@@ -254,8 +266,9 @@ class Tensor:
 
     def _concrete(self) -> np.ndarray:
         if self._data is None:
-            from tracegrad.ir.tracer import realize
-            return realize(self)
+            if MODE.tracer is None:
+                raise RuntimeError(f"a traced tensor ({self._type}) was used after its trace ended")
+            return MODE.tracer.realize(self)
         return self._data
 
     def numpy(self) -> np.ndarray:

@@ -109,6 +109,8 @@ def _apply_inplace(self: Tensor, name: str, compute) -> Tensor:
             raise RuntimeError(f"{name}: result type {result.dtype.name} can't be cast to the "
                                f"desired output type {self.dtype.name}")
         result = result_cast
+    if result._data is None:
+        return _apply_traced_inplace(self, result)
     base = self._base
     tracks_grad = result._requires_grad or self._requires_grad
     if base is not None and (tracks_grad or base._requires_grad) and MODE.grad_enabled:
@@ -125,6 +127,21 @@ def _apply_inplace(self: Tensor, name: str, compute) -> Tensor:
         raise RuntimeError(f"{name}: unsupported operation: the tensor is a broadcast (expanded) "
                            "view in which several elements share one memory location; clone() it first")
     np.copyto(self._data, result._data, casting="unsafe")
+    self._version_counter.value += 1
+    if result._requires_grad:
+        self._grad_fn = result._grad_fn
+        self._value = result._value
+        self._requires_grad = True
+    return self
+
+
+def _apply_traced_inplace(self: Tensor, result: Tensor) -> Tensor:
+    """Inside a trace an in-place op rebinds `self` to the new IR value; a real tensor's
+    buffer is written when the traced graph runs (the tracer records the write)."""
+    if self._data is None:
+        self._value = result._value
+    else:
+        MODE.tracer.write(self, result)
     self._version_counter.value += 1
     if result._requires_grad:
         self._grad_fn = result._grad_fn

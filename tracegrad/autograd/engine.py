@@ -94,6 +94,10 @@ def _run_leaf_hooks(tensor: Tensor, grad):
 
 
 def _accumulate(tensor: Tensor, grad: Tensor, create_graph: bool, delivered: set[int]) -> None:
+    if grad._data is None or (tensor._grad is not None and tensor._grad._data is None):
+        # Traced: the accumulated gradient is an IR value, materialized when the graph runs.
+        tensor._grad = grad if tensor._grad is None else tensor._grad + grad
+        return
     if not create_graph:
         array = grad._data
         # Own the gradient buffer: rule results may be read-only broadcasts or shared

@@ -26,7 +26,11 @@ class SavedTensor:
     def __init__(self, tensor, output_index: int | None = None):
         if tensor._inference:
             raise RuntimeError(INFERENCE_MESSAGE)
-        self.lazy = tensor if tensor._data is None else None
+        # A traced output is kept as a detached alias: storing the output itself would make
+        # a tensor -> grad_fn -> saved -> tensor cycle.
+        self.lazy = None
+        if tensor._data is None:
+            self.lazy = tensor if output_index is None else tensor.detach()
         self.data = tensor._data
         self.counter = tensor._version_counter
         self.version = self.counter.value
@@ -39,7 +43,9 @@ class SavedTensor:
     def unpack(self, node: Node):
         from tracegrad.tensor import Tensor
         if self.lazy is not None:
-            return self.lazy
+            if self.output_index is None:
+                return self.lazy
+            return self.lazy._with_identity(node, self.output_index)
         if self.counter.value != self.version:
             raise RuntimeError(self._modified_message(node))
         value: Value | None = self.value

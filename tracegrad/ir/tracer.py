@@ -26,6 +26,17 @@ class Tracer:
             self.captured[id(tensor)] = entry
         return entry[1]
 
+    def register(self, tensor) -> None:
+        """Called for every lazy tensor created while this tracer is active."""
+
+    def realize(self, tensor):
+        raise RuntimeError(
+            "a traced tensor has no value yet: it is an IR value inside a graph being built "
+            f"({tensor._type}); run the graph with tracegrad.ir.interpret to get its value")
+
+    def write(self, target, result) -> None:
+        raise RuntimeError("in-place update of a real tensor while building a backward graph")
+
     def input(self, type, name: str):
         """A new graph input as a lazy tensor."""
         from tracegrad.tensor import Tensor
@@ -43,8 +54,3 @@ class Tracer:
     def __exit__(self, *exc) -> None:
         MODE.tracer = self._previous
 
-
-def realize(tensor):
-    raise RuntimeError(
-        "a traced tensor has no value yet: it is an IR value inside a graph being built "
-        f"({tensor._type}); run the graph with tracegrad.ir.interpret to get its value")

@@ -56,14 +56,14 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict | None = None):
         node.needs_input_grad = tuple(t._requires_grad for t in inputs)
         saved = [SavedTensor(inputs[i]) if i in prim.saves_inputs else None
                  for i in range(len(inputs))]
-        if prim.saves_output:
-            saved.append(SavedTensor(outputs[0], output_index=0))
-        node.saved = tuple(saved)
         for i, out in enumerate(outputs):
             if out._type.dtype.is_floating:
                 out._requires_grad = True
                 out._grad_fn = node
                 out._value = node.output(i)
+        if prim.saves_output:  # after marking: a saved output must stay differentiable
+            saved.append(SavedTensor(outputs[0], output_index=0))
+        node.saved = tuple(saved)
     elif volatile:
         for out in outputs:
             out._volatile = True

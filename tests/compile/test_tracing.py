@@ -1,0 +1,149 @@
+"""@tg.compile: tracing, realization points, control flow, side effects, cache reuse."""
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+import tracegrad.nn.functional as F
+
+
+def _branchy(x, w):
+    y = (x * w).tanh().sum()
+    if y > 0:
+        return y * 2
+    return -y
+
+
+def test_data_dependent_branch_matches_eager_on_both_paths():
+    compiled = tg.compile(_branchy)
+    x, w = tg.randn(5, dtype=tg.float64), tg.randn(5, dtype=tg.float64)
+    for sign in (1.0, -1.0, 1.0, -1.0):
+        np.testing.assert_allclose(compiled(x * sign, w).item(), _branchy(x * sign, w).item(), rtol=1e-12)
+
+
+def test_each_path_is_compiled_once():
+    compiled = tg.compile(_branchy)
+    x, w = tg.ones(4), tg.ones(4)
+    for sign in (1.0, -1.0) * 3:
+        compiled(x * sign, w)
+    info = compiled.cache_info()
+    # one realization graph for `y > 0`, one graph per branch
+    assert info.graphs == 3
+    assert info.misses == 3
+
+
+def test_while_loop_on_tensor_value_matches_eager():
+    def newton_sqrt(a):
+        x = a
+        while ((x * x - a).abs() > 1e-6).any_true():
+            x = (x + a / x) * 0.5
+        return x
+
+    tg.Tensor.any_true = lambda self: bool(self.sum().item() > 0)
+    compiled = tg.compile(newton_sqrt)
+    a = tg.tensor([2.0, 9.0, 0.25], dtype=tg.float64)
+    np.testing.assert_allclose(compiled(a).numpy(), np.sqrt([2.0, 9.0, 0.25]), rtol=1e-9)
+    np.testing.assert_allclose(compiled(a).numpy(), newton_sqrt(a).numpy(), rtol=0)
+
+
+def test_shape_change_recompiles_and_same_shape_hits():
+    compiled = tg.compile(lambda x: (x * 2).exp().sum())
+    compiled(tg.ones(3))
+    compiled(tg.ones(3))
+    compiled(tg.ones(4))
+    info = compiled.cache_info()
+    assert (info.hits, info.misses) == (1, 2)
+
+
+def test_dtype_change_recompiles():
+    compiled = tg.compile(lambda x: (x * 2).sum())
+    compiled(tg.ones(3))
+    compiled(tg.ones(3, dtype=tg.float64))
+    assert compiled.cache_info().misses == 2
+
+
+def test_python_scalar_is_a_runtime_argument_not_a_recompile():
+    compiled = tg.compile(lambda x, s: (x * s).sum())
+    assert compiled(tg.ones(3), 0.5).item() == 1.5
+    assert compiled(tg.ones(3), 2.0).item() == 6.0
+    assert compiled.cache_info().misses == 1
+
+
+def test_rebound_global_tensor_is_read_fresh():
+    state = {"w": tg.ones(3)}
+    compiled = tg.compile(lambda x: (x * state["w"]).sum())
+    assert compiled(tg.ones(3)).item() == 3.0
+    state["w"] = tg.full((3,), 2.0)
+    assert compiled(tg.ones(3)).item() == 6.0
+
+
+def _mlp(seed):
+    tg.manual_seed(seed)
+    return tg.nn.Sequential(tg.nn.Linear(4, 8), tg.nn.ReLU(), tg.nn.Linear(8, 3))
+
+
+def test_compiled_training_step_matches_eager_training():
+    x, y = tg.randn(16, 4), tg.randint(0, 3, (16,))
+    model_c, model_e = _mlp(1), _mlp(1)
+    opt_c = tg.optim.SGD(model_c.parameters(), lr=0.1, momentum=0.9)
+    opt_e = tg.optim.SGD(model_e.parameters(), lr=0.1, momentum=0.9)
+
+    @tg.compile
+    def step(inputs, labels):
+        loss = F.cross_entropy(model_c(inputs), labels)
+        opt_c.zero_grad()
+        loss.backward()
+        opt_c.step()
+        return loss
+
+    for _ in range(50):
+        loss_c = step(x, y)
+        loss_e = F.cross_entropy(model_e(x), y)
+        opt_e.zero_grad()
+        loss_e.backward()
+        opt_e.step()
+    np.testing.assert_allclose(loss_c.item(), loss_e.item(), rtol=1e-5)
+    for p_c, p_e in zip(model_c.parameters(), model_e.parameters()):
+        np.testing.assert_allclose(p_c.detach().numpy(), p_e.detach().numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(p_c.grad.numpy(), p_e.grad.numpy(), rtol=1e-5, atol=1e-6)
+    assert step.cache_info().graphs == 2  # first step creates momentum buffers; later steps reuse
+
+
+def test_compiled_forward_then_eager_backward_gives_eager_gradients():
+    w = tg.randn(3, 3, dtype=tg.float64, requires_grad=True)
+    x = tg.randn(3, dtype=tg.float64)
+    forward = tg.compile(lambda inputs: (w @ inputs).tanh().sum())
+    loss = forward(x)
+    assert loss.grad_fn is not None
+    loss.backward()
+    expected = tg.autograd.grad((w @ x).tanh().sum(), w)[0]
+    np.testing.assert_allclose(w.grad.numpy(), expected.numpy(), rtol=1e-12)
+
+
+def test_item_inside_compiled_function_gives_the_value():
+    seen = []
+
+    @tg.compile
+    def f(x):
+        seen.append((x * 3).sum().item())
+        return x + 1
+
+    f(tg.ones(2))
+    assert seen == [6.0]
+
+
+def test_nested_compiled_function_inlines():
+    inner = tg.compile(lambda x: x * 2)
+    outer = tg.compile(lambda x: inner(x).sum())
+    assert outer(tg.ones(3)).item() == 6.0
+    assert inner.cache_info().misses == 0
+
+
+@pytest.mark.parametrize("grad_mode", [True, False])
+def test_compiled_call_inside_no_grad(grad_mode):
+    w = tg.ones(3, requires_grad=True)
+    f = tg.compile(lambda x: (x * w).sum())
+    with tg.set_grad_enabled(grad_mode):
+        out = f(tg.ones(3))
+    assert out.requires_grad == grad_mode
+    assert out.item() == 3.0

@@ -1,0 +1,80 @@
+"""`Program`: an executable form of a Graph, built once per graph structure and cached.
+
+A program is a list of steps over numbered slots: inputs fill the first slots, each step
+reads slots and writes slots, and a slot is dropped after its last reader. A step is a
+fused LLVM kernel when the code generator can lower its group, otherwise the primitive's
+NumPy implementation (never wrong, only slower).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracegrad.ir.graph import Graph, Value
+
+
+class NumpyStep:
+    """One node run by its primitive's NumPy implementation."""
+
+    __slots__ = ("impl", "attrs", "inputs", "outputs", "label")
+
+    def __init__(self, node, inputs: tuple[int, ...], outputs: tuple[int, ...]):
+        self.impl = node.op.impl
+        self.attrs = node.attrs
+        self.inputs = inputs
+        self.outputs = outputs
+        self.label = node.op.name
+
+    def run(self, slots: list) -> None:
+        result = self.impl(*(slots[i] for i in self.inputs), **self.attrs)
+        if len(self.outputs) == 1:
+            slots[self.outputs[0]] = result
+        else:
+            for slot, array in zip(self.outputs, result):
+                slots[slot] = array
+
+
+class Program:
+    def __init__(self, graph: Graph, steps: list, slot_of: dict[Value, int], n_slots: int):
+        self.steps = steps
+        self.n_inputs = len(graph.inputs)
+        self.output_slots = tuple(slot_of[v] for v in graph.outputs)
+        self.n_slots = n_slots
+        self.frees = _last_uses(steps, self.output_slots, n_slots)
+        self.kernel_count = sum(1 for s in steps if not isinstance(s, NumpyStep))
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        slots: list = list(inputs) + [None] * (self.n_slots - len(inputs))
+        for step, frees in zip(self.steps, self.frees):
+            step.run(slots)
+            for slot in frees:
+                slots[slot] = None
+        return [slots[i] for i in self.output_slots]
+
+
+def _last_uses(steps, keep: tuple[int, ...], n_slots: int) -> list[tuple[int, ...]]:
+    """For each step, the slots whose last reader it is (so their buffers can go)."""
+    last: dict[int, int] = {}
+    for index, step in enumerate(steps):
+        for slot in step.inputs:
+            last[slot] = index
+    keep_set = set(keep)
+    frees: list[list[int]] = [[] for _ in steps]
+    for slot, index in last.items():
+        if slot not in keep_set:
+            frees[index].append(slot)
+    return [tuple(f) for f in frees]
+
+
+def build_numpy_program(graph: Graph) -> Program:
+    slot_of: dict[Value, int] = {v: i for i, v in enumerate(graph.inputs)}
+    steps = []
+    n = len(graph.inputs)
+    for node in graph.nodes:
+        outs = []
+        for i in range(len(node.out_types)):
+            slot_of[node.output(i)] = n
+            outs.append(n)
+            n += 1
+        steps.append(NumpyStep(node, tuple(slot_of[v] for v in node.inputs), tuple(outs)))
+    return Program(graph, steps, slot_of, n)

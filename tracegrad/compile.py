@@ -1,0 +1,282 @@
+"""`@tracegrad.compile`: trace a function into one IR graph per call, run it from a cache.
+
+Each call re-runs the Python function with lazy tensors (so Python control flow picks a
+path), records every op, `backward()` and in-place update into one graph, then looks the
+graph's exact structure up in the cache and runs the cached program. Values Python needs
+during tracing (`bool(t)`, `.item()`) are computed on the spot from the graph so far.
+
+At the end of a call, every lazy tensor of the trace that is still referenced (results,
+`.grad` fields, optimizer state, saved tensors of a graph kept for a later backward) is
+materialized in place, and writes to real tensors (optimizer steps) are applied.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+import weakref
+
+import numpy as np
+
+from tracegrad.autograd.grad_mode import MODE
+from tracegrad.codegen.program import Program, build_numpy_program
+from tracegrad.ir.graph import Graph, Value
+from tracegrad.ir.tracer import Tracer
+from tracegrad.tensor import Tensor
+
+
+class CompileTrace(Tracer):
+    """A tracer that captures real tensors by identity, records writes to them and can
+    realize any traced value on demand."""
+
+    def __init__(self, compiled: CompiledFunction, name: str):
+        super().__init__(Graph(name=name))
+        self.compiled = compiled
+        self.created: list[weakref.ref] = []
+        self.overrides: dict[int, tuple[Tensor, Value]] = {}
+        self.writes: dict[int, tuple[Tensor, Tensor]] = {}
+        self.realized: dict[Value, np.ndarray] = {}
+        self.realization_count = 0
+
+    def value_of(self, tensor) -> Value:
+        if tensor._data is None:
+            return tensor._value
+        override = self.overrides.get(id(tensor))
+        if override is not None:
+            return override[1]
+        entry = self.captured.get(id(tensor))
+        if entry is None:
+            value = self.graph.add_input(tensor._type, f"c{len(self.captured)}")
+            if tensor._requires_grad and tensor._grad_fn is None:
+                value.leaf = weakref.ref(tensor)
+            entry = (tensor, value)
+            self.captured[id(tensor)] = entry
+        return entry[1]
+
+    def argument(self, tensor: Tensor, name: str) -> Tensor:
+        """A lazy stand-in for a real argument; gradients reaching it go to the real tensor."""
+        value = self.graph.add_input(tensor._type, name)
+        self.captured[id(tensor)] = (tensor, value)
+        proxy = Tensor._make_lazy(value, tensor._type)
+        proxy._requires_grad = tensor._requires_grad
+        proxy._version_counter = tensor._version_counter
+        if tensor._requires_grad:
+            value.leaf = weakref.ref(tensor) if tensor._grad_fn is None else None
+        return proxy
+
+    def register(self, tensor) -> None:
+        self.created.append(weakref.ref(tensor))
+
+    def write(self, target: Tensor, result: Tensor) -> None:
+        self.overrides[id(target)] = (target, result._value)
+        self.writes[id(target)] = (target, result)
+
+    def input_arrays(self) -> list[np.ndarray]:
+        arrays = {id(v): t._data for t, v in self.captured.values()}
+        return [arrays[id(v)] for v in self.graph.inputs]
+
+    def realize(self, tensor) -> np.ndarray:
+        """Run the part of the graph `tensor` depends on, now."""
+        value = tensor._value
+        found = self.realized.get(value)
+        if found is not None:
+            return found
+        sub = Graph.from_outputs([value], name=f"{self.graph.name}.realize")
+        positions = {id(v): i for i, v in enumerate(self.graph.inputs)}
+        all_inputs = self.input_arrays()
+        inputs = [all_inputs[positions[id(v)]] for v in sub.inputs]
+        (array,) = self.compiled._run(sub, inputs)
+        self.realized[value] = array
+        self.realization_count += 1
+        return array
+
+    def live_lazy_tensors(self) -> list[Tensor]:
+        alive = []
+        for ref in self.created:
+            t = ref()
+            if t is not None and t._data is None:
+                alive.append(t)
+        return alive
+
+
+def structural_key(graph: Graph, inputs: list[np.ndarray]) -> tuple:
+    """Everything that changes the program: ops, attributes, wiring, input types, which
+    inputs share memory, outputs. Used as the exact cache key (no hash-only matching)."""
+    index: dict[Value, int] = {}
+    for i, v in enumerate(graph.inputs):
+        index[v] = i
+    parts: list = [tuple((v.type.shape, v.type.dtype.name) for v in graph.inputs)]
+    n = len(graph.inputs)
+    for node in graph.nodes:
+        parts.append((node.op.name, _attr_key(node.attrs), tuple(index[v] for v in node.inputs)))
+        for i in range(len(node.out_types)):
+            index[node.output(i)] = n
+            n += 1
+    parts.append(tuple(index[v] for v in graph.outputs))
+    parts.append(_alias_pattern(inputs))
+    return tuple(parts)
+
+
+def _attr_key(attrs: dict) -> tuple:
+    return tuple(sorted((k, v if not isinstance(v, list) else tuple(v)) for k, v in attrs.items()))
+
+
+def _alias_pattern(arrays: list[np.ndarray]) -> tuple:
+    """Groups of inputs backed by the same memory (by base buffer)."""
+    owners: dict[int, int] = {}
+    pattern = []
+    for i, a in enumerate(arrays):
+        base = a
+        while isinstance(base, np.ndarray) and base.base is not None:
+            base = base.base
+        pattern.append(owners.setdefault(id(base), i))
+    return tuple(pattern)
+
+
+class CacheInfo:
+    def __init__(self, hits, misses, graphs, kernels, compile_time):
+        self.hits, self.misses, self.graphs = hits, misses, graphs
+        self.kernels, self.compile_time = kernels, compile_time
+
+    def __repr__(self) -> str:
+        return (f"CacheInfo(hits={self.hits}, misses={self.misses}, graphs={self.graphs}, "
+                f"kernels={self.kernels}, compile_time={self.compile_time:.3f}s)")
+
+
+class CompiledFunction:
+    def __init__(self, fn, builder=None):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self._programs: dict[tuple, Program] = {}
+        self._lock = threading.Lock()
+        self._hits = 0
+        self._misses = 0
+        self._compile_time = 0.0
+        self._builder = builder or build_numpy_program
+
+    def cache_info(self) -> CacheInfo:
+        kernels = sum(p.kernel_count for p in self._programs.values())
+        return CacheInfo(self._hits, self._misses, len(self._programs), kernels, self._compile_time)
+
+    def cache_clear(self) -> None:
+        with self._lock:
+            self._programs.clear()
+            self._hits = self._misses = 0
+            self._compile_time = 0.0
+
+    def _program(self, graph: Graph, inputs: list[np.ndarray]) -> Program:
+        key = structural_key(graph, inputs)
+        with self._lock:
+            program = self._programs.get(key)
+            if program is not None:
+                self._hits += 1
+                return program
+        start = time.perf_counter()
+        program = self._builder(graph)
+        with self._lock:
+            self._misses += 1
+            self._compile_time += time.perf_counter() - start
+            self._programs.setdefault(key, program)
+        return program
+
+    def _run(self, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return self._program(graph, inputs).run(inputs)
+
+    def __call__(self, *args, **kwargs):
+        if isinstance(MODE.tracer, CompileTrace):
+            return self.fn(*args, **kwargs)  # nested: inline into the enclosing trace
+        trace = CompileTrace(self, getattr(self.fn, "__name__", "fn"))
+        with trace:
+            traced_args = [_substitute(a, trace, f"arg{i}") for i, a in enumerate(args)]
+            traced_kwargs = {k: _substitute(v, trace, k) for k, v in kwargs.items()}
+            result = self.fn(*traced_args, **traced_kwargs)
+            del traced_args, traced_kwargs
+        _finish(trace)
+        return result
+
+
+def _substitute(value, trace: CompileTrace, name: str):
+    if isinstance(value, Tensor) and value._data is not None:
+        return trace.argument(value, name)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_substitute(v, trace, f"{name}.{i}") for i, v in enumerate(value))
+    if isinstance(value, dict):
+        return {k: _substitute(v, trace, f"{name}.{k}") for k, v in value.items()}
+    return value
+
+
+def _finish(trace: CompileTrace) -> None:
+    """Run the traced graph for every live lazy tensor and every pending write."""
+    alive = trace.live_lazy_tensors()
+    writes = [(target, result._value) for target, result in trace.writes.values()]
+    outputs: list[Value] = []
+    position: dict[Value, int] = {}
+    for value in [t._value for t in alive] + [v for _, v in writes]:
+        if value not in position and value.node is not None:
+            position[value] = len(outputs)
+            outputs.append(value)
+    inputs_by_value = {id(v): t._data for t, v in trace.captured.values()}
+    if outputs:
+        graph = Graph(trace.graph.inputs, trace.graph.nodes, outputs, trace.graph.name)
+        graph = _prune(graph)
+        inputs = [inputs_by_value[id(v)] for v in graph.inputs]
+        arrays = [_owned(a) for a in trace.compiled._run(graph, inputs)]
+    else:
+        arrays = []
+    for t in alive:
+        value = t._value
+        array = arrays[position[value]] if value in position else inputs_by_value[id(value)]
+        t._data = np.asarray(array)
+        if t._grad_fn is None:
+            t._value = None
+    for target, value in writes:
+        array = arrays[position[value]] if value in position else inputs_by_value[id(value)]
+        np.copyto(target._data, array, casting="unsafe")
+
+
+def _owned(array) -> np.ndarray:
+    array = np.asarray(array)
+    if not (array.flags.writeable and array.flags.owndata):
+        return np.array(array, copy=True)
+    return array
+
+
+def _prune(graph: Graph) -> Graph:
+    """Keep only the nodes and inputs the outputs depend on (dead-code elimination)."""
+    needed = Graph.from_outputs(graph.outputs, graph.name)
+    kept_nodes = {id(n) for n in needed.nodes}
+    nodes = [n for n in graph.nodes if id(n) in kept_nodes]
+    kept_inputs = {id(v) for v in needed.inputs}
+    inputs = [v for v in graph.inputs if id(v) in kept_inputs]
+    return Graph(inputs, nodes, graph.outputs, graph.name)
+
+
+def compile(fn=None, **options):  # noqa: A001 - the public name, as torch.compile
+    """Compile `fn` (a function or an nn.Module): `tg.compile(fn)` or `@tg.compile`."""
+    if fn is None:
+        return lambda f: compile(f, **options)
+    from tracegrad.nn.module import Module
+    if isinstance(fn, Module):
+        return CompiledModule(fn, **options)
+    return CompiledFunction(fn, **options)
+
+
+class CompiledModule:
+    """A module whose `__call__` runs compiled; attributes pass through to the module."""
+
+    def __init__(self, module, **options):
+        object.__setattr__(self, "_module", module)
+        object.__setattr__(self, "_compiled", CompiledFunction(module.__call__, **options))
+
+    def __call__(self, *args, **kwargs):
+        return self._compiled(*args, **kwargs)
+
+    def cache_info(self) -> CacheInfo:
+        return self._compiled.cache_info()
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._module, name, value)
