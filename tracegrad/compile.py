@@ -20,7 +20,7 @@ import weakref
 import numpy as np
 
 from tracegrad.autograd.grad_mode import MODE
-from tracegrad.codegen.program import Program, build_numpy_program
+from tracegrad.codegen.program import Program, build_program
 from tracegrad.ir.graph import Graph, Value
 from tracegrad.ir.tracer import Tracer
 from tracegrad.tensor import Tensor
@@ -153,7 +153,7 @@ class CompiledFunction:
         self._hits = 0
         self._misses = 0
         self._compile_time = 0.0
-        self._builder = builder or build_numpy_program
+        self._builder = builder or build_program
 
     def cache_info(self) -> CacheInfo:
         kernels = sum(p.kernel_count for p in self._programs.values())

@@ -63,7 +63,7 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
     if inputs is not None:
         inputs = _as_list(inputs)
         if not inputs:
-            raise RuntimeError("backward: 'inputs' argument to backward() cannot be empty.")
+            raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
         targets = [t._autograd_value() for t in inputs]
     results = _run(roots, targets, retain_graph, create_graph)
     delivered: set[int] = set()
@@ -133,15 +133,25 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
     targets = [t._autograd_value() for t in inputs]
     results = _run(roots, targets, retain_graph, create_graph)
     answer = []
-    for t, target in zip(inputs, targets):
+    for index, (t, target) in enumerate(zip(inputs, targets)):
         g = results.get(target)
+        if g is not None:
+            g = _run_leaf_hooks(t, g)
         if g is None:
             if materialize_grads:
                 g = Tensor._make(np.zeros(t.shape, dtype=t.dtype.np), t._type)
             elif not allow_unused:
-                raise RuntimeError("One of the differentiated Tensors appears to not have been used "
-                                   "in the graph. Set allow_unused=True if this is the desired behavior.")
+                raise RuntimeError(f"The differentiated Tensor at index {index} appears to not have "
+                                   "been used in the graph. Set allow_unused=True if this is the "
+                                   "desired behavior.")
         elif not create_graph:
-            g = Tensor._make(g._data, t._type)
+            g = g.detach() if g._data is None else Tensor._make(_owned(g._data), t._type)
         answer.append(g)
     return tuple(answer)
+
+
+def _owned(array: np.ndarray) -> np.ndarray:
+    """A writable array of its own (rule results may be read-only broadcast views)."""
+    if array.flags.writeable and array.flags.owndata:
+        return array
+    return np.array(array, copy=True)

@@ -78,3 +78,27 @@ def build_numpy_program(graph: Graph) -> Program:
             n += 1
         steps.append(NumpyStep(node, tuple(slot_of[v] for v in node.inputs), tuple(outs)))
     return Program(graph, steps, slot_of, n)
+
+
+def build_program(graph: Graph) -> Program:
+    """Fuse `graph` into LLVM kernels; ops the code generator cannot lower run as NumPy steps."""
+    from tracegrad.codegen.fusion import FusedKernel, plan
+    from tracegrad.codegen.kernels import KernelStep
+
+    slot_of: dict[Value, int] = {v: i for i, v in enumerate(graph.inputs)}
+    n = len(graph.inputs)
+    steps = []
+    for item in plan(graph):
+        if isinstance(item, FusedKernel):
+            slot_of[item.output] = n
+            steps.append(KernelStep(item, tuple(slot_of[v] for v in item.leaves), n))
+            n += 1
+            continue
+        node = item.node
+        outs = []
+        for i in range(len(node.out_types)):
+            slot_of[node.output(i)] = n
+            outs.append(n)
+            n += 1
+        steps.append(NumpyStep(node, tuple(slot_of[v] for v in node.inputs), tuple(outs)))
+    return Program(graph, steps, slot_of, n)

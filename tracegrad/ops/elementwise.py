@@ -68,14 +68,18 @@ def _quiet(fn):
 # --- unary -------------------------------------------------------------------------
 
 NEG = Primitive("neg", shape_rule=_unary_any_rule, impl=np.negative, kind=ELEMENTWISE,
-                vjp=lambda ctx, g: (neg(g),))
+                vjp=lambda ctx, g: (neg(g),),
+                lower=lambda b, x: b.neg(x))
 EXP = Primitive("exp", shape_rule=_unary_float_rule("exp"), impl=_quiet(np.exp), kind=ELEMENTWISE,
-                saves_output=True, vjp=lambda ctx, g: (mul(g, ctx.out),))
+                saves_output=True, vjp=lambda ctx, g: (mul(g, ctx.out),),
+                lower=lambda b, x: b.math("exp", x))
 LOG = Primitive("log", shape_rule=_unary_float_rule("log"), impl=_quiet(np.log), kind=ELEMENTWISE,
-                saves_inputs=(0,), vjp=lambda ctx, g: (div(g, ctx.inputs[0]),))
+                saves_inputs=(0,), vjp=lambda ctx, g: (div(g, ctx.inputs[0]),),
+                lower=lambda b, x: b.math("log", x))
 SQRT = Primitive("sqrt", shape_rule=_unary_float_rule("sqrt"), impl=_quiet(np.sqrt),
                  kind=ELEMENTWISE, saves_output=True,
-                 vjp=lambda ctx, g: (div(g, mul(ctx.out, full_like(ctx.out, 2.0))),))
+                 vjp=lambda ctx, g: (div(g, mul(ctx.out, full_like(ctx.out, 2.0))),),
+                lower=lambda b, x: b.math("sqrt", x))
 SIN = Primitive("sin", shape_rule=_unary_float_rule("sin"), impl=_quiet(np.sin), kind=ELEMENTWISE,
                 saves_inputs=(0,), vjp=lambda ctx, g: (mul(g, cos(ctx.inputs[0])),))
 COS = Primitive("cos", shape_rule=_unary_float_rule("cos"), impl=_quiet(np.cos), kind=ELEMENTWISE,
@@ -94,7 +98,8 @@ def _sigmoid_impl(x):
 
 SIGMOID = Primitive("sigmoid", shape_rule=_unary_float_rule("sigmoid"), impl=_sigmoid_impl,
                     kind=ELEMENTWISE, saves_output=True,
-                    vjp=lambda ctx, g: (mul(g, mul(ctx.out, sub(full_like(ctx.out, 1.0), ctx.out))),))
+                    vjp=lambda ctx, g: (mul(g, mul(ctx.out, sub(full_like(ctx.out, 1.0), ctx.out))),),
+                lower=lambda b, x: b.math("sigmoid", x))
 
 
 def _erf_vjp(ctx, g):
@@ -106,9 +111,12 @@ ERF = Primitive("erf", shape_rule=_unary_float_rule("erf"), impl=_np_erf, kind=E
                 saves_inputs=(0,), vjp=_erf_vjp)
 # abs'(0) = 0 and sign's gradient is zero everywhere, as in PyTorch.
 ABS = Primitive("abs", shape_rule=_unary_any_rule, impl=np.abs, kind=ELEMENTWISE,
-                saves_inputs=(0,), vjp=lambda ctx, g: (mul(g, sign(ctx.inputs[0])),))
+                saves_inputs=(0,), vjp=lambda ctx, g: (mul(g, sign(ctx.inputs[0])),),
+                lower=lambda b, x: b.select(b.compare("<", x, b.like(0, x)), b.neg(x), x))
 SIGN = Primitive("sign", shape_rule=_unary_any_rule, impl=np.sign, kind=ELEMENTWISE,
-                 vjp=lambda ctx, g: (full_like(g, 0.0),))
+                 vjp=lambda ctx, g: (full_like(g, 0.0),),
+                lower=lambda b, x: b.select(b.compare(">", x, b.like(0, x)), b.like(1, x),
+                                        b.select(b.compare("<", x, b.like(0, x)), b.like(-1, x), x)))
 
 
 def _convert_rule(x: TensorType, dtype):
@@ -121,20 +129,26 @@ def _convert_vjp(ctx, g):
 
 
 CONVERT = Primitive("convert", shape_rule=_convert_rule, kind=ELEMENTWISE, vjp=_convert_vjp,
-                    impl=lambda x, dtype: x.astype(dtype.np))
+                    impl=lambda x, dtype: x.astype(dtype.np),
+                lower=lambda b, x, dtype: b.convert(x, b.in_types[0].dtype, dtype))
+# A fresh C-contiguous buffer (NumPy's default order "K" would keep a transpose's layout).
 COPY = Primitive("copy", shape_rule=_unary_any_rule, kind=ELEMENTWISE,
-                 impl=lambda x: np.array(x, copy=True), vjp=lambda ctx, g: (g,))
+                 impl=lambda x: np.array(x, copy=True, order="C"), vjp=lambda ctx, g: (g,),
+                lower=lambda b, x: x)
 
 # --- binary ------------------------------------------------------------------------
 
-ADD = Primitive("add", shape_rule=_binary_rule("add"), impl=np.add, kind=ELEMENTWISE,
-                vjp=lambda ctx, g: (g, g))
-SUB = Primitive("sub", shape_rule=_binary_rule("sub"), impl=np.subtract, kind=ELEMENTWISE,
-                vjp=lambda ctx, g: (g, neg(g)))
-MUL = Primitive("mul", shape_rule=_binary_rule("mul"), impl=np.multiply, kind=ELEMENTWISE,
+ADD = Primitive("add", shape_rule=_binary_rule("add"), impl=_quiet(np.add), kind=ELEMENTWISE,
+                vjp=lambda ctx, g: (g, g),
+                lower=lambda b, x, y: b.add(x, y))
+SUB = Primitive("sub", shape_rule=_binary_rule("sub"), impl=_quiet(np.subtract), kind=ELEMENTWISE,
+                vjp=lambda ctx, g: (g, neg(g)),
+                lower=lambda b, x, y: b.sub(x, y))
+MUL = Primitive("mul", shape_rule=_binary_rule("mul"), impl=_quiet(np.multiply), kind=ELEMENTWISE,
                 saves_inputs=(0, 1),
                 vjp=lambda ctx, g: (mul(g, ctx.inputs[1]) if ctx.needs_input_grad[0] else None,
-                                    mul(g, ctx.inputs[0]) if ctx.needs_input_grad[1] else None))
+                                    mul(g, ctx.inputs[0]) if ctx.needs_input_grad[1] else None),
+                lower=lambda b, x, y: b.mul(x, y))
 
 
 def _div_impl(a, b):
@@ -157,7 +171,9 @@ def _div_vjp(ctx, g):
 
 
 DIV = Primitive("div", shape_rule=_div_rule, impl=_div_impl, kind=ELEMENTWISE,
-                saves_inputs=(0, 1), vjp=_div_vjp)
+                saves_inputs=(0, 1), vjp=_div_vjp,
+                lower=lambda b, x, y: b.div(b.convert(x, b.in_types[0].dtype, b.out_type.dtype),
+                                       b.convert(y, b.in_types[1].dtype, b.out_type.dtype)))
 
 
 def _pow_vjp(ctx, g):
@@ -193,22 +209,33 @@ def _minmax_vjp(first_wins):
 
 
 MAXIMUM = Primitive("maximum", shape_rule=_binary_rule("maximum"), impl=np.maximum,
-                    kind=ELEMENTWISE, saves_inputs=(0, 1), vjp=_minmax_vjp(lambda a, b: gt(a, b)))
+                    kind=ELEMENTWISE, saves_inputs=(0, 1), vjp=_minmax_vjp(lambda a, b: gt(a, b)),
+                lower=lambda b, x, y: b.maximum(x, y))
 MINIMUM = Primitive("minimum", shape_rule=_binary_rule("minimum"), impl=np.minimum,
-                    kind=ELEMENTWISE, saves_inputs=(0, 1), vjp=_minmax_vjp(lambda a, b: lt(a, b)))
+                    kind=ELEMENTWISE, saves_inputs=(0, 1), vjp=_minmax_vjp(lambda a, b: lt(a, b)),
+                lower=lambda b, x, y: b.minimum(x, y))
 
-LT = Primitive("lt", shape_rule=_compare_rule("lt"), impl=_quiet(np.less), kind=ELEMENTWISE)
-LE = Primitive("le", shape_rule=_compare_rule("le"), impl=_quiet(np.less_equal), kind=ELEMENTWISE)
-GT = Primitive("gt", shape_rule=_compare_rule("gt"), impl=_quiet(np.greater), kind=ELEMENTWISE)
-GE = Primitive("ge", shape_rule=_compare_rule("ge"), impl=_quiet(np.greater_equal), kind=ELEMENTWISE)
-EQ = Primitive("eq", shape_rule=_compare_rule("eq"), impl=np.equal, kind=ELEMENTWISE)
-NE = Primitive("ne", shape_rule=_compare_rule("ne"), impl=np.not_equal, kind=ELEMENTWISE)
+LT = Primitive("lt", shape_rule=_compare_rule("lt"), impl=_quiet(np.less), kind=ELEMENTWISE,
+                lower=lambda b, x, y: b.compare("<", x, y))
+LE = Primitive("le", shape_rule=_compare_rule("le"), impl=_quiet(np.less_equal), kind=ELEMENTWISE,
+                lower=lambda b, x, y: b.compare("<=", x, y))
+GT = Primitive("gt", shape_rule=_compare_rule("gt"), impl=_quiet(np.greater), kind=ELEMENTWISE,
+                lower=lambda b, x, y: b.compare(">", x, y))
+GE = Primitive("ge", shape_rule=_compare_rule("ge"), impl=_quiet(np.greater_equal), kind=ELEMENTWISE,
+                lower=lambda b, x, y: b.compare(">=", x, y))
+EQ = Primitive("eq", shape_rule=_compare_rule("eq"), impl=np.equal, kind=ELEMENTWISE,
+                lower=lambda b, x, y: b.compare("==", x, y))
+NE = Primitive("ne", shape_rule=_compare_rule("ne"), impl=np.not_equal, kind=ELEMENTWISE,
+                lower=lambda b, x, y: b.compare("!=", x, y))
 LOGICAL_AND = Primitive("logical_and", shape_rule=_compare_rule("logical_and"),
-                        impl=np.logical_and, kind=ELEMENTWISE)
+                        impl=np.logical_and, kind=ELEMENTWISE,
+                lower=lambda b, x, y: b.ir.and_(x, y))
 LOGICAL_OR = Primitive("logical_or", shape_rule=_compare_rule("logical_or"),
-                       impl=np.logical_or, kind=ELEMENTWISE)
+                       impl=np.logical_or, kind=ELEMENTWISE,
+                lower=lambda b, x, y: b.ir.or_(x, y))
 LOGICAL_NOT = Primitive("logical_not", shape_rule=lambda x: (TensorType(x.shape, types.bool_),),
-                        impl=np.logical_not, kind=ELEMENTWISE)
+                        impl=np.logical_not, kind=ELEMENTWISE,
+                lower=lambda b, x: b.ir.not_(x))
 
 
 def _where_rule(cond: TensorType, a: TensorType, b: TensorType):
@@ -226,7 +253,8 @@ def _where_vjp(ctx, g):
 
 
 WHERE = Primitive("where", shape_rule=_where_rule, impl=np.where, kind=ELEMENTWISE,
-                  saves_inputs=(0,), vjp=_where_vjp)
+                  saves_inputs=(0,), vjp=_where_vjp,
+                lower=lambda b, c, x, y: b.select(c, x, y))
 
 
 def _full_rule(shape, dtype, value):
@@ -234,7 +262,8 @@ def _full_rule(shape, dtype, value):
 
 
 FULL = Primitive("full", shape_rule=_full_rule, kind=ELEMENTWISE,
-                 impl=lambda shape, dtype, value: np.full(shape, value, dtype=dtype.np))
+                 impl=lambda shape, dtype, value: np.full(shape, value, dtype=dtype.np),
+                lower=lambda b, shape, dtype, value: b.const(value, dtype))
 
 # --- bound functions: what gradient rules and composites call ------------------------
 

@@ -31,7 +31,8 @@ def _reshape_rule(x: TensorType, shape):
 
 RESHAPE = Primitive("reshape", shape_rule=_reshape_rule, kind=MOVEMENT,
                     impl=lambda x, shape: np.reshape(x, shape),
-                    vjp=lambda ctx, g: (reshape(g, ctx.in_types[0].shape),), backward_name="ViewBackward")
+                    vjp=lambda ctx, g: (reshape(g, ctx.in_types[0].shape),), backward_name="ViewBackward",
+                index_map=lambda b, index, src, dst, shape: b.reshape_index(index, src.shape, dst.shape))
 
 
 def _permute_rule(x: TensorType, perm):
@@ -50,7 +51,8 @@ def _permute_vjp(ctx, g):
 
 
 PERMUTE = Primitive("permute", shape_rule=_permute_rule, kind=MOVEMENT, vjp=_permute_vjp,
-                    impl=lambda x, perm: np.transpose(x, perm))
+                    impl=lambda x, perm: np.transpose(x, perm),
+                index_map=lambda b, index, src, dst, perm: [index[perm.index(d)] for d in range(len(perm))])
 
 
 def _expand_rule(x: TensorType, shape):
@@ -67,7 +69,9 @@ def _expand_vjp(ctx, g):
 
 
 EXPAND = Primitive("expand", shape_rule=_expand_rule, kind=MOVEMENT, vjp=_expand_vjp,
-                   impl=lambda x, shape: np.broadcast_to(x, shape))
+                   impl=lambda x, shape: np.broadcast_to(x, shape),
+                index_map=lambda b, index, src, dst, shape: [b.index_const(0) if s == 1 and t != 1 else i
+                                                             for i, s, t in zip(index, src.shape, dst.shape)])
 
 
 def _slice_rule(x: TensorType, starts, stops, steps):
@@ -87,7 +91,9 @@ def _slices(starts, stops, steps):
 SLICE = Primitive("slice", shape_rule=_slice_rule, kind=MOVEMENT,
                   impl=lambda x, starts, stops, steps: x[_slices(starts, stops, steps)],
                   vjp=lambda ctx, g: (pad_slice(g, ctx.in_types[0].shape, ctx.attrs["starts"],
-                                                ctx.attrs["stops"], ctx.attrs["steps"]),))
+                                                ctx.attrs["stops"], ctx.attrs["steps"]),),
+                index_map=lambda b, index, src, dst, starts, stops, steps: [
+                      b.affine(i, start, step) for i, start, step in zip(index, starts, steps)])
 
 
 def _pad_slice_rule(x: TensorType, shape, starts, stops, steps):

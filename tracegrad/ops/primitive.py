@@ -26,12 +26,15 @@ class Primitive:
     """One op. `vjp(ctx, *output_grads)` returns one gradient (or None) per input."""
 
     __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output",
-                 "kind", "num_outputs", "backward_name", "__dict__")
+                 "kind", "num_outputs", "backward_name", "lower", "index_map", "reduce_identity",
+                 "__dict__")
 
     def __init__(self, name: str, *, shape_rule: Callable[..., tuple[TensorType, ...]],
                  impl: Callable, vjp: Callable | None = None,
                  saves_inputs: tuple[int, ...] = (), saves_output: bool = False,
-                 kind: str = OTHER, num_outputs: int = 1, backward_name: str | None = None):
+                 kind: str = OTHER, num_outputs: int = 1, backward_name: str | None = None,
+                 lower: Callable | None = None, index_map: Callable | None = None,
+                 reduce_identity: Callable | None = None):
         if name in REGISTRY:
             raise ValueError(f"primitive {name!r} is defined twice")
         self.name = name
@@ -43,6 +46,14 @@ class Primitive:
         self.kind = kind
         self.num_outputs = num_outputs
         self.backward_name = backward_name or _camel(name) + "Backward"
+        # Code generation (tracegrad.codegen): `lower(b, *scalars, **attrs)` builds an
+        # elementwise op's scalar, or a reduction's combine step; `index_map(b, out_index,
+        # in_type, out_type, **attrs)` maps a movement op's output index to its input
+        # index; `reduce_identity(dtype)` is a reduction's starting value. None: the op
+        # runs through its NumPy implementation inside compiled programs.
+        self.lower = lower
+        self.index_map = index_map
+        self.reduce_identity = reduce_identity
         REGISTRY[name] = self
 
     def __repr__(self) -> str:

@@ -56,7 +56,10 @@ def _sum_rule(x: TensorType, axes, keepdim):
 
 SUM = Primitive("sum", shape_rule=_sum_rule, impl=_sum_impl, kind=REDUCTION,
                 vjp=lambda ctx, g: (broadcast_back(g, ctx.in_types[0], ctx.attrs["axes"],
-                                                   ctx.attrs["keepdim"]),))
+                                                   ctx.attrs["keepdim"]),),
+                lower=lambda b, acc, x, axes, keepdim: b.add_reassoc(acc, b.convert(x, b.in_types[0].dtype,
+                                                                           b.out_type.dtype)),
+                reduce_identity=lambda dtype: 0)
 
 
 def _extremum_vjp(ctx, g):
@@ -76,9 +79,13 @@ def _extremum_impl(fn):
 
 
 AMAX = Primitive("amax", shape_rule=_reduce_rule("amax", empty_ok=False), impl=_extremum_impl(np.max),
-                 kind=REDUCTION, saves_inputs=(0,), saves_output=True, vjp=_extremum_vjp)
+                 kind=REDUCTION, saves_inputs=(0,), saves_output=True, vjp=_extremum_vjp,
+                lower=lambda b, acc, x, axes, keepdim: b.maximum(acc, x),
+                 reduce_identity=lambda dtype: -float("inf") if dtype.is_floating else -(2 ** 63))
 AMIN = Primitive("amin", shape_rule=_reduce_rule("amin", empty_ok=False), impl=_extremum_impl(np.min),
-                 kind=REDUCTION, saves_inputs=(0,), saves_output=True, vjp=_extremum_vjp)
+                 kind=REDUCTION, saves_inputs=(0,), saves_output=True, vjp=_extremum_vjp,
+                lower=lambda b, acc, x, axes, keepdim: b.minimum(acc, x),
+                 reduce_identity=lambda dtype: float("inf") if dtype.is_floating else 2 ** 63 - 1)
 
 
 def _arg_rule(name):

@@ -1,0 +1,206 @@
+"""Lowering a `FusedKernel` to an LLVM function `void kernel(i8** buffers)`.
+
+buffers[0] is the output, buffers[1:] the leaves, all C-contiguous. The loop nest runs
+over the kernel's domain (the output shape, or a reduction's input shape with the
+reduced axes innermost). Each inlined node is emitted by its primitive's `lower` (a
+scalar) or `index_map` (an index transformation), so nothing here knows any op by name.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+
+import numpy as np
+from llvmlite import ir
+
+from tracegrad.codegen.fusion import FusedKernel
+from tracegrad.codegen.llvm import I8, I64, ScalarBuilder, compile_module, memory_type
+from tracegrad.ir import types
+from tracegrad.ir.graph import Value
+from tracegrad.ops.primitive import MOVEMENT, REDUCTION
+
+_names = itertools.count()
+KERNEL_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return list(reversed(strides))
+
+
+class _Emitter:
+    def __init__(self, kernel: FusedKernel, b: ScalarBuilder, pointers: dict[Value, ir.Value]):
+        self.kernel = kernel
+        self.b = b
+        self.pointers = pointers
+        self.inlined = {id(n) for n in kernel.nodes}
+        self.memo: dict = {}
+        self.flat = False
+
+    def flat_offset(self, index: list, shape: tuple[int, ...]):
+        if self.flat:
+            return index[0]
+        offset = None
+        for i, stride, size in zip(index, _strides(shape), shape):
+            if size == 1:
+                continue
+            term = i if stride == 1 else self.b.ir.mul(i, I64(stride))
+            offset = term if offset is None else self.b.ir.add(offset, term)
+        return offset if offset is not None else I64(0)
+
+    def load(self, value: Value, index: list):
+        pointer = self.b.ir.gep(self.pointers[value], [self.flat_offset(index, value.type.shape)],
+                                inbounds=True)
+        loaded = self.b.ir.load(pointer)
+        if value.type.dtype is types.bool_:
+            return self.b.ir.trunc(loaded, ir.IntType(1))
+        return loaded
+
+    def emit(self, value: Value, index: list):
+        key = (value, tuple(id(i) for i in index))
+        found = self.memo.get(key)
+        if found is not None:
+            return found
+        node = value.node
+        if node is None or id(node) not in self.inlined or (node.op.kind == REDUCTION):
+            result = self.load(value, index)
+        elif node.op.kind == MOVEMENT:
+            source = node.inputs[0]
+            mapped = node.op.index_map(self.b, list(index), source.type, value.type, **node.attrs)
+            result = self.emit(source, mapped)
+        else:
+            operands = [self.emit(v, index) for v in node.inputs]
+            self.b.in_types = tuple(v.type for v in node.inputs)
+            self.b.out_type = value.type
+            result = node.op.lower(self.b, *operands, **node.attrs)
+        self.memo[key] = result
+        return result
+
+
+def _loop(builder: ir.IRBuilder, count: int, body) -> None:
+    """for i in range(count): body(i)."""
+    pre = builder.block
+    header = builder.append_basic_block("loop")
+    inner = builder.append_basic_block("body")
+    done = builder.append_basic_block("done")
+    builder.branch(header)
+    builder.position_at_end(header)
+    i = builder.phi(I64)
+    i.add_incoming(I64(0), pre)
+    builder.cbranch(builder.icmp_signed("<", i, I64(count)), inner, done)
+    builder.position_at_end(inner)
+    body(i)
+    i.add_incoming(builder.add(i, I64(1)), builder.block)
+    builder.branch(header)
+    builder.position_at_end(done)
+
+
+def _nest(builder: ir.IRBuilder, shape: list[int], body, prefix=()) -> None:
+    if not shape:
+        body(list(prefix))
+        return
+    _loop(builder, shape[0], lambda i: _nest(builder, shape[1:], body, prefix + (i,)))
+
+
+def build_llvm(kernel: FusedKernel, name: str) -> ir.Module:
+    module = ir.Module(name=name)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer()]), name)
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    b = ScalarBuilder(builder, module)
+    buffers = [kernel.output] + kernel.leaves
+    pointers = {}
+    for position, value in enumerate(buffers):
+        raw = builder.load(builder.gep(fn.args[0], [I64(position)], inbounds=True))
+        pointers[value] = builder.bitcast(raw, memory_type(value.type.dtype).as_pointer())
+    out_pointer = pointers[kernel.output]
+    emitter = _Emitter(kernel, b, pointers)
+
+    def store(index_offset, result):
+        if kernel.output.type.dtype is types.bool_:
+            result = builder.zext(result, I8)
+        builder.store(result, builder.gep(out_pointer, [index_offset], inbounds=True))
+
+    if kernel.reduction is None:
+        shape = kernel.domain
+        if len(shape) > 1 and all(n.op.kind != MOVEMENT for n in kernel.nodes):
+            # No index remapping anywhere: every buffer has the domain's shape, so one
+            # flat loop over all elements does (and vectorizes best).
+            emitter.flat = True
+
+            def flat_body(i):
+                emitter.memo.clear()
+                store(i, emitter.emit(kernel.output, [i]))
+            _loop(builder, int(np.prod(shape)), flat_body)
+        else:
+            def body(index):
+                emitter.memo.clear()
+                store(emitter.flat_offset(index, shape), emitter.emit(kernel.output, index))
+            _nest(builder, list(shape), body)
+    else:
+        _reduce(builder, b, emitter, kernel, store)
+    builder.ret_void()
+    return module
+
+
+def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, store) -> None:
+    node = kernel.reduction
+    source = node.inputs[0]
+    shape = source.type.shape
+    axes = set(node.attrs["axes"])
+    kept = [d for d in range(len(shape)) if d not in axes]
+    reduced = [d for d in range(len(shape)) if d in axes]
+    dtype = kernel.output.type.dtype
+    with builder.goto_entry_block():
+        accumulator = builder.alloca(memory_type(dtype) if dtype is not types.bool_ else I8)
+    out_strides = _strides(tuple(shape[d] for d in kept))
+
+    def outer(kept_index):
+        builder.store(b.const(node.op.reduce_identity(dtype), dtype), accumulator)
+
+        def inner(reduced_index):
+            emitter.memo.clear()
+            full = [None] * len(shape)
+            for d, i in zip(kept, kept_index):
+                full[d] = i
+            for d, i in zip(reduced, reduced_index):
+                full[d] = i
+            b.in_types = (source.type,)
+            b.out_type = kernel.output.type
+            value = emitter.emit(source, full)
+            builder.store(node.op.lower(b, builder.load(accumulator), value, **node.attrs), accumulator)
+
+        _nest(builder, [shape[d] for d in reduced], inner)
+        offset = I64(0)
+        for i, stride in zip(kept_index, out_strides):
+            offset = builder.add(offset, builder.mul(i, I64(stride)))
+        store(offset, builder.load(accumulator))
+
+    _nest(builder, [shape[d] for d in kept], outer)
+
+
+class KernelStep:
+    """A compiled fused kernel inside a Program."""
+
+    def __init__(self, kernel: FusedKernel, inputs: tuple[int, ...], output: int):
+        self.kernel = kernel
+        self.name = f"kernel{next(_names)}"
+        kernel.name = self.name
+        self.module = build_llvm(kernel, self.name)
+        addresses, self.optimized_ir = compile_module(self.module, [self.name])
+        self.function = KERNEL_SIGNATURE(addresses[self.name])
+        self.inputs = inputs
+        self.outputs = (output,)
+        self.out_shape = kernel.output.type.shape
+        self.out_dtype = kernel.output.type.dtype.np
+        self.label = "+".join(n.op.name for n in kernel.nodes)
+
+    def run(self, slots: list) -> None:
+        out = np.empty(self.out_shape, dtype=self.out_dtype)
+        arrays = [out] + [np.ascontiguousarray(slots[i]) for i in self.inputs]
+        pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        self.function(ctypes.addressof(pointers))
+        slots[self.outputs[0]] = out

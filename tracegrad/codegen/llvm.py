@@ -1,0 +1,246 @@
+"""LLVM plumbing: one long-lived MCJIT engine for the host CPU, module optimization with
+the new pass manager, and `ScalarBuilder`, the typed IR builder that primitives' `lower`
+functions use to express one element of their result.
+
+llvmlite notes (measured here): an engine owns its TargetMachine, so one engine lives for
+the process and every kernel module is added to it; optimization at speed level 2 with
+loop and SLP vectorization on.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from tracegrad.ir import types
+
+_lock = threading.Lock()
+_engine = None
+_target_machine = None
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+F32, F64 = ir.FloatType(), ir.DoubleType()
+
+
+def register_type(dtype: types.DType) -> ir.Type:
+    """The type of a value in registers (bool is i1)."""
+    return {"float32": F32, "float64": F64, "int64": I64, "bool": I1}[dtype.name]
+
+
+def memory_type(dtype: types.DType) -> ir.Type:
+    """The type of an element in memory (NumPy bools are one byte)."""
+    return I8 if dtype is types.bool_ else register_type(dtype)
+
+
+def target_machine():
+    global _target_machine
+    if _target_machine is None:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        target = llvm.Target.from_triple(llvm.get_process_triple())
+        _target_machine = target.create_target_machine(
+            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+            opt=3, codemodel="jitdefault")
+    return _target_machine
+
+
+def _get_engine():
+    global _engine
+    if _engine is None:
+        backing = llvm.parse_assembly("")
+        _engine = llvm.create_mcjit_compiler(backing, target_machine())
+    return _engine
+
+
+def host_description() -> str:
+    """What compiled code depends on: LLVM version, CPU name and features."""
+    return (f"llvm-{'.'.join(map(str, llvm.llvm_version_info))}-{llvm.get_host_cpu_name()}-"
+            f"{llvm.get_host_cpu_features().flatten()}")
+
+
+def optimize(module_ref) -> None:
+    tuning = llvm.create_pipeline_tuning_options(speed_level=2)
+    tuning.loop_vectorization = True
+    tuning.slp_vectorization = True
+    builder = llvm.create_pass_builder(target_machine(), tuning)
+    builder.getModulePassManager().run(module_ref, builder)
+
+
+def compile_module(module: ir.Module, names: list[str]) -> tuple[dict[str, int], str]:
+    """Optimize and JIT-compile `module`; returns function addresses and the optimized IR."""
+    module.triple = llvm.get_process_triple()
+    module.data_layout = str(target_machine().target_data)
+    module_ref = llvm.parse_assembly(str(module))
+    module_ref.verify()
+    optimize(module_ref)
+    optimized = str(module_ref)
+    with _lock:
+        engine = _get_engine()
+        engine.add_module(module_ref)
+        engine.finalize_object()
+        addresses = {name: engine.get_function_address(name) for name in names}
+    return addresses, optimized
+
+
+def assembly(llvm_ir: str) -> str:
+    """Machine code of optimized IR text, as assembly."""
+    return target_machine().emit_assembly(llvm.parse_assembly(llvm_ir))
+
+
+class ScalarBuilder:
+    """Typed scalar IR operations. `in_types`/`out_type` describe the node being lowered."""
+
+    def __init__(self, builder: ir.IRBuilder, module: ir.Module):
+        self.ir = builder
+        self.module = module
+        self.in_types: tuple = ()
+        self.out_type = None
+
+    # -- constants and types --
+    def const(self, value, dtype: types.DType):
+        typ = register_type(dtype)
+        if dtype is types.bool_:
+            return ir.Constant(typ, int(bool(value)))
+        if dtype is types.int64:
+            return ir.Constant(typ, int(value))
+        return ir.Constant(typ, float(value))
+
+    def like(self, value, x):
+        """A constant of x's type."""
+        return ir.Constant(x.type, float(value) if isinstance(x.type, (ir.FloatType, ir.DoubleType))
+                           else int(value))
+
+    @staticmethod
+    def is_float(x) -> bool:
+        return isinstance(x.type, (ir.FloatType, ir.DoubleType))
+
+    def intrinsic(self, name: str, *args):
+        """Call a same-typed LLVM intrinsic such as `sqrt`, `maxnum`, `maximum`, `smax`."""
+        suffix = {F32: "f32", F64: "f64", I64: "i64"}[args[0].type]
+        full_name = f"llvm.{name}.{suffix}"
+        fn = self.module.globals.get(full_name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(args[0].type, [a.type for a in args]), full_name)
+        return self.ir.call(fn, args)
+
+    # -- arithmetic (float, int or bool by operand type, with NumPy's meaning) --
+    def add(self, a, b):
+        if a.type == I1:
+            return self.ir.or_(a, b)
+        return self.ir.fadd(a, b) if self.is_float(a) else self.ir.add(a, b)
+
+    def add_reassoc(self, a, b):
+        """An add the vectorizer may reorder (sum reductions only)."""
+        if self.is_float(a):
+            return self.ir.fadd(a, b, flags=("reassoc", "nsz"))
+        return self.add(a, b)
+
+    def sub(self, a, b):
+        return self.ir.fsub(a, b) if self.is_float(a) else self.ir.sub(a, b)
+
+    def mul(self, a, b):
+        if a.type == I1:
+            return self.ir.and_(a, b)
+        return self.ir.fmul(a, b) if self.is_float(a) else self.ir.mul(a, b)
+
+    def div(self, a, b):
+        return self.ir.fdiv(a, b)
+
+    def neg(self, a):
+        return self.ir.fneg(a) if self.is_float(a) else self.ir.neg(a)
+
+    def maximum(self, a, b):
+        """NumPy's maximum: NaN propagates (llvm.maximum, not maxnum)."""
+        if a.type == I1:
+            return self.ir.or_(a, b)
+        return self.intrinsic("maximum" if self.is_float(a) else "smax", a, b)
+
+    def minimum(self, a, b):
+        if a.type == I1:
+            return self.ir.and_(a, b)
+        return self.intrinsic("minimum" if self.is_float(a) else "smin", a, b)
+
+    def compare(self, op: str, a, b):
+        """op in < <= > >= == != ; float compares are ordered except != (NaN != NaN)."""
+        if self.is_float(a):
+            if op == "!=":
+                return self.ir.fcmp_unordered("!=", a, b)
+            return self.ir.fcmp_ordered(op, a, b)
+        if a.type == I1:
+            return self.ir.icmp_unsigned(op, a, b)
+        return self.ir.icmp_signed(op, a, b)
+
+    def select(self, cond, a, b):
+        return self.ir.select(cond, a, b)
+
+    def is_nan(self, x):
+        return self.ir.fcmp_unordered("uno", x, x)
+
+    def convert(self, x, source: types.DType, target: types.DType):
+        if source is target:
+            return x
+        to = register_type(target)
+        if source is types.bool_:
+            return self.ir.uitofp(x, to) if target.is_floating else self.ir.zext(x, to)
+        if target is types.bool_:
+            return self.compare("!=", x, self.like(0, x))
+        if source.is_floating and target.is_floating:
+            return self.ir.fpext(x, to) if target.itemsize > source.itemsize else self.ir.fptrunc(x, to)
+        if source.is_floating:
+            return self.ir.fptosi(x, to)
+        return self.ir.sitofp(x, to)
+
+    def math(self, name: str, x):
+        from tracegrad.codegen import mathlib
+        return getattr(mathlib, name)(self, x)
+
+    # -- index arithmetic for movement ops (i64) --
+    @staticmethod
+    def index_const(value: int):
+        return I64(value)
+
+    def affine(self, i, start: int, step: int):
+        scaled = i if step == 1 else self.ir.mul(i, I64(step))
+        return scaled if start == 0 else self.ir.add(scaled, I64(start))
+
+    def reshape_index(self, index: list, source: tuple[int, ...], target: tuple[int, ...]) -> list:
+        """Map an index of shape `target` to the same element's index in `source`.
+
+        Dims are matched in blocks of equal element count, so inserting or removing size-1
+        dims and merging/splitting dims costs only the arithmetic of their own block."""
+        result, s, t = [], 0, 0
+        while s < len(source) or t < len(target):
+            if s < len(source) and source[s] == 1:
+                result.append(I64(0))
+                s += 1
+                continue
+            if t < len(target) and target[t] == 1:
+                t += 1
+                continue
+            s_end, t_end = s + 1, t + 1
+            s_count, t_count = source[s], target[t]
+            while s_count != t_count:
+                if s_count < t_count:
+                    s_count *= source[s_end]
+                    s_end += 1
+                else:
+                    t_count *= target[t_end]
+                    t_end += 1
+            if s_end - s == 1 and t_end - t == 1:
+                result.append(index[t])
+            else:
+                flat = None
+                for position in range(t, t_end):
+                    term = index[position]
+                    flat = term if flat is None else self.ir.add(self.ir.mul(flat, I64(target[position])), term)
+                parts = []
+                for position in reversed(range(s, s_end)):
+                    size = source[position]
+                    parts.append(self.ir.urem(flat, I64(size)) if position > s else flat)
+                    if position > s:
+                        flat = self.ir.udiv(flat, I64(size))
+                result.extend(reversed(parts))
+            s, t = s_end, t_end
+        return result
