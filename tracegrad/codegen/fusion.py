@@ -1,10 +1,11 @@
 """Fusion: partition a graph into fused kernels and NumPy steps.
 
-A value is *materialized* (gets a buffer) when it is a graph input or output, feeds more
-than one node, is produced or consumed by an op the code generator cannot lower, or is a
-reduction's result. Every other value is inlined into its single consumer, so chains of
-elementwise ops, broadcasts and views become one loop, and a reduction absorbs the
-elementwise ops that produce its input.
+A value is *materialized* (gets a buffer) when it is a graph input or output, is produced
+or consumed by an op the code generator cannot lower, is a reduction's result, or is read
+by several kernels and too big to recompute. Every other value is inlined where it is
+read, so chains of elementwise ops, broadcasts and views become one loop, a reduction
+absorbs the elementwise ops that produce its input, and a backward kernel recomputes the
+forward values it needs instead of reading them back from memory.
 """
 
 from __future__ import annotations
@@ -52,38 +53,47 @@ class Unfused:
     node: Node
 
 
-def plan(graph: Graph) -> list:
-    consumers: dict[Value, set[int]] = {}
+# An elementwise value read by several kernels is recomputed in each of them (memory
+# traffic costs more than arithmetic here) unless its expression grows beyond this many ops.
+RECOMPUTE_LIMIT = 48
+
+
+def materialized_values(graph: Graph) -> set[Value]:
+    """The values that get a buffer; every other value is inlined where it is read."""
+    consumers: dict[Value, list[Node]] = {}
     for node in graph.nodes:
         for value in node.inputs:
-            consumers.setdefault(value, set()).add(id(node))
-    by_id = {id(n): n for n in graph.nodes}
-    outputs = set(graph.outputs)
+            consumers.setdefault(value, []).append(node)
+    result: set[Value] = set(graph.inputs) | set(graph.outputs)
+    size: dict[Value, int] = {}
+    for node in graph.nodes:
+        for index in range(len(node.out_types)):
+            value = node.output(index)
+            users = consumers.get(value, [])
+            if (value in result or not lowerable(node) or node.op.kind == REDUCTION
+                    or len(node.out_types) > 1 or not users or not all(lowerable(u) for u in users)):
+                result.add(value)
+                continue
+            size[value] = 1 + sum(size.get(v, 0) for v in node.inputs if v not in result)
+            if len({id(u) for u in users}) > 1 and size[value] > RECOMPUTE_LIMIT:
+                result.add(value)
+    return result
 
-    def materialized(value: Value) -> bool:
-        producer = value.node
-        if producer is None or value in outputs or not lowerable(producer):
-            return True
-        if producer.op.kind == REDUCTION:
-            return True
-        users = consumers.get(value, ())
-        if len(users) != 1:
-            return True
-        return not lowerable(by_id[next(iter(users))])
 
+def plan(graph: Graph) -> list:
+    """Kernels and NumPy steps, in an order that respects dependencies."""
+    buffers = materialized_values(graph)
     steps: list = []
     for node in graph.nodes:
         if not lowerable(node):
             steps.append(Unfused(node))
             continue
-        out = node.output(0)
-        if not materialized(out):
-            continue  # inlined into its consumer's kernel
-        if node.op.kind == MOVEMENT and node.inputs[0].node is None or (
-                node.op.kind == MOVEMENT and materialized(node.inputs[0])):
+        if node.output(0) not in buffers:
+            continue  # inlined into the kernels that read it
+        if node.op.kind == MOVEMENT and node.inputs[0] in buffers:
             steps.append(Unfused(node))  # a view of a buffer: NumPy makes it for free
             continue
-        steps.append(_collect(node, materialized))
+        steps.append(_collect(node, lambda value: value in buffers))
     return steps
 
 
