@@ -19,13 +19,20 @@ from tracegrad.ir.types import TensorType
 
 
 class VersionCounter:
-    """Shared by a tensor, its views and its detached aliases; bumped by in-place ops."""
+    """Shared by a tensor, its views and its detached aliases; bumped by in-place ops.
+    `history` counts the in-place ops that re-recorded the tensor's autograd history."""
 
-    __slots__ = ("value",)
+    __slots__ = ("value", "history")
 
     def __init__(self):
         self.value = 0
+        self.history = 0
 
+
+STALE_VIEW_MESSAGE = (
+    "This view was created before an in-place operation changed the autograd history of its "
+    "base, so the graph recorded for the view is out of date (PyTorch would replay the view; "
+    "tracegrad does not). Take the view again after the in-place operation.")
 
 NON_LEAF_GRAD_WARNING = (
     "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
@@ -37,7 +44,7 @@ NON_LEAF_GRAD_WARNING = (
 class Tensor:
     __slots__ = ("_data", "_type", "_value", "_grad_fn", "_requires_grad", "_grad",
                  "_version_counter", "_base", "_retains_grad", "_hooks", "_inference",
-                 "_volatile", "__weakref__", "__dict__")
+                 "_volatile", "_view_history", "__weakref__", "__dict__")
 
     # Make NumPy defer to our reflected operators (ndarray + Tensor -> Tensor.__radd__).
     __array_priority__ = 1000
@@ -62,6 +69,7 @@ class Tensor:
         self._hooks = None
         self._inference = inference
         self._volatile = False
+        self._view_history = 0
 
     @classmethod
     def _make(cls, array, typ: TensorType, inference: bool = False) -> Tensor:
@@ -96,12 +104,18 @@ class Tensor:
 
     def _autograd_value(self) -> Value:
         """This tensor as an IR value in recorded graphs (created once for leaves)."""
+        if self._base is not None:
+            self._check_view_is_current()
         if self._value is not None:
             return self._value
         if not self._requires_grad:
             return Value(self._type)
         self._value = Value(self._type, leaf=weakref.ref(self))
         return self._value
+
+    def _check_view_is_current(self) -> None:
+        if self._view_history != self._version_counter.history:
+            raise RuntimeError(STALE_VIEW_MESSAGE)
 
     # --- metadata ---------------------------------------------------------------------
 
@@ -197,8 +211,9 @@ class Tensor:
     def retain_grad(self) -> None:
         if not self._requires_grad:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
-        if self._grad_fn is not None:
+        if self._grad_fn is not None and not self._retains_grad:
             self._retains_grad = True
+            self._output_hooks().append(_RetainGrad(self))
 
     @property
     def retains_grad(self) -> bool:
@@ -209,10 +224,23 @@ class Tensor:
         replaces the gradient. Returns a handle with `.remove()`."""
         if not self._requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self._grad_fn is not None:
+            # A non-leaf's hooks live on its node (run by the reverse-mode transform),
+            # before the retain_grad hook, which sees the final gradient as in PyTorch.
+            hooks = self._output_hooks()
+            retain_last = bool(hooks) and isinstance(hooks[-1], _RetainGrad)
+            hooks.insert(len(hooks) - retain_last, hook)
+            return _HookHandle(hooks, hook)
         if self._hooks is None:
             self._hooks = []
         self._hooks.append(hook)
         return _HookHandle(self._hooks, hook)
+
+    def _output_hooks(self) -> list:
+        node = self._grad_fn
+        if node.hooks is None:
+            node.hooks = {}
+        return node.hooks.setdefault(self._value.index, [])
 
     def is_inference(self) -> bool:
         return self._inference
@@ -324,6 +352,21 @@ class Tensor:
 
 def _rebuild(array, requires_grad):
     return Tensor(array, requires_grad=requires_grad)
+
+
+class _RetainGrad:
+    """The hook `retain_grad()` puts on a non-leaf's node: accumulates into its `.grad`."""
+
+    def __init__(self, tensor: Tensor):
+        self._tensor = weakref.ref(tensor)
+
+    def __call__(self, grad: Tensor) -> None:
+        tensor = self._tensor()
+        if tensor is None:
+            return
+        if not grad._requires_grad:  # own the buffer: the engine may reuse it
+            grad = Tensor._make(np.array(grad._data, copy=True), grad._type)
+        tensor._grad = grad if tensor._grad is None else tensor._grad + grad
 
 
 class _HookHandle:

@@ -97,7 +97,8 @@ def _apply_inplace(self: Tensor, name: str, compute) -> Tensor:
         raise RuntimeError(LEAF_INPLACE_MESSAGE)
     if self._inference and not MODE.inference:
         raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed."
-                           "You can make a clone to get a normal tensor before doing inplace update.")
+                           "You can make a clone to get a normal tensor before doing inplace update."
+                           "See https://github.com/pytorch/rfcs/pull/17 for more details.")
     result = compute()
     if result.shape != self.shape:
         raise RuntimeError(f"{name}: output with shape {list(self.shape)} doesn't match the "
@@ -109,10 +110,16 @@ def _apply_inplace(self: Tensor, name: str, compute) -> Tensor:
             raise RuntimeError(f"{name}: result type {result.dtype.name} can't be cast to the "
                                f"desired output type {self.dtype.name}")
         result = result_cast
+    if self._requires_grad and not result._requires_grad and MODE.grad_enabled:
+        # A constant overwrote a tensor in the graph (zero_, fill_, copy_ of a constant): it
+        # stays in the graph, and its old history gets a zero gradient, as in PyTorch.
+        result = F.where(ew.full(self.shape, True, types.bool_), result, self)
     if result._data is None:
         return _apply_traced_inplace(self, result)
     base = self._base
     tracks_grad = result._requires_grad or self._requires_grad
+    if base is not None and base._requires_grad and base._grad_fn is None and MODE.grad_enabled:
+        raise RuntimeError("a view of a " + LEAF_INPLACE_MESSAGE[2:])
     if base is not None and (tracks_grad or base._requires_grad) and MODE.grad_enabled:
         raise RuntimeError(VIEW_INPLACE_MESSAGE.format(op=name))
     node = result._grad_fn
@@ -124,11 +131,13 @@ def _apply_inplace(self: Tensor, name: str, compute) -> Tensor:
                 saved.counter = type(saved.counter)()
                 saved.version = 0
     if not self._data.flags.writeable:
-        raise RuntimeError(f"{name}: unsupported operation: the tensor is a broadcast (expanded) "
-                           "view in which several elements share one memory location; clone() it first")
+        raise RuntimeError("unsupported operation: more than one element of the written-to tensor "
+                           "refers to a single memory location. Please clone() the tensor before "
+                           "performing the operation.")
     np.copyto(self._data, result._data, casting="unsafe")
     self._version_counter.value += 1
     if result._requires_grad:
+        self._version_counter.history += 1  # views taken before now have a stale grad_fn
         self._grad_fn = result._grad_fn
         self._value = result._value
         self._requires_grad = True

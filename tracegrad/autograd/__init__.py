@@ -5,6 +5,8 @@ here while the engine imports them.
 """
 
 import importlib
+import sys
+import types
 
 _EXPORTS = {
     "backward": "engine", "grad": "engine",
@@ -14,6 +16,19 @@ _EXPORTS = {
     "no_grad": "grad_mode", "set_grad_enabled": "grad_mode",
     "Variable": "variable",
 }
+
+
+class _AutogradModule(types.ModuleType):
+    """`gradcheck` names a submodule and a function, as in PyTorch. Importing the submodule
+    would bind the module over the function; keep the function reachable instead."""
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == name:
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _AutogradModule
 
 
 def __getattr__(name):

@@ -78,9 +78,12 @@ class Function:
                     {"ctx": ctx, "arg_needs": needs},
                     tuple(TensorType(o.shape, o.dtype) for o in tensor_outputs), user_location())
         node.needs_input_grad = tuple(t._requires_grad for t in input_tensors)
-        node.saved = (None,) * len(input_tensors)
         ctx._node = node
         to_save = getattr(ctx, "_to_save", ())
+        # The node's saved values live on ctx; the marker lets backward free (and then
+        # refuse to rerun) only a node that saved tensors, as PyTorch does.
+        saves_tensors = any(isinstance(t, Tensor) for t in to_save)
+        node.saved = (None,) * len(input_tensors) if saves_tensors else None
         output_ids = {id(o): i for i, o in enumerate(outs) if isinstance(o, Tensor)}
         ctx._saved = tuple(
             SavedTensor(t, output_index=output_ids[id(t)]) if isinstance(t, Tensor) and id(t) in output_ids

@@ -84,6 +84,11 @@ class set_grad_enabled(_DecoratorContextManager):
         self.mode = bool(mode)
         MODE.grad_enabled = self.mode
 
+    def __call__(self, fn=None):
+        # As a decorator it must not leave the mode set by __init__ in place.
+        MODE.grad_enabled = self.prev
+        return super().__call__(fn)
+
     def clone(self):
         return self.__class__(self.mode)
 

@@ -21,16 +21,18 @@ def _outputs(fn, inputs) -> list[Tensor]:
 
 def _numerical_jacobian(fn, inputs, index, output_index, eps):
     x = inputs[index]
-    flat = x._data.reshape(-1)  # a view: perturbs the tensor's own buffer
+    # Index the tensor's own buffer (reshape(-1) would copy a non-contiguous one), in
+    # C order to match the analytical Jacobian's columns.
+    array = x._data
     with no_grad():
         columns = []
-        for k in range(flat.size):
-            original = flat[k]
-            flat[k] = original + eps
+        for index in np.ndindex(array.shape):
+            original = array[index]
+            array[index] = original + eps
             plus = _outputs(fn, inputs)[output_index]._data.astype(np.float64).reshape(-1).copy()
-            flat[k] = original - eps
+            array[index] = original - eps
             minus = _outputs(fn, inputs)[output_index]._data.astype(np.float64).reshape(-1).copy()
-            flat[k] = original
+            array[index] = original
             columns.append((plus - minus) / (2 * eps))
     return np.stack(columns, axis=1) if columns else np.zeros((0, 0))
 
@@ -103,11 +105,14 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: f
 
     def first_order(*args):
         xs, seeds = args[:len(inputs)], args[len(inputs):]
-        outs = [o for o in _outputs(func, xs) if o.dtype.is_floating]
-        pairs = [(o, s) for o, s in zip(outs, seeds) if o._requires_grad]
-        grads = autograd_grad([o for o, _ in pairs], [xs[i] for i in diff_positions],
-                              [s for _, s in pairs], create_graph=True, allow_unused=True,
-                              materialize_grads=True)
+        # The first-order gradients must be recorded even while the numerical Jacobian
+        # evaluates this function under no_grad.
+        with enable_grad():
+            outs = [o for o in _outputs(func, xs) if o.dtype.is_floating]
+            pairs = [(o, s) for o, s in zip(outs, seeds) if o._requires_grad]
+            grads = autograd_grad([o for o, _ in pairs], [xs[i] for i in diff_positions],
+                                  [s for _, s in pairs], create_graph=True, allow_unused=True,
+                                  materialize_grads=True)
         return tuple(grads)
 
     return gradcheck(first_order, inputs + grad_outputs, eps=eps, atol=atol, rtol=rtol,

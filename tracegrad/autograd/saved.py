@@ -12,8 +12,10 @@ FREED_MESSAGE = (
     "calling backward.")
 
 INFERENCE_MESSAGE = (
-    "Inference tensors cannot be saved for backward. To work around you can make a clone to "
-    "get a normal tensor and use it in autograd.")
+    "Inference tensors cannot be saved for backward. Please do not use Tensors created in "
+    "inference mode in computation tracked by autograd. To work around this, you can make a "
+    "clone to get a normal tensor and use it in autograd, or use `torch.no_grad()` instead of "
+    "`torch.inference_mode()`.")
 
 
 class SavedTensor:

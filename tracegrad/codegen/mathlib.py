@@ -94,3 +94,56 @@ def sigmoid(b, x):
     # 1 / (1 + exp(-x)): exp(-x) overflows to inf for very negative x, giving exactly 0.
     one = b.like(1.0, x)
     return b.div(one, b.add(one, exp(b, b.neg(x))))
+
+
+def _in_f64(b, x, fn):
+    """Evaluate `fn` in float64 for a float32 input: simple and accurate to well within
+    float32's 4-ulp budget, at half the vector width."""
+    if x.type == F64:
+        return fn(b, x)
+    return b.ir.fptrunc(fn(b, b.ir.fpext(x, F64)), F32)
+
+
+def _tanh_taylor(terms: int) -> list[float]:
+    """Taylor coefficients of tanh(x)/x in powers of x^2, from Bernoulli numbers."""
+    from fractions import Fraction
+    bernoulli = [Fraction(1)]
+    for m in range(1, 2 * terms + 1):
+        bernoulli.append(-sum(Fraction(math.comb(m + 1, k)) * bernoulli[k] for k in range(m)) / (m + 1))
+    return [float(Fraction(2 ** (2 * n) * (2 ** (2 * n) - 1)) * bernoulli[2 * n] / math.factorial(2 * n))
+            for n in range(1, terms + 1)]
+
+
+TANH_SMALL = 0.55
+_TANH_COEFFICIENTS = {F64: _tanh_taylor(20), F32: _tanh_taylor(9)}
+
+
+def tanh(b, x):
+    ax = b.intrinsic("fabs", x)
+    # Near zero, the odd Taylor series (alternating, so no cancellation trouble); elsewhere
+    # 1 - 2 / (exp(2|x|) + 1), which saturates to 1 when exp overflows.
+    small = b.mul(x, _horner(b, b.mul(x, x), _TANH_COEFFICIENTS[x.type]))
+    two = b.like(2.0, x)
+    large = b.sub(b.like(1.0, x), b.div(two, b.add(exp(b, b.mul(ax, two)), b.like(1.0, x))))
+    large = b.intrinsic("copysign", large, x)
+    result = b.select(b.compare("<", ax, b.like(TANH_SMALL, x)), small, large)
+    return b.select(b.is_nan(x), x, result)
+
+
+# Cephes' erf/erfc rational approximations (S. Moshier, public domain), as in ops/mathfn.py.
+def _erf64(b, x):
+    from tracegrad.ops import mathfn
+    ax = b.intrinsic("minnum", b.intrinsic("fabs", x), b.like(30.0, x))
+    z = b.mul(x, x)
+    inner = b.div(b.mul(x, _horner(b, z, mathfn._T[::-1])), _horner(b, z, mathfn._U[::-1]))
+    mid = b.compare("<", ax, b.like(8.0, x))
+    p = b.select(mid, _horner(b, ax, mathfn._P[::-1]), _horner(b, ax, mathfn._R[::-1]))
+    q = b.select(mid, _horner(b, ax, mathfn._Q[::-1]), _horner(b, ax, mathfn._S[::-1]))
+    erfc = b.div(b.mul(exp(b, b.neg(b.mul(ax, ax))), p), q)
+    outer = b.intrinsic("copysign", b.sub(b.like(1.0, x), erfc), x)
+    result = b.select(b.compare("<=", ax, b.like(1.0, x)), inner, outer)
+    return b.select(b.is_nan(x), x, result)
+
+
+def erf(b, x):
+    return _in_f64(b, x, _erf64)

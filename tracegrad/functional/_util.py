@@ -21,25 +21,23 @@ def _category(dtype: types.DType) -> int:
 
 
 def result_dtype(*operands) -> types.DType:
-    """PyTorch's promotion: tensors with dims outrank 0-d tensors, which outrank scalars;
-    a lower-priority operand only lifts the category (to its default dtype)."""
-    dim_tensors = [o.dtype for o in operands if isinstance(o, Tensor) and o.ndim > 0]
-    zero_dim = [o.dtype for o in operands if isinstance(o, Tensor) and o.ndim == 0]
-    scalars = [o for o in operands if not isinstance(o, Tensor)]
+    """PyTorch's promotion: tensors with dims outrank 0-d tensors, which outrank Python
+    scalars. Each group is promoted within itself; a lower-ranked group decides the result
+    only when its category (bool < int < float) is higher: a 0-d tensor then brings its own
+    dtype (int64 + 0-d float64 -> float64), a scalar its category's default (-> float32)."""
+    scalars = [o.item() if isinstance(o, np.number) else o for o in operands if not isinstance(o, Tensor)]
+    groups = ([o.dtype for o in operands if isinstance(o, Tensor) and o.ndim > 0],
+              [o.dtype for o in operands if isinstance(o, Tensor) and o.ndim == 0],
+              [types.scalar_dtype(s) for s in scalars])
     result = None
-    for group in (dim_tensors, zero_dim):
-        for dtype in group:
-            if result is None:
-                result = dtype
-            elif _category(dtype) > _category(result) and group is not dim_tensors:
-                result = types.default_float if dtype.is_floating else dtype
-            else:
-                result = types.promote(result, dtype)
-    if result is None:
-        result = types.scalar_dtype(scalars[0])
-        scalars = scalars[1:]
-    for scalar in scalars:
-        result = types.promote_with_scalar(result, scalar)
+    for group in groups:
+        if not group:
+            continue
+        group_dtype = group[0]
+        for dtype in group[1:]:
+            group_dtype = types.promote(group_dtype, dtype)
+        if result is None or _category(group_dtype) > _category(result):
+            result = group_dtype
     return result
 
 

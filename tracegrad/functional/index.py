@@ -2,8 +2,9 @@
 
 A key is compiled into a plan of primitive steps (slice, reshape, permute, index). Reading
 runs the plan; writing runs each step's transpose in reverse on the value and on a mask of
-ones, then selects: `where(mask, scattered_value, x)`. Writes to repeated integer indices
-add up rather than the last one winning.
+ones, then selects: `where(mask, scattered_value, x)`. An element written by several
+repeated indices gets the mean of their values: PyTorch leaves the winner unspecified, and
+equal values (`x[[0, 0]] = 7`, the common case) come out exact.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def _expand_key(key, ndim):
         raise IndexError("an index can only have a single ellipsis ('...')")
     if consumed > ndim:
         raise IndexError(f"too many indices for tensor of dimension {ndim}")
-    if Ellipsis in items:
-        at = items.index(Ellipsis)
+    # `Ellipsis in items` would compare index tensors with `==`; test identity instead.
+    at = next((i for i, item in enumerate(items) if item is Ellipsis), None)
+    if at is not None:
         items[at:at + 1] = [slice(None)] * (ndim - consumed)
     else:
         items += [slice(None)] * (ndim - consumed)
@@ -168,8 +170,14 @@ def index_put(x: Tensor, key, value) -> Tensor:
     if not plan.steps:
         return ew.copy(value)
     placed = plan.scatter(value)
-    ones = ew.full(target_shape, 1.0, types.float64)
-    mask = ew.ne(plan.scatter(ones), ew.full(x.shape, 0.0, types.float64))
+    counts = plan.scatter(ew.full(target_shape, 1.0, types.float64))
+    mask = ew.ne(counts, ew.full(x.shape, 0.0, types.float64))
+    # The scatter sums repeated indices' values; dividing by the write count gives their mean.
+    writes = ew.maximum(counts, ew.full(x.shape, 1.0, types.float64))
+    if x.dtype.is_floating:
+        placed = ew.div(placed, ew.convert(writes, x.dtype))
+    else:
+        placed = ew.convert(ew.div(ew.convert(placed, types.float64), writes), x.dtype)
     return ew.where(mask, placed, x)
 
 

@@ -21,7 +21,11 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:
         raise RuntimeError(f"matmul: mat1 and mat2 shapes cannot be multiplied ({list(input.shape)} "
                            f"and {list(other.shape)}): expected size {a2.shape[-1]} to match "
                            f"{b2.shape[-2]}")
-    batch = broadcast_shapes("matmul", a2.shape[:-2], b2.shape[:-2])
+    try:
+        batch = broadcast_shapes("matmul", a2.shape[:-2], b2.shape[:-2])
+    except RuntimeError as error:
+        raise RuntimeError(f"matmul: the batch dimensions of {list(input.shape)} and {list(other.shape)} "
+                           f"cannot be broadcast ({error})") from None
     a2 = broadcast_to(a2, batch + a2.shape[-2:])
     b2 = broadcast_to(b2, batch + b2.shape[-2:])
     out = linalg.matmul(a2, b2)

@@ -5,6 +5,7 @@ from tracegrad.ir.graph import Graph, Node, Value  # noqa: F401
 from tracegrad.ir.interpreter import interpret  # noqa: F401
 from tracegrad.ir.printer import format_graph  # noqa: F401
 from tracegrad.ir.types import TensorType  # noqa: F401
+from tracegrad.ir.verifier import IRVerificationError, verify  # noqa: F401
 
 
 def dump(obj) -> str:

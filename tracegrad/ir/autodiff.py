@@ -58,6 +58,8 @@ def _context(node: Node, unpack: Callable) -> VJPContext:
     if saved is FREED:
         raise RuntimeError(FREED_MESSAGE)
     n_inputs = len(node.inputs)
+    if saved is None:  # the rule reads no saved values
+        saved = (None,) * n_inputs
     inputs = [unpack(s, node) if s is not None else None for s in saved[:n_inputs]]
     out = unpack(saved[n_inputs], node) if len(saved) > n_inputs else None
     return VJPContext(inputs, out, node.attrs, tuple(v.type for v in node.inputs), node.out_types,

@@ -1,7 +1,7 @@
 """`Tracer`: while active, ops on tensors append nodes to a graph instead of computing.
 
-Concrete tensors an op reads become graph inputs by identity (captured), so the graph
-can later run with their current data. Used to build backward graphs; the compiler
+Concrete tensors an op reads become graph inputs by identity of their array (captured),
+so the graph can later run with their current data. Used to build backward graphs; the compiler
 traces whole functions with it.
 """
 
@@ -14,16 +14,21 @@ from tracegrad.ir.graph import Graph, Value
 class Tracer:
     def __init__(self, graph: Graph):
         self.graph = graph
-        self.captured: dict[int, tuple[object, Value]] = {}
+        self.captured: dict[object, tuple[object, Value]] = {}
 
     def value_of(self, tensor) -> Value:
         if tensor._data is None:
             return tensor._value
-        entry = self.captured.get(id(tensor))
+        # Keyed by the array, not the Tensor object: the backward transform unpacks a saved
+        # tensor into a new Tensor at each use, and one array saved by several nodes (y in
+        # `tanh(x) * tanh(x)`) should be one graph input. `captured` keeps the array alive,
+        # so its id is not reused while tracing.
+        key = (id(tensor._data), tensor._type)
+        entry = self.captured.get(key)
         if entry is None:
             name = f"c{len(self.captured)}"
             entry = (tensor, self.graph.add_input(tensor._type, name))
-            self.captured[id(tensor)] = entry
+            self.captured[key] = entry
         return entry[1]
 
     def register(self, tensor) -> None:

@@ -26,7 +26,10 @@ class Linear(Module):
         bound = 1.0 / math.sqrt(in_features) if in_features else 0.0
         with no_grad():
             self.weight = Parameter(_uniform((out_features, in_features), bound))
-            self.bias = Parameter(_uniform((out_features,), bound)) if bias else None
+            if bias:
+                self.bias = Parameter(_uniform((out_features,), bound))
+            else:
+                self.register_parameter("bias", None)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.linear(input, self.weight, self.bias)
@@ -51,7 +54,9 @@ class Sequential(Module):
             input = module(input)
         return input
 
-    def __getitem__(self, index: int) -> Module:
+    def __getitem__(self, index: int | slice) -> Module:
+        if isinstance(index, slice):
+            return Sequential(*list(self._modules.values())[index])
         return list(self._modules.values())[index]
 
     def __setitem__(self, index: int, module: Module) -> None:

@@ -22,6 +22,18 @@ class Module:
     def __setattr__(self, name: str, value) -> None:
         if "_parameters" not in self.__dict__:
             raise AttributeError("cannot assign attributes before Module.__init__() call")
+        if not isinstance(value, Parameter) and name in self._parameters:
+            # As PyTorch: a registered parameter may become None, but a plain tensor there
+            # would silently drop out of parameters() and the optimizer.
+            if value is not None:
+                raise TypeError(f"cannot assign '{type(value).__name__}' as parameter '{name}' "
+                                "(tracegrad.nn.Parameter or None expected)")
+            self._parameters[name] = None
+            return
+        if name in self._buffers and (value is None or (isinstance(value, Tensor)
+                                                        and not isinstance(value, Parameter))):
+            self._buffers[name] = value
+            return
         for registry in (self._parameters, self._modules, self._buffers):
             registry.pop(name, None)
         if isinstance(value, Parameter):
@@ -66,12 +78,13 @@ class Module:
         seen: set[int] = set()
         stack = [(prefix, self)]
         while stack:
-            name, module = stack.pop(0)
+            name, module = stack.pop()
             if id(module) in seen:
                 continue
             seen.add(id(module))
             yield name, module
-            for child_name, child in module._modules.items():
+            # Depth-first pre-order, as PyTorch: parameters of `a.sub` come before `b`'s.
+            for child_name, child in reversed(module._modules.items()):
                 if child is not None:
                     stack.append((f"{name}.{child_name}" if name else child_name, child))
 

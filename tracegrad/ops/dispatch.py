@@ -26,6 +26,8 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict | None = None):
     volatile = False
     requires_grad = False
     for t in inputs:
+        if t._base is not None and MODE.grad_enabled:
+            t._check_view_is_current()
         volatile |= t._volatile
         requires_grad |= t._requires_grad
     record = (requires_grad and MODE.grad_enabled and prim.vjp is not None and not volatile
@@ -63,7 +65,8 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict | None = None):
                 out._value = node.output(i)
         if prim.saves_output:  # after marking: a saved output must stay differentiable
             saved.append(SavedTensor(outputs[0], output_index=0))
-        node.saved = tuple(saved)
+        # A node that saved nothing has nothing to free: it can be run backward again.
+        node.saved = tuple(saved) if any(s is not None for s in saved) else None
     elif volatile:
         for out in outputs:
             out._volatile = True
@@ -75,4 +78,5 @@ def _share_storage(source, view) -> None:
     if not np.may_share_memory(source._data, view._data):
         return
     view._version_counter = source._version_counter
+    view._view_history = source._version_counter.history
     view._base = source._base if source._base is not None else source

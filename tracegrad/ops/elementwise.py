@@ -86,7 +86,8 @@ COS = Primitive("cos", shape_rule=_unary_float_rule("cos"), impl=_quiet(np.cos),
                 saves_inputs=(0,), vjp=lambda ctx, g: (neg(mul(g, sin(ctx.inputs[0]))),))
 TANH = Primitive("tanh", shape_rule=_unary_float_rule("tanh"), impl=_quiet(np.tanh),
                  kind=ELEMENTWISE, saves_output=True,
-                 vjp=lambda ctx, g: (mul(g, sub(full_like(ctx.out, 1.0), mul(ctx.out, ctx.out))),))
+                 vjp=lambda ctx, g: (mul(g, sub(full_like(ctx.out, 1.0), mul(ctx.out, ctx.out))),),
+                lower=lambda b, x: b.math("tanh", x))
 
 
 def _sigmoid_impl(x):
@@ -108,7 +109,8 @@ def _erf_vjp(ctx, g):
 
 
 ERF = Primitive("erf", shape_rule=_unary_float_rule("erf"), impl=_np_erf, kind=ELEMENTWISE,
-                saves_inputs=(0,), vjp=_erf_vjp)
+                saves_inputs=(0,), vjp=_erf_vjp,
+                lower=lambda b, x: b.math("erf", x))
 # abs'(0) = 0 and sign's gradient is zero everywhere, as in PyTorch.
 ABS = Primitive("abs", shape_rule=_unary_any_rule, impl=np.abs, kind=ELEMENTWISE,
                 saves_inputs=(0,), vjp=lambda ctx, g: (mul(g, sign(ctx.inputs[0])),),

@@ -8,8 +8,12 @@ from tracegrad.tensor import Tensor
 class Optimizer:
     def __init__(self, params, defaults: dict):
         self.defaults = defaults
-        self.state: dict[int, dict] = {}
+        # Keyed by the parameter itself, as PyTorch (`optimizer.state[p]`); Tensor hashes by id.
+        self.state: dict[Tensor, dict] = {}
         self.param_groups: list[dict] = []
+        if isinstance(params, Tensor):  # list(tensor) would iterate its rows
+            raise TypeError("params argument given to the optimizer should be an iterable of "
+                            f"Tensors or dicts, but got {type(params).__name__}")
         params = list(params)
         if not params:
             raise ValueError("optimizer got an empty parameter list")
@@ -23,6 +27,9 @@ class Optimizer:
         for p in group["params"]:
             if not p.is_leaf:
                 raise ValueError("can't optimize a non-leaf Tensor")
+        present = {id(p) for other in self.param_groups for p in other["params"]}
+        if any(id(p) in present for p in group["params"]):
+            raise ValueError("some parameters appear in more than one parameter group")
         for key, value in self.defaults.items():
             group.setdefault(key, value)
         self.param_groups.append(group)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.autograd.grad_mode import enable_grad, no_grad
 from tracegrad.optim.optimizer import Optimizer
 
 
@@ -22,7 +22,10 @@ class SGD(Optimizer):
 
     @no_grad()
     def step(self, closure=None):
-        loss = closure() if closure is not None else None
+        loss = None
+        if closure is not None:  # the closure calls backward(): it needs grad mode
+            with enable_grad():
+                loss = closure()
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
@@ -31,7 +34,7 @@ class SGD(Optimizer):
                 if group["weight_decay"] != 0:
                     d_p = d_p + p * group["weight_decay"]
                 if group["momentum"] != 0:
-                    state = self.state.setdefault(id(p), {})
+                    state = self.state.setdefault(p, {})
                     buf = state.get("momentum_buffer")
                     if buf is None:
                         buf = d_p.clone()
