@@ -10,3 +10,16 @@ import tracegrad as tg
 def _seed():
     tg.manual_seed(0)
     np.random.seed(0)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_kernel_cache(tmp_path_factory):
+    """Compiled kernels go to a per-run directory, not the user's cache."""
+    import os
+    previous = os.environ.get("TRACEGRAD_CACHE_DIR")
+    os.environ["TRACEGRAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernel-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("TRACEGRAD_CACHE_DIR", None)
+    else:
+        os.environ["TRACEGRAD_CACHE_DIR"] = previous

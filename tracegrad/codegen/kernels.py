@@ -15,7 +15,7 @@ import numpy as np
 from llvmlite import ir
 
 from tracegrad.codegen.fusion import FusedKernel
-from tracegrad.codegen.llvm import I8, I64, ScalarBuilder, compile_module, memory_type
+from tracegrad.codegen.llvm import I8, I64, ScalarBuilder, compile_kernel, memory_type
 from tracegrad.ir import types
 from tracegrad.ir.graph import Value
 from tracegrad.ops.primitive import MOVEMENT, REDUCTION
@@ -190,8 +190,8 @@ class KernelStep:
         self.name = f"kernel{next(_names)}"
         kernel.name = self.name
         self.module = build_llvm(kernel, self.name)
-        addresses, self.optimized_ir = compile_module(self.module, [self.name])
-        self.function = KERNEL_SIGNATURE(addresses[self.name])
+        address, self.symbol, self.from_disk = compile_kernel(self.module, self.name)
+        self.function = KERNEL_SIGNATURE(address)
         self.inputs = inputs
         self.outputs = (output,)
         self.out_shape = kernel.output.type.shape

@@ -68,20 +68,48 @@ def optimize(module_ref) -> None:
     builder.getModulePassManager().run(module_ref, builder)
 
 
-def compile_module(module: ir.Module, names: list[str]) -> tuple[dict[str, int], str]:
-    """Optimize and JIT-compile `module`; returns function addresses and the optimized IR."""
+_loaded: dict[str, int] = {}
+
+
+def compile_kernel(module: ir.Module, name: str) -> tuple[int, str, bool]:
+    """JIT-compile the one-function `module` whose function is called `name`.
+
+    The symbol is renamed after the hash of the IR, so identical kernels share one symbol
+    and the disk cache can be keyed by it. Returns (address, symbol, loaded_from_disk)."""
+    from tracegrad.codegen import cache
+
     module.triple = llvm.get_process_triple()
     module.data_layout = str(target_machine().target_data)
-    module_ref = llvm.parse_assembly(str(module))
-    module_ref.verify()
-    optimize(module_ref)
-    optimized = str(module_ref)
+    text = str(module)
+    host = host_description()
+    key = cache.kernel_key(text, host)
+    symbol = f"tg_{key[:24]}"
     with _lock:
-        engine = _get_engine()
-        engine.add_module(module_ref)
-        engine.finalize_object()
-        addresses = {name: engine.get_function_address(name) for name in names}
-    return addresses, optimized
+        if symbol in _loaded:
+            return _loaded[symbol], symbol, False
+    text = text.replace(f'@"{name}"', f'@"{symbol}"')
+    obj = cache.load(key, host)
+    from_disk = obj is not None
+    if obj is None:
+        module_ref = llvm.parse_assembly(text)
+        module_ref.verify()
+        optimize(module_ref)
+        obj = target_machine().emit_object(module_ref)
+        cache.store(key, host, obj)
+    with _lock:
+        if symbol not in _loaded:
+            engine = _get_engine()
+            engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            engine.finalize_object()
+            _loaded[symbol] = engine.get_function_address(symbol)
+        return _loaded[symbol], symbol, from_disk
+
+
+def optimized_ir(module: ir.Module) -> str:
+    """The optimized LLVM IR of a module (for inspection; recomputed on demand)."""
+    module_ref = llvm.parse_assembly(str(module))
+    optimize(module_ref)
+    return str(module_ref)
 
 
 def assembly(llvm_ir: str) -> str:
