@@ -29,21 +29,58 @@ def lowerable(node: Node) -> bool:
 
 @dataclass
 class FusedKernel:
-    """One loop nest computing `output`. `nodes` are inlined (in execution order),
-    `leaves` are the materialized values it reads."""
+    """One loop nest. A map kernel computes `outputs` (values of the domain's shape) and
+    may fold `full_reductions` (reductions over every axis of the domain) into the same
+    loop; a reduction kernel computes one `reduction` over some axes. `nodes` are the
+    inlined nodes in execution order, `leaves` the buffers read."""
 
-    output: Value
+    outputs: list[Value]
     nodes: list[Node]
     leaves: list[Value]
     reduction: Node | None = None
+    full_reductions: list[Node] = field(default_factory=list)
     name: str = ""
-    meta: dict = field(default_factory=dict)
+    # Leaves read through a view (another element than the loop's current one).
+    remapped: set = field(default_factory=set)
 
     @property
     def domain(self) -> tuple[int, ...]:
         if self.reduction is not None:
             return self.reduction.inputs[0].type.shape
-        return self.output.type.shape
+        if self.outputs:
+            return self.outputs[0].type.shape
+        return self.full_reductions[0].inputs[0].type.shape
+
+    @property
+    def results(self) -> list[Value]:
+        """Every buffer the kernel writes, in argument order."""
+        if self.reduction is not None:
+            return [self.reduction.output(0)]
+        return self.outputs + [n.output(0) for n in self.full_reductions]
+
+    def as_loop_part(self) -> FusedKernel | None:
+        """This kernel in map form (a full reduction becomes a folded reduction), or None
+        when it cannot share a loop (a reduction over some axes only)."""
+        node = self.reduction
+        if node is None:
+            return self
+        if len(node.attrs["axes"]) != len(node.inputs[0].type.shape):
+            return None
+        return FusedKernel([], self.nodes, self.leaves, None, [node], remapped=self.remapped)
+
+    def can_read_in_loop(self, value: Value) -> bool:
+        """Whether `value`, computed by this loop, can be read by another part of it: only
+        at the loop's current element, which the loop has computed already."""
+        return value not in self.remapped and value.type.shape == self.domain
+
+    def absorb(self, other: FusedKernel) -> None:
+        computed_here = set(self.results)
+        self.outputs += other.outputs
+        self.full_reductions += other.full_reductions
+        known = {id(n) for n in self.nodes}
+        self.nodes += [n for n in other.nodes if id(n) not in known]
+        self.leaves += [v for v in other.leaves if v not in self.leaves and v not in computed_here]
+        self.remapped |= other.remapped
 
 
 @dataclass
@@ -80,6 +117,10 @@ def materialized_values(graph: Graph) -> set[Value]:
     return result
 
 
+# How far back a kernel looks for an earlier kernel over the same domain to join.
+MERGE_WINDOW = 12
+
+
 def plan(graph: Graph) -> list:
     """Kernels and NumPy steps, in an order that respects dependencies."""
     buffers = materialized_values(graph)
@@ -94,28 +135,76 @@ def plan(graph: Graph) -> list:
             steps.append(Unfused(node))  # a view of a buffer: NumPy makes it for free
             continue
         steps.append(_collect(node, lambda value: value in buffers))
+    return drop_internal_outputs(merge_loops(steps), graph)
+
+
+def drop_internal_outputs(steps: list, graph: Graph) -> list:
+    """A kernel output read only inside its own loop needs no buffer."""
+    read = set(graph.outputs)
+    for step in steps:
+        read.update(step.leaves if isinstance(step, FusedKernel) else step.node.inputs)
+    for step in steps:
+        if isinstance(step, FusedKernel) and step.reduction is None:
+            step.outputs = [v for v in step.outputs if v in read]
     return steps
+
+
+def merge_loops(steps: list) -> list:
+    """Fold kernels over the same domain into one loop (multi-output kernels) when every
+    buffer the later kernel reads already exists where the earlier one runs."""
+    merged: list = []
+    made_at: dict[Value, int] = {}
+    for step in steps:
+        target = None
+        part = step.as_loop_part() if isinstance(step, FusedKernel) else None
+        if part is not None:
+            for position in range(len(merged) - 1, max(-1, len(merged) - 1 - MERGE_WINDOW), -1):
+                candidate = merged[position]
+                if (isinstance(candidate, FusedKernel) and candidate.reduction is None
+                        and candidate.domain == part.domain
+                        and all(made_at.get(v, -1) < position
+                                or (made_at[v] == position and part.can_read_in_loop(v))
+                                for v in part.leaves)):
+                    target = position
+                    break
+        if target is not None:
+            merged[target].absorb(part)
+            produced, position = part.results, target
+        else:
+            merged.append(step)
+            produced = step.results if isinstance(step, FusedKernel) else [
+                step.node.output(i) for i in range(len(step.node.out_types))]
+            position = len(merged) - 1
+        for value in produced:
+            made_at[value] = position
+    return merged
 
 
 def _collect(root: Node, materialized) -> FusedKernel:
     nodes: list[Node] = []
     leaves: list[Value] = []
-    seen_nodes: set[int] = set()
-    seen_leaves: set[Value] = set()
+    remapped: set[Value] = set()
+    placed: set[int] = set()
+    seen: set[tuple[int, bool]] = set()
 
-    def visit(node: Node) -> None:
-        if id(node) in seen_nodes:
+    def visit(node: Node, through_view: bool) -> None:
+        if (id(node), through_view) in seen:
             return
-        seen_nodes.add(id(node))
+        seen.add((id(node), through_view))
+        below_view = through_view or node.op.kind == MOVEMENT
         for value in node.inputs:
             if materialized(value):
-                if value not in seen_leaves:
-                    seen_leaves.add(value)
+                if value not in leaves:
                     leaves.append(value)
+                if below_view:
+                    remapped.add(value)
             else:
-                visit(value.node)
-        nodes.append(node)
+                visit(value.node, below_view)
+        if id(node) not in placed:
+            placed.add(id(node))
+            nodes.append(node)
 
-    visit(root)
-    reduction = root if root.op.kind == REDUCTION else None
-    return FusedKernel(root.output(0), nodes, leaves, reduction)
+    visit(root, False)
+    if root.op.kind == REDUCTION:
+        return FusedKernel([], nodes, leaves, reduction=root, remapped=remapped)
+    return FusedKernel([root.output(0)], nodes, leaves, remapped=remapped)

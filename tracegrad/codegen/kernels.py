@@ -43,7 +43,7 @@ class _Emitter:
 
     def flat_offset(self, index: list, shape: tuple[int, ...]):
         if self.flat:
-            return index[0]
+            return index[0] if shape else I64(0)
         offset = None
         for i, stride, size in zip(index, _strides(shape), shape):
             if size == 1:
@@ -111,49 +111,68 @@ def build_llvm(kernel: FusedKernel, name: str) -> ir.Module:
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer()]), name)
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     b = ScalarBuilder(builder, module)
-    buffers = [kernel.output] + kernel.leaves
     pointers = {}
-    for position, value in enumerate(buffers):
+    for position, value in enumerate(kernel.results + kernel.leaves):
         raw = builder.load(builder.gep(fn.args[0], [I64(position)], inbounds=True))
         pointers[value] = builder.bitcast(raw, memory_type(value.type.dtype).as_pointer())
-    out_pointer = pointers[kernel.output]
     emitter = _Emitter(kernel, b, pointers)
-
-    def store(index_offset, result):
-        if kernel.output.type.dtype is types.bool_:
-            result = builder.zext(result, I8)
-        builder.store(result, builder.gep(out_pointer, [index_offset], inbounds=True))
-
     if kernel.reduction is None:
-        shape = kernel.domain
-        if len(shape) > 1 and all(n.op.kind != MOVEMENT for n in kernel.nodes):
-            # No index remapping anywhere: every buffer has the domain's shape, so one
-            # flat loop over all elements does (and vectorizes best).
-            emitter.flat = True
-
-            def flat_body(i):
-                emitter.memo.clear()
-                store(i, emitter.emit(kernel.output, [i]))
-            _loop(builder, int(np.prod(shape)), flat_body)
-        else:
-            def body(index):
-                emitter.memo.clear()
-                store(emitter.flat_offset(index, shape), emitter.emit(kernel.output, index))
-            _nest(builder, list(shape), body)
+        _map_loop(builder, b, emitter, kernel)
     else:
-        _reduce(builder, b, emitter, kernel, store)
+        _reduce(builder, b, emitter, kernel)
     builder.ret_void()
     return module
 
 
-def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, store) -> None:
+def _store(builder, emitter: _Emitter, value: Value, offset, result) -> None:
+    if value.type.dtype is types.bool_:
+        result = builder.zext(result, I8)
+    builder.store(result, builder.gep(emitter.pointers[value], [offset], inbounds=True))
+
+
+def _map_loop(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel) -> None:
+    """One pass over the domain writing every output and folding every full reduction."""
+    shape = kernel.domain
+    accumulators = []
+    for node in kernel.full_reductions:
+        dtype = node.output(0).type.dtype
+        with builder.goto_entry_block():
+            slot = builder.alloca(memory_type(dtype) if dtype is not types.bool_ else I8)
+        builder.store(b.const(node.op.reduce_identity(dtype), dtype), slot)
+        accumulators.append(slot)
+    # Without index remapping every buffer has the domain's shape (or is a scalar), so one
+    # flat loop over all elements does, and vectorizes best.
+    emitter.flat = len(shape) > 1 and all(n.op.kind != MOVEMENT for n in kernel.nodes) and all(
+        leaf.type.shape in (shape, ()) for leaf in kernel.leaves)
+
+    def body(index):
+        emitter.memo.clear()
+        offset = emitter.flat_offset(index, shape)
+        for value in kernel.outputs:
+            _store(builder, emitter, value, offset, emitter.emit(value, index))
+        for node, slot in zip(kernel.full_reductions, accumulators):
+            source = node.inputs[0]
+            value = emitter.emit(source, index)
+            b.in_types, b.out_type = (source.type,), node.output(0).type
+            builder.store(node.op.lower(b, builder.load(slot), value, **node.attrs), slot)
+
+    if emitter.flat:
+        _loop(builder, int(np.prod(shape)), lambda i: body([i]))
+    else:
+        _nest(builder, list(shape), body)
+    for node, slot in zip(kernel.full_reductions, accumulators):
+        _store(builder, emitter, node.output(0), I64(0), builder.load(slot))
+
+
+def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel) -> None:
     node = kernel.reduction
     source = node.inputs[0]
     shape = source.type.shape
     axes = set(node.attrs["axes"])
     kept = [d for d in range(len(shape)) if d not in axes]
     reduced = [d for d in range(len(shape)) if d in axes]
-    dtype = kernel.output.type.dtype
+    result = node.output(0)
+    dtype = result.type.dtype
     with builder.goto_entry_block():
         accumulator = builder.alloca(memory_type(dtype) if dtype is not types.bool_ else I8)
     out_strides = _strides(tuple(shape[d] for d in kept))
@@ -169,7 +188,7 @@ def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, s
             for d, i in zip(reduced, reduced_index):
                 full[d] = i
             b.in_types = (source.type,)
-            b.out_type = kernel.output.type
+            b.out_type = result.type
             value = emitter.emit(source, full)
             builder.store(node.op.lower(b, builder.load(accumulator), value, **node.attrs), accumulator)
 
@@ -177,7 +196,7 @@ def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, s
         offset = I64(0)
         for i, stride in zip(kept_index, out_strides):
             offset = builder.add(offset, builder.mul(i, I64(stride)))
-        store(offset, builder.load(accumulator))
+        _store(builder, emitter, result, offset, builder.load(accumulator))
 
     _nest(builder, [shape[d] for d in kept], outer)
 
@@ -185,7 +204,7 @@ def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, s
 class KernelStep:
     """A compiled fused kernel inside a Program."""
 
-    def __init__(self, kernel: FusedKernel, inputs: tuple[int, ...], output: int):
+    def __init__(self, kernel: FusedKernel, inputs: tuple[int, ...], outputs: tuple[int, ...]):
         self.kernel = kernel
         self.name = f"kernel{next(_names)}"
         kernel.name = self.name
@@ -193,14 +212,14 @@ class KernelStep:
         address, self.symbol, self.from_disk = compile_kernel(self.module, self.name)
         self.function = KERNEL_SIGNATURE(address)
         self.inputs = inputs
-        self.outputs = (output,)
-        self.out_shape = kernel.output.type.shape
-        self.out_dtype = kernel.output.type.dtype.np
+        self.outputs = outputs
+        self.out_specs = [(v.type.shape, v.type.dtype.np) for v in kernel.results]
         self.label = "+".join(n.op.name for n in kernel.nodes)
 
     def run(self, slots: list) -> None:
-        out = np.empty(self.out_shape, dtype=self.out_dtype)
-        arrays = [out] + [np.ascontiguousarray(slots[i]) for i in self.inputs]
+        outs = [np.empty(shape, dtype=dtype) for shape, dtype in self.out_specs]
+        arrays = outs + [np.ascontiguousarray(slots[i]) for i in self.inputs]
         pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
         self.function(ctypes.addressof(pointers))
-        slots[self.outputs[0]] = out
+        for slot, array in zip(self.outputs, outs):
+            slots[slot] = array

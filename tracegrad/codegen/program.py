@@ -90,9 +90,12 @@ def build_program(graph: Graph) -> Program:
     steps = []
     for item in plan(graph):
         if isinstance(item, FusedKernel):
-            slot_of[item.output] = n
-            steps.append(KernelStep(item, tuple(slot_of[v] for v in item.leaves), n))
-            n += 1
+            outs = []
+            for value in item.results:
+                slot_of[value] = n
+                outs.append(n)
+                n += 1
+            steps.append(KernelStep(item, tuple(slot_of[v] for v in item.leaves), tuple(outs)))
             continue
         node = item.node
         outs = []
