@@ -22,6 +22,7 @@ import numpy as np
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.codegen.program import Program, build_program
 from tracegrad.ir.graph import Graph, Value
+from tracegrad.ir.passes import optimize
 from tracegrad.ir.tracer import Tracer
 from tracegrad.tensor import Tensor
 
@@ -38,6 +39,7 @@ class CompileTrace(Tracer):
         self.writes: dict[int, tuple[Tensor, Tensor]] = {}
         self.realized: dict[Value, np.ndarray] = {}
         self.realization_count = 0
+        self.arguments: list[tuple[Tensor, Tensor, Value]] = []
 
     def value_of(self, tensor) -> Value:
         if tensor._data is None:
@@ -56,11 +58,15 @@ class CompileTrace(Tracer):
 
     def argument(self, tensor: Tensor, name: str) -> Tensor:
         """A lazy stand-in for a real argument; gradients reaching it go to the real tensor."""
+        for known, proxy, _ in self.arguments:
+            if known is tensor:  # the same tensor passed twice: one stand-in, one graph input
+                return proxy
         value = self.graph.add_input(tensor._type, name)
         self.captured[id(tensor)] = (tensor, value)
         proxy = Tensor._make_lazy(value, tensor._type)
         proxy._requires_grad = tensor._requires_grad
         proxy._version_counter = tensor._version_counter
+        self.arguments.append((tensor, proxy, value))
         if tensor._requires_grad:
             value.leaf = weakref.ref(tensor) if tensor._grad_fn is None else None
         return proxy
@@ -173,7 +179,7 @@ class CompiledFunction:
                 self._hits += 1
                 return program
         start = time.perf_counter()
-        program = self._builder(graph)
+        program = self._builder(optimize(graph))
         with self._lock:
             self._misses += 1
             self._compile_time += time.perf_counter() - start
@@ -208,6 +214,9 @@ def _substitute(value, trace: CompileTrace, name: str):
 
 def _finish(trace: CompileTrace) -> None:
     """Run the traced graph for every live lazy tensor and every pending write."""
+    for tensor, proxy, value in trace.arguments:
+        if proxy._value is not value and id(tensor) not in trace.writes:
+            trace.writes[id(tensor)] = (tensor, proxy)  # an in-place op rebound the stand-in
     alive = trace.live_lazy_tensors()
     writes = [(target, result._value) for target, result in trace.writes.values()]
     outputs: list[Value] = []

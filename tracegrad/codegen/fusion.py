@@ -68,10 +68,10 @@ class FusedKernel:
             return None
         return FusedKernel([], self.nodes, self.leaves, None, [node], remapped=self.remapped)
 
-    def can_read_in_loop(self, value: Value) -> bool:
-        """Whether `value`, computed by this loop, can be read by another part of it: only
-        at the loop's current element, which the loop has computed already."""
-        return value not in self.remapped and value.type.shape == self.domain
+    def reads_in_loop(self, value: Value, loop: FusedKernel) -> bool:
+        """Whether this kernel, joining `loop`, can take `value` (one of loop's map outputs)
+        from the current iteration: only if it reads it at the loop's current element."""
+        return value in loop.outputs and value not in self.remapped and value.type.shape == loop.domain
 
     def absorb(self, other: FusedKernel) -> None:
         computed_here = set(self.results)
@@ -163,7 +163,7 @@ def merge_loops(steps: list) -> list:
                 if (isinstance(candidate, FusedKernel) and candidate.reduction is None
                         and candidate.domain == part.domain
                         and all(made_at.get(v, -1) < position
-                                or (made_at[v] == position and part.can_read_in_loop(v))
+                                or (made_at[v] == position and part.reads_in_loop(v, candidate))
                                 for v in part.leaves)):
                     target = position
                     break

@@ -65,11 +65,28 @@ def _quiet(fn):
     return run
 
 
+def _unit_operand(inputs, unit, either_side=False):
+    """x op unit -> x (and unit op x -> x when `either_side`), for exact identities."""
+    from tracegrad.ir.passes import constant_of
+    if constant_of(inputs[1]) == unit:
+        return inputs[0]
+    if either_side and constant_of(inputs[0]) == unit:
+        return inputs[1]
+    return None
+
+
+def _undo(value, prim):
+    """op(op(x)) -> x for an involution `prim`."""
+    node = value.node
+    return node.inputs[0] if node is not None and node.op is prim else None
+
+
 # --- unary -------------------------------------------------------------------------
 
 NEG = Primitive("neg", shape_rule=_unary_any_rule, impl=np.negative, kind=ELEMENTWISE,
                 vjp=lambda ctx, g: (neg(g),),
-                lower=lambda b, x: b.neg(x))
+                lower=lambda b, x: b.neg(x),
+                simplify=lambda inputs, attrs: _undo(inputs[0], NEG))
 EXP = Primitive("exp", shape_rule=_unary_float_rule("exp"), impl=_quiet(np.exp), kind=ELEMENTWISE,
                 saves_output=True, vjp=lambda ctx, g: (mul(g, ctx.out),),
                 lower=lambda b, x: b.math("exp", x))
@@ -145,12 +162,14 @@ ADD = Primitive("add", shape_rule=_binary_rule("add"), impl=_quiet(np.add), kind
                 lower=lambda b, x, y: b.add(x, y))
 SUB = Primitive("sub", shape_rule=_binary_rule("sub"), impl=_quiet(np.subtract), kind=ELEMENTWISE,
                 vjp=lambda ctx, g: (g, neg(g)),
-                lower=lambda b, x, y: b.sub(x, y))
+                lower=lambda b, x, y: b.sub(x, y),
+                simplify=lambda inputs, attrs: _unit_operand(inputs, 0))
 MUL = Primitive("mul", shape_rule=_binary_rule("mul"), impl=_quiet(np.multiply), kind=ELEMENTWISE,
                 saves_inputs=(0, 1),
                 vjp=lambda ctx, g: (mul(g, ctx.inputs[1]) if ctx.needs_input_grad[0] else None,
                                     mul(g, ctx.inputs[0]) if ctx.needs_input_grad[1] else None),
-                lower=lambda b, x, y: b.mul(x, y))
+                lower=lambda b, x, y: b.mul(x, y),
+                simplify=lambda inputs, attrs: _unit_operand(inputs, 1, either_side=True))
 
 
 def _div_impl(a, b):
@@ -175,7 +194,8 @@ def _div_vjp(ctx, g):
 DIV = Primitive("div", shape_rule=_div_rule, impl=_div_impl, kind=ELEMENTWISE,
                 saves_inputs=(0, 1), vjp=_div_vjp,
                 lower=lambda b, x, y: b.div(b.convert(x, b.in_types[0].dtype, b.out_type.dtype),
-                                       b.convert(y, b.in_types[1].dtype, b.out_type.dtype)))
+                                       b.convert(y, b.in_types[1].dtype, b.out_type.dtype)),
+                simplify=lambda inputs, attrs: _unit_operand(inputs, 1))
 
 
 def _pow_vjp(ctx, g):
@@ -256,7 +276,8 @@ def _where_vjp(ctx, g):
 
 WHERE = Primitive("where", shape_rule=_where_rule, impl=np.where, kind=ELEMENTWISE,
                   saves_inputs=(0,), vjp=_where_vjp,
-                lower=lambda b, c, x, y: b.select(c, x, y))
+                lower=lambda b, c, x, y: b.select(c, x, y),
+                simplify=lambda inputs, attrs: inputs[1] if inputs[1] == inputs[2] else None)
 
 
 def _full_rule(shape, dtype, value):
@@ -265,7 +286,8 @@ def _full_rule(shape, dtype, value):
 
 FULL = Primitive("full", shape_rule=_full_rule, kind=ELEMENTWISE,
                  impl=lambda shape, dtype, value: np.full(shape, value, dtype=dtype.np),
-                lower=lambda b, shape, dtype, value: b.const(value, dtype))
+                lower=lambda b, shape, dtype, value: b.const(value, dtype),
+                constant=lambda shape, dtype, value: value)
 
 # --- bound functions: what gradient rules and composites call ------------------------
 

@@ -22,6 +22,17 @@ def _numel(shape):
     return n
 
 
+def _view_of_view(value, prim, shape):
+    """view(view(x)) -> view(x) for reshape and expand; a view to x's own shape -> x.
+    Only rewrites to an existing value: a new node would need the pass to emit it."""
+    if tuple(shape) == value.type.shape:
+        return value
+    node = value.node
+    if node is not None and node.op is prim and tuple(shape) == node.inputs[0].type.shape:
+        return node.inputs[0]
+    return None
+
+
 def _reshape_rule(x: TensorType, shape):
     if _numel(shape) != x.numel:
         raise RuntimeError(f"reshape: shape {list(shape)} is invalid for input of size {x.numel} "
@@ -32,7 +43,8 @@ def _reshape_rule(x: TensorType, shape):
 RESHAPE = Primitive("reshape", shape_rule=_reshape_rule, kind=MOVEMENT,
                     impl=lambda x, shape: np.reshape(x, shape),
                     vjp=lambda ctx, g: (reshape(g, ctx.in_types[0].shape),), backward_name="ViewBackward",
-                index_map=lambda b, index, src, dst, shape: b.reshape_index(index, src.shape, dst.shape))
+                index_map=lambda b, index, src, dst, shape: b.reshape_index(index, src.shape, dst.shape),
+                simplify=lambda inputs, attrs: _view_of_view(inputs[0], RESHAPE, attrs['shape']))
 
 
 def _permute_rule(x: TensorType, perm):
@@ -71,7 +83,8 @@ def _expand_vjp(ctx, g):
 EXPAND = Primitive("expand", shape_rule=_expand_rule, kind=MOVEMENT, vjp=_expand_vjp,
                    impl=lambda x, shape: np.broadcast_to(x, shape),
                 index_map=lambda b, index, src, dst, shape: [b.index_const(0) if s == 1 and t != 1 else i
-                                                             for i, s, t in zip(index, src.shape, dst.shape)])
+                                                             for i, s, t in zip(index, src.shape, dst.shape)],
+                simplify=lambda inputs, attrs: _view_of_view(inputs[0], EXPAND, attrs['shape']))
 
 
 def _slice_rule(x: TensorType, starts, stops, steps):

@@ -27,14 +27,15 @@ class Primitive:
 
     __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output",
                  "kind", "num_outputs", "backward_name", "lower", "index_map", "reduce_identity",
-                 "__dict__")
+                 "simplify", "constant", "__dict__")
 
     def __init__(self, name: str, *, shape_rule: Callable[..., tuple[TensorType, ...]],
                  impl: Callable, vjp: Callable | None = None,
                  saves_inputs: tuple[int, ...] = (), saves_output: bool = False,
                  kind: str = OTHER, num_outputs: int = 1, backward_name: str | None = None,
                  lower: Callable | None = None, index_map: Callable | None = None,
-                 reduce_identity: Callable | None = None):
+                 reduce_identity: Callable | None = None, simplify: Callable | None = None,
+                 constant: Callable | None = None):
         if name in REGISTRY:
             raise ValueError(f"primitive {name!r} is defined twice")
         self.name = name
@@ -54,6 +55,10 @@ class Primitive:
         self.lower = lower
         self.index_map = index_map
         self.reduce_identity = reduce_identity
+        # IR passes (tracegrad.ir.passes): `simplify(inputs, attrs)` returns an existing value
+        # equal to the result (or None); `constant(**attrs)` is the scalar a constant holds.
+        self.simplify = simplify
+        self.constant = constant
         REGISTRY[name] = self
 
     def __repr__(self) -> str:

@@ -1,0 +1,105 @@
+"""IR passes: constant folding, algebraic simplification, common-subexpression
+elimination and dead-code elimination, in one forward sweep plus a backward sweep.
+
+Passes know no op by name: a primitive's entry may carry `simplify(inputs, attrs)`
+(returning an existing value that equals the node's result, or None) and `constant(attrs)`
+(the scalar a constant node holds). Folding evaluates an elementwise op whose inputs are
+all constants with the op's own NumPy implementation. Rewrites are exact in IEEE
+arithmetic (x*1, x-0, x/1, neg(neg(x)), view-of-view); x+0 is not (it turns -0 into +0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracegrad.ir.graph import Graph, Node, Value
+from tracegrad.ops.primitive import ELEMENTWISE
+
+
+def constant_of(value: Value):
+    """The scalar a constant value holds everywhere, or None."""
+    node = value.node
+    if node is None or getattr(node.op, "constant", None) is None:
+        return None
+    return node.op.constant(**node.attrs)
+
+
+def _attr_key(attrs: dict) -> tuple:
+    return tuple(sorted(attrs.items(), key=lambda item: item[0]))
+
+
+def _fold(node: Node, inputs: tuple[Value, ...]) -> Node | None:
+    from tracegrad.ops.elementwise import FULL
+    if node.op.kind != ELEMENTWISE or not inputs or node.op.lower is None:
+        return None
+    scalars = [constant_of(v) for v in inputs]
+    if any(s is None for s in scalars):
+        return None
+    arrays = [np.array(s, dtype=v.type.dtype.np) for s, v in zip(scalars, inputs)]
+    with np.errstate(all="ignore"):
+        result = np.asarray(node.op.impl(*arrays, **node.attrs))
+    out = node.out_types[0]
+    return Node(FULL, (), {"shape": out.shape, "dtype": out.dtype, "value": result.item()},
+                node.out_types, node.location)
+
+
+def simplify(graph: Graph) -> Graph:
+    """Fold constants, apply each op's `simplify` rule and merge equal nodes."""
+    replaced: dict[Value, Value] = {}
+    seen: dict[tuple, Node] = {}
+    nodes: list[Node] = []
+    for node in graph.nodes:
+        inputs = tuple(replaced.get(v, v) for v in node.inputs)
+        if len(node.out_types) == 1:
+            rule = getattr(node.op, "simplify", None)
+            same = rule(inputs, node.attrs) if rule is not None else None
+            if same is not None and same.type == node.out_types[0]:
+                replaced[node.output(0)] = same
+                continue
+        new = _fold(node, inputs) if len(node.out_types) == 1 else None
+        if new is None:
+            new = node if inputs == node.inputs else Node(node.op, inputs, node.attrs, node.out_types,
+                                                           node.location)
+        try:
+            key = (new.op.name, _attr_key(new.attrs), new.inputs)
+            hash(key)
+        except TypeError:
+            key = None
+        existing = seen.get(key) if key is not None else None
+        if existing is not None:
+            for i in range(len(node.out_types)):
+                replaced[node.output(i)] = existing.output(i)
+            continue
+        if key is not None:
+            seen[key] = new
+        nodes.append(new)
+        if new is not node:
+            for i in range(len(node.out_types)):
+                replaced[node.output(i)] = new.output(i)
+    outputs = [replaced.get(v, v) for v in graph.outputs]
+    return Graph(list(graph.inputs), nodes, outputs, graph.name)
+
+
+def dead_code_elimination(graph: Graph) -> Graph:
+    """Drop nodes no output depends on (inputs stay: they are the program's signature)."""
+    live: set[int] = set()
+    needed: set[Value] = set(graph.outputs)
+    for node in reversed(graph.nodes):
+        if any(node.output(i) in needed for i in range(len(node.out_types))):
+            live.add(id(node))
+            needed.update(node.inputs)
+    return Graph(list(graph.inputs), [n for n in graph.nodes if id(n) in live], list(graph.outputs),
+                 graph.name)
+
+
+PIPELINE = (simplify, dead_code_elimination)
+
+
+def optimize(graph: Graph, verify_each: bool = False) -> Graph:
+    """Run the pass pipeline; with `verify_each`, verify the graph after every pass."""
+    from tracegrad.ir.verifier import verify
+    for run_pass in PIPELINE:
+        graph = run_pass(graph)
+        if verify_each:
+            verify(graph)
+    return graph
