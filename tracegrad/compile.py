@@ -39,6 +39,7 @@ class CompileTrace(Tracer):
         self.writes: dict[int, tuple[Tensor, Tensor]] = {}
         self.realized: dict[Value, np.ndarray] = {}
         self.realization_count = 0
+        self.proxies: dict[int, Tensor] = {}
         self.arguments: list[tuple[Tensor, Tensor, Value]] = []
 
     def value_of(self, tensor) -> Value:
@@ -64,6 +65,7 @@ class CompileTrace(Tracer):
         value = self.graph.add_input(tensor._type, name)
         self.captured[id(tensor)] = (tensor, value)
         proxy = Tensor._make_lazy(value, tensor._type)
+        self.proxies[id(proxy)] = tensor
         proxy._requires_grad = tensor._requires_grad
         proxy._version_counter = tensor._version_counter
         self.arguments.append((tensor, proxy, value))
@@ -73,6 +75,12 @@ class CompileTrace(Tracer):
 
     def register(self, tensor) -> None:
         self.created.append(weakref.ref(tensor))
+
+    def rebind(self, tensor, result) -> None:
+        # An in-place update of an argument's stand-in updates the real argument.
+        real = self.proxies.get(id(tensor))
+        if real is not None:
+            self.write(real, result)
 
     def write(self, target: Tensor, result: Tensor) -> None:
         self.overrides[id(target)] = (target, result._value)

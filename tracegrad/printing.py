@@ -32,9 +32,7 @@ def _special(v) -> str:
 
 
 def tensor_repr(t) -> str:
-    if t._data is None:
-        return f"tensor(<traced {t._type}>)"
-    parts = [_format_values(t._data)]
+    parts = [_format_values(t._concrete())]
     if t.dtype not in (types.default_float, types.int64, types.bool_):
         parts.append(f"dtype=tracegrad.{t.dtype.name}")
     if t.numel() == 0:

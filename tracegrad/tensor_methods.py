@@ -138,6 +138,8 @@ def _apply_inplace(self: Tensor, name: str, compute) -> Tensor:
     self._version_counter.value += 1
     if result._requires_grad:
         self._version_counter.history += 1  # views taken before now have a stale grad_fn
+        if self._retains_grad:
+            self._move_retained_grad(result._grad_fn, result._value)
         self._grad_fn = result._grad_fn
         self._value = result._value
         self._requires_grad = True
@@ -147,8 +149,14 @@ def _apply_inplace(self: Tensor, name: str, compute) -> Tensor:
 def _apply_traced_inplace(self: Tensor, result: Tensor) -> Tensor:
     """Inside a trace an in-place op rebinds `self` to the new IR value; a real tensor's
     buffer is written when the traced graph runs (the tracer records the write)."""
+    if self._base is not None:
+        raise RuntimeError(
+            "in-place update of a view inside a compiled function is not supported: the update "
+            "would not reach the tensor it views. Write to the base tensor instead (for example "
+            "base[index] = value), or use an out-of-place op.")
     if self._data is None:
         self._value = result._value
+        MODE.tracer.rebind(self, result)
     else:
         MODE.tracer.write(self, result)
     self._version_counter.value += 1

@@ -147,3 +147,56 @@ def test_compiled_call_inside_no_grad(grad_mode):
         out = f(tg.ones(3))
     assert out.requires_grad == grad_mode
     assert out.item() == 3.0
+
+
+def test_in_place_update_of_an_argument_reaches_the_real_tensor():
+    @tg.compile
+    def bump(x):
+        x.add_(1.0)
+        return x * 2
+
+    x = tg.zeros(3)
+    out = bump(x)
+    np.testing.assert_array_equal(x.numpy(), np.ones(3))
+    np.testing.assert_array_equal(out.numpy(), 2 * np.ones(3))
+    assert x._version == 1
+
+
+def test_in_place_update_of_a_view_inside_compile_raises():
+    @tg.compile
+    def bump_row(x):
+        x[0].add_(1.0)
+        return x
+
+    with pytest.raises(RuntimeError, match="in-place update of a view inside a compiled function"):
+        bump_row(tg.zeros(2, 3))
+
+
+def test_printing_a_traced_tensor_shows_its_value(capsys):
+    @tg.compile
+    def show(x):
+        print(x * 2)
+        return x
+
+    show(tg.tensor([1.0, 2.0]))
+    assert "tensor([2., 4.])" in capsys.readouterr().out
+
+
+def test_zero_grad_without_set_to_none_inside_compiled_step():
+    model = _mlp(3)
+    opt = tg.optim.SGD(model.parameters(), lr=0.1)
+    x, y = tg.randn(8, 4), tg.randint(0, 3, (8,))
+    F.cross_entropy(model(x), y).backward()
+
+    @tg.compile
+    def step(inputs, labels):
+        opt.zero_grad(set_to_none=False)
+        loss = F.cross_entropy(model(inputs), labels)
+        loss.backward()
+        return loss
+
+    step(x, y)
+    twin = _mlp(3)
+    F.cross_entropy(twin(x), y).backward()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-7)

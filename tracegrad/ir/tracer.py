@@ -39,6 +39,9 @@ class Tracer:
             "a traced tensor has no value yet: it is an IR value inside a graph being built "
             f"({tensor._type}); run the graph with tracegrad.ir.interpret to get its value")
 
+    def rebind(self, tensor, result) -> None:
+        """Called when an in-place op gives a lazy tensor a new value."""
+
     def write(self, target, result) -> None:
         raise RuntimeError("in-place update of a real tensor while building a backward graph")
 

@@ -145,7 +145,7 @@ class Module:
             if set_to_none:
                 param._grad = None
             else:
-                param._grad._data[...] = 0
+                param._grad.zero_()
 
     def extra_repr(self) -> str:
         return ""

@@ -52,6 +52,10 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict | None = None):
                     user_location())
         tracer.graph.add_node(node)
         outputs = tuple(Tensor._make_lazy(node.output(i), typ) for i, typ in enumerate(out_types))
+        if prim.kind == MOVEMENT and len(inputs) == 1:
+            # Traced views alias their input as eager views do (shared version counter).
+            outputs[0]._version_counter = inputs[0]._version_counter
+            outputs[0]._base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
         if not record:
             node = None
     if record:

@@ -42,7 +42,7 @@ class Optimizer:
                 if set_to_none:
                     p._grad = None
                 else:
-                    p._grad._data[...] = 0
+                    p._grad.zero_()
 
     def step(self, closure=None):
         raise NotImplementedError
