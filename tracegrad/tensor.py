@@ -236,6 +236,15 @@ class Tensor:
         self._hooks.append(hook)
         return _HookHandle(self._hooks, hook)
 
+    def _move_retained_grad(self, node, value) -> None:
+        """After an in-place op re-recorded this tensor as `value` of `node`: retain_grad
+        follows the tensor, while hooks stay with the old value (as in PyTorch)."""
+        hooks = self._output_hooks()
+        hooks[:] = [hook for hook in hooks if not isinstance(hook, _RetainGrad)]
+        self._grad_fn, self._value = node, value
+        self._retains_grad = False
+        self.retain_grad()
+
     def _output_hooks(self) -> list:
         node = self._grad_fn
         if node.hooks is None:

@@ -243,3 +243,24 @@ def test_hooks_match_torch():
 
     for ours, theirs in zip(run(tg), run(torch)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+
+
+def test_retain_grad_follows_the_tensor_through_an_inplace_op():
+    x = tg.ones(2, requires_grad=True)
+    y = x * 2
+    y.retain_grad()
+    y.mul_(3)
+    y.sum().backward()
+    np.testing.assert_allclose(y.grad.numpy(), [1.0, 1.0])
+    np.testing.assert_allclose(x.grad.numpy(), [6.0, 6.0])
+
+
+def test_hook_registered_before_an_inplace_op_sees_the_old_value_gradient():
+    x = tg.ones(2, requires_grad=True)
+    y = x * 2
+    seen = []
+    y.register_hook(lambda grad: seen.append(grad.numpy().copy()) or grad * 10)
+    y.mul_(3)
+    y.sum().backward()
+    np.testing.assert_allclose(seen[0], [3.0, 3.0])
+    np.testing.assert_allclose(x.grad.numpy(), [60.0, 60.0])

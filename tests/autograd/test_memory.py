@@ -13,7 +13,7 @@ from tracegrad.ir.graph import Node
 
 def _live_nodes() -> int:
     gc.collect()
-    return sum(1 for obj in gc.get_objects() if isinstance(obj, Node))
+    return sum(1 for obj in gc.get_objects() if type(obj) is Node)
 
 
 class _TinyProblem:

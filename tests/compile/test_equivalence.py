@@ -328,3 +328,38 @@ def test_backward_accumulates_into_existing_grad_like_eager():
     compiled(w, *inputs)
     for t, e in zip(inputs, expected):
         _assert_close(t.grad.numpy(), e, np.float64)
+
+
+def _cached_case(x):
+    y = (x.T @ x).tanh() + x.sum(0)
+    return y, tg.autograd.grad((y * y).sum(), x)[0]
+
+
+def test_cache_hit_with_new_values_matches_eager():
+    compiled = tg.compile(_cached_case)
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        x = tg.from_numpy(rng.normal(size=(4, 3))).requires_grad_()
+        for a, e in zip(compiled(x), _cached_case(x)):
+            _assert_close(a, e, np.float64)
+    assert compiled.cache_info().hits == 2
+
+
+def test_cache_hit_with_a_non_contiguous_input_of_the_same_shape_matches_eager():
+    compiled = tg.compile(_cached_case)
+    rng = np.random.default_rng(6)
+    compiled(tg.from_numpy(rng.normal(size=(4, 3))).requires_grad_())
+    x = tg.from_numpy(rng.normal(size=(3, 4)).T).requires_grad_()
+    for a, e in zip(compiled(x), _cached_case(x)):
+        _assert_close(a, e, np.float64)
+
+
+def test_cache_hit_with_a_python_scalar_changed_matches_eager():
+    def fn(x, s):
+        return (x * s).exp().sum(-1) / s
+
+    compiled = tg.compile(fn)
+    x = tg.from_numpy(np.random.default_rng(7).normal(size=(3, 4)))
+    for s in (0.5, -1.25, 3.0):
+        _assert_close(compiled(x, s), fn(x, s), np.float64)
+    assert compiled.cache_info().misses == 1

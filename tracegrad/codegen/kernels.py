@@ -40,6 +40,7 @@ class _Emitter:
         self.inlined = {id(n) for n in kernel.nodes}
         self.memo: dict = {}
         self.flat = False
+        self.scalars: dict = {}
 
     def flat_offset(self, index: list, shape: tuple[int, ...]):
         if self.flat:
@@ -53,6 +54,8 @@ class _Emitter:
         return offset if offset is not None else I64(0)
 
     def load(self, value: Value, index: list):
+        if value in self.scalars:
+            return self.scalars[value]
         pointer = self.b.ir.gep(self.pointers[value], [self.flat_offset(index, value.type.shape)],
                                 inbounds=True)
         loaded = self.b.ir.load(pointer)
@@ -73,7 +76,7 @@ class _Emitter:
             mapped = node.op.index_map(self.b, list(index), source.type, value.type, **node.attrs)
             result = self.emit(source, mapped)
         else:
-            operands = [self.emit(v, index) for v in node.inputs]
+            operands = [self.emit(v, index if v.type.shape else []) for v in node.inputs]
             self.b.in_types = tuple(v.type for v in node.inputs)
             self.b.out_type = value.type
             result = node.op.lower(self.b, *operands, **node.attrs)
@@ -116,6 +119,9 @@ def build_llvm(kernel: FusedKernel, name: str) -> ir.Module:
         raw = builder.load(builder.gep(fn.args[0], [I64(position)], inbounds=True))
         pointers[value] = builder.bitcast(raw, memory_type(value.type.dtype).as_pointer())
     emitter = _Emitter(kernel, b, pointers)
+    for leaf in kernel.leaves:
+        if leaf.type.shape == ():  # a scalar argument: load it once, outside the loops
+            emitter.scalars[leaf] = emitter.load(leaf, [])
     if kernel.reduction is None:
         _map_loop(builder, b, emitter, kernel)
     else:

@@ -85,7 +85,8 @@ def prepare(name: str, *operands, dtype: types.DType | None = None) -> list[Tens
     dtype = dtype or result_dtype(*operands)
     tensors = [as_operand(o, dtype) for o in operands]
     shape = broadcast_shapes(name, *(t.shape for t in tensors))
-    return [broadcast_to(t, shape) for t in tensors]
+    # 0-d operands broadcast implicitly inside elementwise primitives (no expand node).
+    return [t if t.shape == () else broadcast_to(t, shape) for t in tensors]
 
 
 def normalize_dim(name: str, dim: int, ndim: int) -> int:

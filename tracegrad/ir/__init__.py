@@ -1,9 +1,13 @@
-"""The IR: types, graphs, the text printer, the NumPy interpreter, the tracer and the
-reverse-mode transform. `dump(t)` shows the recorded graph of a tensor."""
+"""The IR: types, graphs, the text printer and parser, the NumPy interpreter, the tracer
+and the reverse-mode transform. `dump(t)` shows the recorded graph of a tensor,
+`parse(text)` reads a dump back, `render(obj, "graph.svg")` draws one with Graphviz."""
 
 from tracegrad.ir.graph import Graph, Node, Value  # noqa: F401
 from tracegrad.ir.interpreter import interpret  # noqa: F401
 from tracegrad.ir.printer import format_graph  # noqa: F401
+from tracegrad.ir.parser import IRParseError, parse  # noqa: F401
+from tracegrad.ir.equality import graph_difference, graphs_equal  # noqa: F401
+from tracegrad.ir.dot import GraphvizNotFoundError, render, to_dot  # noqa: F401
 from tracegrad.ir.types import TensorType  # noqa: F401
 from tracegrad.ir.verifier import IRVerificationError, verify  # noqa: F401
 

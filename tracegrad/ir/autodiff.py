@@ -76,6 +76,7 @@ def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None 
     """Gradients of `sum(<root, cotangent>)` w.r.t. every leaf reached (targets=None) or
     w.r.t. `targets`. Returns {value: gradient tensor}; values not reached are absent."""
     from tracegrad.ops.elementwise import add, full
+    from tracegrad.ops.reduction import sum_
 
     cotangents: dict[Value, object] = {}
     for value, cotangent in roots:
@@ -107,6 +108,8 @@ def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None 
         for value, needed, grad in zip(node.inputs, node.needs_input_grad, input_grads):
             if not needed or grad is None:
                 continue
+            if grad.shape != value.type.shape and value.type.shape == ():
+                grad = sum_(grad, tuple(range(grad.ndim)))  # a 0-d operand was broadcast
             if grad.shape != value.type.shape:
                 raise RuntimeError(f"internal error: the gradient rule of {node.op.name} returned "
                                    f"shape {list(grad.shape)} for an input of type {value.type}")

@@ -128,6 +128,21 @@ class Graph:
         from tracegrad.ir.printer import format_graph
         return format_graph(self)
 
+    def __eq__(self, other: object) -> bool:
+        """Structural equality: the two graphs print the same (see `tracegrad.ir.equality`)."""
+        if not isinstance(other, Graph):
+            return NotImplemented
+        from tracegrad.ir.equality import graphs_equal
+        return self is other or graphs_equal(self, other)
+
+    # Graphs are mutable and hash by identity; `==` compares structure.
+    __hash__ = object.__hash__
+
+    def to_dot(self, kernels: bool = True) -> str:
+        """Graphviz DOT text of this graph; with `kernels`, fusion groups are clusters."""
+        from tracegrad.ir.dot import to_dot
+        return to_dot(self, kernels=kernels)
+
     @staticmethod
     def from_outputs(outputs: Iterable[Value], name: str = "graph") -> Graph:
         """Collect the nodes that `outputs` depend on (an eager recorded graph) into a Graph."""
@@ -163,11 +178,20 @@ class Graph:
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+_file_labels: dict[str, str | None] = {}  # filename -> basename, or None inside tracegrad
+
+
 def user_location() -> str:
     """`file:line` of the innermost frame outside the tracegrad package."""
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    labels = _file_labels
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        label = labels.get(filename, "")
+        if label == "":
+            label = None if filename.startswith(_PACKAGE_DIR) else os.path.basename(filename)
+            labels[filename] = label
+        if label is not None:
+            return f"{label}:{frame.f_lineno}"
         frame = frame.f_back
-    if frame is None:
-        return ""
-    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+    return ""

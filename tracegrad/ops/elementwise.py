@@ -31,13 +31,18 @@ def _unary_any_rule(x: TensorType):
 
 
 def _same_operands(name):
+    """Operands share one dtype and one shape, except that 0-d operands (scalars) broadcast
+    implicitly: `mul(f32[8,3], f32[])` is `f32[8,3]`. Other broadcasting is explicit."""
     def check(*operands: TensorType):
-        first = operands[0]
+        result = operands[0]
         for other in operands[1:]:
-            if other.shape != first.shape or other.dtype is not first.dtype:
-                raise TypeError(f"{name}: primitive operands must have one shape and dtype, got "
-                                f"{first} and {other}")
-        return first
+            if other.dtype is not result.dtype or (
+                    other.shape != result.shape and other.shape != () and result.shape != ()):
+                raise TypeError(f"{name}: primitive operands must have one shape (or be 0-d) and one "
+                                f"dtype, got {result} and {other}")
+            if result.shape == ():
+                result = other
+        return result
     return check
 
 
@@ -261,9 +266,12 @@ LOGICAL_NOT = Primitive("logical_not", shape_rule=lambda x: (TensorType(x.shape,
 
 
 def _where_rule(cond: TensorType, a: TensorType, b: TensorType):
-    if cond.dtype is not types.bool_ or cond.shape != a.shape:
-        raise TypeError(f"where: condition must be bool of the operands' shape, got {cond} for {a}")
-    return (_same_operands("where")(a, b),)
+    result = _same_operands("where")(a, b)
+    if cond.dtype is not types.bool_ or cond.shape not in (result.shape, ()):
+        raise TypeError(f"where: condition must be bool of the operands' shape, got {cond} for {result}")
+    if cond.shape != () and result.shape == ():
+        result = TensorType(cond.shape, result.dtype)
+    return (result,)
 
 
 def _where_vjp(ctx, g):
