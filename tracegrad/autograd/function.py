@@ -117,6 +117,7 @@ def _primitive_for(cls, num_outputs: int) -> Primitive:
     if prim is None:
         prim = Primitive(name, shape_rule=_no_shape_rule, impl=_no_impl, vjp=_custom_vjp,
                          num_outputs=num_outputs, backward_name=f"{cls.__name__}Backward")
+        prim.replayable = False  # its backward is user Python code: never cached or traced
     return prim
 
 

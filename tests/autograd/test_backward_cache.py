@@ -1,0 +1,109 @@
+"""Eager backward from the structure cache gives exactly what the direct path gives, keeps
+PyTorch's errors, and steps aside for hooks."""
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+import tracegrad.nn.functional as F
+from tracegrad.autograd import backward_cache
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache(monkeypatch):
+    monkeypatch.setattr(backward_cache, "_seen", type(backward_cache._seen)())
+    monkeypatch.setattr(backward_cache, "_plans", {})
+
+
+def _step(w, b, x, y):
+    loss = F.cross_entropy(F.gelu(x @ w + b, approximate="tanh"), y)
+    loss.backward()
+    return loss
+
+
+def _grads_over_steps(steps, monkeypatch, numpy_after, compile_after):
+    monkeypatch.setattr(backward_cache, "NUMPY_AFTER", numpy_after)
+    monkeypatch.setattr(backward_cache, "COMPILE_AFTER", compile_after)
+    rng = np.random.default_rng(0)
+    w = tg.tensor(rng.standard_normal((5, 4)), dtype=tg.float64, requires_grad=True)
+    b = tg.tensor(rng.standard_normal(4), dtype=tg.float64, requires_grad=True)
+    history = []
+    for _ in range(steps):
+        x = tg.tensor(rng.standard_normal((6, 5)), dtype=tg.float64)
+        y = tg.tensor(rng.integers(0, 4, 6))
+        w.grad = b.grad = None
+        _step(w, b, x, y)
+        history.append((w.grad.numpy().copy(), b.grad.numpy().copy()))
+    return history
+
+
+def test_cached_numpy_and_compiled_backward_match_the_direct_path(monkeypatch):
+    direct = _grads_over_steps(12, monkeypatch, numpy_after=10**9, compile_after=10**9)
+    tiered = _grads_over_steps(12, monkeypatch, numpy_after=2, compile_after=6)
+    for (dw, db), (tw, tb) in zip(direct, tiered):
+        np.testing.assert_allclose(tw, dw, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(tb, db, rtol=1e-12, atol=1e-14)
+    assert any(plan is not None and plan.compiled for plan in backward_cache._plans.values())
+
+
+def _warm(monkeypatch, make_loss, times=3):
+    monkeypatch.setattr(backward_cache, "NUMPY_AFTER", 1)
+    for _ in range(times):
+        make_loss().backward()
+
+
+def test_cached_path_raises_on_a_saved_tensor_modified_in_place(monkeypatch):
+    x = tg.randn(3, requires_grad=True)
+
+    def make_loss():
+        return (x.exp() * 2).sum()
+
+    _warm(monkeypatch, make_loss)
+    y = x.exp()
+    loss = (y * y).sum()
+    with tg.no_grad():
+        y.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_cached_path_frees_the_graph_and_second_backward_raises(monkeypatch):
+    x = tg.randn(3, requires_grad=True)
+    make_loss = lambda: (x.tanh() * x).sum()  # noqa: E731
+    _warm(monkeypatch, make_loss)
+    loss = make_loss()
+    loss.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+
+
+def test_cached_path_with_retain_graph_accumulates_twice(monkeypatch):
+    x = tg.tensor([0.5, -1.0], dtype=tg.float64, requires_grad=True)
+    make_loss = lambda: (x.tanh() * x).sum()  # noqa: E731
+    _warm(monkeypatch, make_loss)
+    x.grad = None
+    loss = make_loss()
+    loss.backward(retain_graph=True)
+    loss.backward()
+    t = np.tanh([0.5, -1.0])
+    np.testing.assert_allclose(x.grad.numpy(), 2 * (t + np.array([0.5, -1.0]) * (1 - t * t)), rtol=1e-12)
+
+
+def test_hooks_are_called_when_the_structure_is_cached(monkeypatch):
+    x = tg.randn(3, requires_grad=True)
+    make_loss = lambda: (x * 3).sum()  # noqa: E731
+    _warm(monkeypatch, make_loss)
+    seen = []
+    x.register_hook(lambda g: seen.append(g.numpy().copy()))
+    make_loss().backward()
+    np.testing.assert_array_equal(seen[0], np.full(3, 3.0, dtype=np.float32))
+
+
+def test_autograd_grad_of_an_intermediate_is_cached_and_right(monkeypatch):
+    monkeypatch.setattr(backward_cache, "NUMPY_AFTER", 1)
+    x = tg.tensor([1.0, 2.0], dtype=tg.float64, requires_grad=True)
+    for _ in range(3):
+        h = x * x
+        (g,) = tg.autograd.grad(h.exp().sum(), h)
+        np.testing.assert_allclose(g.numpy(), np.exp([1.0, 4.0]), rtol=1e-12)
+    assert backward_cache._plans

@@ -1,0 +1,146 @@
+"""Eager backward from a cache: the backward graph of a recorded forward graph depends only
+on the forward graph's structure, and an eager training loop records the same structure
+every step. So the structure is described as a key, and a key seen before runs a cached
+backward program (NumPy steps at first, fused LLVM kernels once the key is hot) on the
+saved arrays, instead of re-running every gradient rule on tensors.
+
+Graphs with hooks, custom Functions or freed buffers take the direct path
+(`reverse_mode` on NumPy tensors), which also produces their error messages.
+`TRACEGRAD_EAGER_COMPILE=0` keeps cached backward programs on NumPy.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.ir.autodiff import FREED, forward_order, reverse_mode
+from tracegrad.ir.graph import Graph, Node, Value
+from tracegrad.ir.tracer import Tracer
+
+NUMPY_AFTER = 2       # sightings of a structure before it gets a cached NumPy program
+COMPILE_AFTER = 8     # ... and before that program is rebuilt with LLVM kernels
+CAPACITY = 256
+
+_lock = threading.Lock()
+_seen: OrderedDict[tuple, int] = OrderedDict()
+_plans: dict[tuple, _Plan | None] = {}
+
+
+class _Plan:
+    """A backward program and how to feed it: seeds first, then saved arrays in key order;
+    outputs are gradients of the values at `output_positions` (canonical numbering)."""
+
+    def __init__(self, program, output_positions: list[int], compiled: bool):
+        self.program = program
+        self.output_positions = output_positions
+        self.compiled = compiled
+
+
+def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None):
+    """The structural key, the canonical list of values, and the saved tensors in order."""
+    number: dict[Value, int] = {}
+    values: list[Value] = []
+
+    def index_of(value: Value) -> int:
+        found = number.get(value)
+        if found is None:
+            found = number[value] = len(values)
+            values.append(value)
+        return found
+
+    parts: list = []
+    saved: list = []
+    for node in order:
+        if node.hooks or node.saved is FREED or not getattr(node.op, "replayable", True):
+            return None
+        wiring = tuple(index_of(v) if needed else -1 for v, needed in zip(node.inputs, node.needs_input_grad))
+        slots = ()
+        if node.saved:
+            slots = tuple(i for i, s in enumerate(node.saved) if s is not None)
+            saved.extend((node, node.saved[i]) for i in slots)
+        parts.append((node.op.name, tuple(sorted(node.attrs.items())), wiring, slots,
+                      tuple(v.type for v in node.inputs)))
+        for i in range(len(node.out_types)):
+            index_of(node.output(i))
+    for value in values:
+        if value.node is None and value.leaf is not None:
+            tensor = value.leaf()
+            if tensor is not None and tensor._hooks:
+                return None
+    root_part = tuple((index_of(v), v.type) for v in roots)
+    target_part = tuple(index_of(v) for v in targets) if targets is not None else None
+    leaf_part = tuple(i for i, v in enumerate(values) if v.node is None)
+    key = (tuple(parts), root_part, target_part, leaf_part)
+    return key, values, saved
+
+
+def _build(order, roots, targets, values, saved, compiled: bool) -> _Plan | None:
+    from tracegrad.codegen.program import build_numpy_program, build_program
+    from tracegrad.ir.passes import optimize
+
+    graph = Graph(name="eager_backward")
+    with Tracer(graph) as tracer, no_grad():
+        seeds = [(v, tracer.input(v.type, f"grad{i}")) for i, v in enumerate(roots)]
+        inputs = {id(s): tracer.input(_saved_type(s), f"saved{i}") for i, (_, s) in enumerate(saved)}
+        results = reverse_mode(seeds, targets, retain_graph=True, run_hooks=False,
+                               unpack=lambda s, node: inputs[id(s)])
+        if tracer.captured:
+            return None  # a rule read a concrete tensor: the program would not be reusable
+        positions = [i for i, v in enumerate(values) if v in results and (
+            targets is not None or v.node is None)]
+        graph.outputs = [tracer.value_of(results[values[i]]) for i in positions]
+    program = build_program(optimize(graph)) if compiled else build_numpy_program(graph)
+    return _Plan(program, positions, compiled)
+
+
+def _saved_type(saved):
+    from tracegrad.ir.types import TensorType, from_numpy
+    return TensorType(saved.data.shape, from_numpy(saved.data.dtype))
+
+
+def run(roots: list[tuple[Value, object]], targets: list[Value] | None, retain_graph: bool):
+    """Gradients {value: array} from a cached program, or None to take the direct path."""
+    root_values = [v for v, _ in roots]
+    if len(set(root_values)) != len(root_values):
+        return None
+    order = forward_order(root_values)
+    description = _describe(order, root_values, targets)
+    if description is None:
+        return None
+    key, values, saved = description
+    with _lock:
+        count = _seen.pop(key, 0) + 1
+        _seen[key] = count
+        if len(_seen) > CAPACITY:
+            stale, _ = _seen.popitem(last=False)
+            _plans.pop(stale, None)
+        plan = _plans.get(key, False)
+    if count < NUMPY_AFTER:
+        return None
+    want_compiled = count >= COMPILE_AFTER and os.environ.get("TRACEGRAD_EAGER_COMPILE", "1") != "0"
+    if plan is False or (plan is not None and want_compiled and not plan.compiled):
+        if any(s.data is None for _, s in saved):
+            return None
+        plan = _build(order, root_values, targets, values, saved, want_compiled)
+        with _lock:
+            _plans[key] = plan
+    if plan is None:
+        return None
+    arrays = [np.asarray(seed._data) for _, seed in roots]
+    for _, s in saved:
+        if s.data is None:
+            return None
+        if s.counter.value != s.version:
+            return None  # the direct path raises PyTorch's in-place modification error
+        arrays.append(s.data)
+    outputs = plan.program.run(arrays)
+    if not retain_graph:
+        for node in order:
+            if node.saved:
+                node.saved = FREED
+    return {values[i]: array for i, array in zip(plan.output_positions, outputs)}
