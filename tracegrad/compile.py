@@ -19,9 +19,11 @@ import weakref
 
 import numpy as np
 
+from tracegrad import compile_events
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.codegen.program import Program, build_program
-from tracegrad.ir.graph import Graph, Value
+from tracegrad.ir.graph import Graph, Value, user_location
+from tracegrad.naming import ArgumentNames, bound_module
 from tracegrad.ir.passes import optimize
 from tracegrad.ir.tracer import Tracer
 from tracegrad.tensor import Tensor
@@ -41,6 +43,11 @@ class CompileTrace(Tracer):
         self.realization_count = 0
         self.proxies: dict[int, Tensor] = {}
         self.arguments: list[tuple[Tensor, Tensor, Value]] = []
+        self.events: list[compile_events.CacheEvent] = []  # one per graph looked up
+        self.realizations: list[compile_events.Realization] = []
+        # What the function returned and which tensors became graph outputs (naming.name_outputs).
+        self.result = None
+        self.output_tensors: tuple = ((), ())
 
     def value_of(self, tensor) -> Value:
         if tensor._data is None:
@@ -100,7 +107,8 @@ class CompileTrace(Tracer):
         positions = {id(v): i for i, v in enumerate(self.graph.inputs)}
         all_inputs = self.input_arrays()
         inputs = [all_inputs[positions[id(v)]] for v in sub.inputs]
-        (array,) = self.compiled._run(sub, inputs)
+        (array,) = self.compiled._run(sub, inputs, self)
+        self.realizations.append(compile_events.Realization(user_location(), value.type, len(self.events) - 1))
         self.realized[value] = array
         self.realization_count += 1
         return array
@@ -159,7 +167,7 @@ class CacheInfo:
 
 
 class CompiledFunction:
-    def __init__(self, fn, builder=None):
+    def __init__(self, fn, builder=None, recompile_limit: int | None = None):
         functools.update_wrapper(self, fn)
         self.fn = fn
         self._programs: dict[tuple, Program] = {}
@@ -168,6 +176,8 @@ class CompiledFunction:
         self._misses = 0
         self._compile_time = 0.0
         self._builder = builder or build_program
+        self._argument_names = ArgumentNames(fn)
+        self._inspect = compile_events.InspectState(recompile_limit)
 
     def cache_info(self) -> CacheInfo:
         kernels = sum(p.kernel_count for p in self._programs.values())
@@ -178,36 +188,61 @@ class CompiledFunction:
             self._programs.clear()
             self._hits = self._misses = 0
             self._compile_time = 0.0
+        self._inspect.clear()
 
-    def _program(self, graph: Graph, inputs: list[np.ndarray]) -> Program:
+    def _program(self, graph: Graph, inputs: list[np.ndarray], trace: CompileTrace | None = None) -> Program:
         key = structural_key(graph, inputs)
         with self._lock:
             program = self._programs.get(key)
             if program is not None:
                 self._hits += 1
-                return program
+        if program is not None:
+            compile_events.record_hit(trace, graph, key, program)
+            return program
         start = time.perf_counter()
         program = self._builder(optimize(graph))
+        seconds = time.perf_counter() - start
         with self._lock:
             self._misses += 1
-            self._compile_time += time.perf_counter() - start
+            self._compile_time += seconds
             self._programs.setdefault(key, program)
+        compile_events.record_miss(self, trace, graph, key, program, seconds)
         return program
 
-    def _run(self, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        return self._program(graph, inputs).run(inputs)
+    def _run(self, graph: Graph, inputs: list[np.ndarray], trace: CompileTrace | None = None) -> list[np.ndarray]:
+        return self._program(graph, inputs, trace).run(inputs)
 
     def __call__(self, *args, **kwargs):
         if isinstance(MODE.tracer, CompileTrace):
             return self.fn(*args, **kwargs)  # nested: inline into the enclosing trace
-        trace = CompileTrace(self, getattr(self.fn, "__name__", "fn"))
+        return self._traced_call(args, kwargs)[0]
+
+    def _traced_call(self, args: tuple, kwargs: dict) -> tuple[object, CompileTrace]:
+        trace = CompileTrace(self, _graph_name(self.fn))
         with trace:
-            traced_args = [_substitute(a, trace, f"arg{i}") for i, a in enumerate(args)]
+            names = self._argument_names
+            traced_args = [_substitute(a, trace, names[i]) for i, a in enumerate(args)]
             traced_kwargs = {k: _substitute(v, trace, k) for k, v in kwargs.items()}
             result = self.fn(*traced_args, **traced_kwargs)
             del traced_args, traced_kwargs
+        trace.result = result
         _finish(trace)
-        return result
+        compile_events.call_finished(trace)
+        return result, trace
+
+    def explain(self, *args, **kwargs):
+        """Run one call (with its side effects, as a normal call) and return a report of
+        what happened: traced and optimized graphs, realization points, kernels, cache
+        events with miss reasons, compile times. `str(report)` shows it all."""
+        from tracegrad.explain import explain_call
+        return explain_call(self, args, kwargs)
+
+
+def _graph_name(fn) -> str:
+    module = bound_module(fn)
+    if module is not None:
+        return type(module).__name__  # a compiled module: name the graph after its class
+    return getattr(fn, "__name__", "fn")
 
 
 def _substitute(value, trace: CompileTrace, name: str):
@@ -227,6 +262,7 @@ def _finish(trace: CompileTrace) -> None:
             trace.writes[id(tensor)] = (tensor, proxy)  # an in-place op rebound the stand-in
     alive = trace.live_lazy_tensors()
     writes = [(target, result._value) for target, result in trace.writes.values()]
+    trace.output_tensors = ([(t, t._value) for t in alive], writes)
     outputs: list[Value] = []
     position: dict[Value, int] = {}
     for value in [t._value for t in alive] + [v for _, v in writes]:
@@ -238,7 +274,7 @@ def _finish(trace: CompileTrace) -> None:
         graph = Graph(trace.graph.inputs, trace.graph.nodes, outputs, trace.graph.name)
         graph = _prune(graph)
         inputs = [inputs_by_value[id(v)] for v in graph.inputs]
-        arrays = [_owned(a) for a in trace.compiled._run(graph, inputs)]
+        arrays = [_owned(a) for a in trace.compiled._run(graph, inputs, trace)]
     else:
         arrays = []
     for t in alive:
@@ -291,6 +327,9 @@ class CompiledModule:
 
     def cache_info(self) -> CacheInfo:
         return self._compiled.cache_info()
+
+    def explain(self, *args, **kwargs):
+        return self._compiled.explain(*args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self._module, name)

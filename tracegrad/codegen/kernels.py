@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import time
 
 import numpy as np
 from llvmlite import ir
@@ -214,8 +215,10 @@ class KernelStep:
         self.kernel = kernel
         self.name = f"kernel{next(_names)}"
         kernel.name = self.name
+        start = time.perf_counter()
         self.module = build_llvm(kernel, self.name)
         address, self.symbol, self.from_disk = compile_kernel(self.module, self.name)
+        self.compile_seconds = time.perf_counter() - start  # shown by fn.explain()
         self.function = KERNEL_SIGNATURE(address)
         self.inputs = inputs
         self.outputs = outputs

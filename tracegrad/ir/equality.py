@@ -1,13 +1,16 @@
 """Structural equality of graphs: `graph_difference(a, b)` names the first difference,
 `graphs_equal(a, b)` (and `Graph.__eq__`) says whether there is none.
 
-Two graphs are equal when they print the same: same name, inputs with the same printed
-names and types, nodes with the same ops, attributes (compared as printed, so `1` and
-`1.0` differ and `nan` equals `nan`), wiring, output types and locations, and the same
-outputs. What a graph only refers to (saved arrays, leaf tensors) is not compared.
+Two graphs are equal when they have the same name, inputs with the same printed names
+and types, nodes with the same ops, attributes (the same values of the same types, so `1`
+and `1.0` differ, `nan` equals `nan`, a list equals a tuple), wiring, output types and
+locations, and the same outputs (with the same `output_names`, if any). What a graph
+only refers to (saved arrays, leaf tensors) is not compared.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from tracegrad.ir.graph import Graph
 from tracegrad.ir.printer import format_attr, value_names
@@ -33,6 +36,9 @@ def graph_difference(a: Graph, b: Graph) -> str | None:
     outputs_b = [names_b.get(v, "<undefined>") for v in b.outputs]
     if outputs_a != outputs_b:
         return f"outputs ({', '.join(outputs_a)}) vs ({', '.join(outputs_b)})"
+    names_of_outputs = (getattr(a, "output_names", None) or None, getattr(b, "output_names", None) or None)
+    if names_of_outputs[0] != names_of_outputs[1]:
+        return f"output names {names_of_outputs[0]} vs {names_of_outputs[1]}"
     return None
 
 
@@ -42,5 +48,21 @@ def graphs_equal(a: Graph, b: Graph) -> bool:
 
 def _node_text(node, names) -> tuple:
     inputs = tuple(names.get(v, "<undefined>") for v in node.inputs)
-    attrs = tuple((key, format_attr(value)) for key, value in node.attrs.items())
+    attrs = tuple((key, format_attr(value), _attr_identity(value)) for key, value in node.attrs.items())
     return (node.op.name, inputs, attrs, tuple(map(str, node.out_types)), node.location)
+
+
+def _attr_identity(value):
+    """A comparable stand-in for an attribute: exact for floats (by repr, so nan == nan
+    and -0.0 != 0.0), typed (True, 1 and 1.0 differ), lists the same as tuples."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (tuple, list)):
+        return ("tuple", tuple(_attr_identity(v) for v in value))
+    if isinstance(value, float):
+        return ("float", repr(value))
+    if isinstance(value, (bool, int, str)) or value is None:
+        return (type(value).__name__, value)
+    if hasattr(value, "short") and hasattr(value, "np"):  # a DType
+        return ("dtype", value.name)
+    return ("object", id(value))

@@ -25,8 +25,8 @@ _HEADER = re.compile(r"^graph (?P<name>[^(]*)\((?P<params>.*)\) \{$")
 _PARAM = re.compile(r"^%(?P<name>[\w.]+): (?P<type>\S+)$")
 _TYPE = re.compile(r"^(?P<dtype>[a-z0-9]+)\[(?P<shape>[\d,]*)\]$")
 _RESULT = re.compile(r"^%(?P<name>[\w.]+): (?P<type>\S+)$")
-_CALL = re.compile(r"^(?P<op>[\w.]+)\(")
-_RETURN = re.compile(r"^return \((?P<values>.*)\)$")
+_CALL = re.compile(r"^(?P<op>[^\s(]+)\(")
+_RETURN = re.compile(r"^return \((?P<values>[^)]*)\)(\s+# (?P<names>.*))?$")
 _INT = re.compile(r"^-?\d+$")
 _FLOAT = re.compile(r"^-?(inf|nan|\d+\.\d*(e[-+]?\d+)?|\d+e[-+]?\d+)$")
 _DTYPES = {d.short: d for d in types.ALL_DTYPES}
@@ -64,6 +64,12 @@ def parse(text: str) -> Graph:
     if found is None:
         raise IRParseError(f"line {number}: expected 'return (%a, %b)', got {line.strip()!r}")
     graph.outputs = [_lookup(v, values, number) for v in _split_top_level(found.group("values"), number)]
+    if found.group("names") is not None:
+        output_names = [n.strip() for n in found.group("names").split(",")]
+        if len(output_names) != len(graph.outputs):
+            raise IRParseError(f"line {number}: {len(output_names)} output names for "
+                               f"{len(graph.outputs)} outputs")
+        graph.output_names = ["" if n == "-" else n for n in output_names]
     return graph
 
 

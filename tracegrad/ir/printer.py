@@ -94,6 +94,10 @@ def format_graph(graph: Graph) -> str:
         if node.location:
             line = f"{line:<{LOCATION_COLUMN}} # {node.location}"
         lines.append(line)
-    lines.append(f"  return ({', '.join(names[v] for v in graph.outputs)})")
+    line = f"  return ({', '.join(names[v] for v in graph.outputs)})"
+    output_names = getattr(graph, "output_names", None)
+    if output_names:  # what each output is: `result`, `model.fc.weight.grad`, ...
+        line = f"{line:<{LOCATION_COLUMN}} # {', '.join(_NAME_CHARS.sub('_', n) or '-' for n in output_names)}"
+    lines.append(line)
     lines.append("}")
     return "\n".join(lines)

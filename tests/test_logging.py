@@ -1,0 +1,202 @@
+"""TRACEGRAD_LOG / TRACEGRAD_DUMP_DIR (`tracegrad.inspect_log`): compile stages printed to
+stderr or written to one file per graph."""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import tracegrad as tg
+from tracegrad import inspect_log
+from tracegrad.codegen.program import build_numpy_program
+
+
+@pytest.fixture
+def log_stages():
+    """Enable stages for one test; restore the settings afterwards."""
+    saved = (inspect_log.stages, inspect_log.dump_dir, inspect_log.ACTIVE)
+
+    def enable(stages, directory=None):
+        inspect_log.configure(stages, directory)
+
+    yield enable
+    inspect_log.stages, inspect_log.dump_dir, inspect_log.ACTIVE = saved
+
+
+def _branch(x):
+    if x.sum() > 0:
+        return x.exp()
+    return x.log()
+
+
+EXP_LINE = _branch.__code__.co_firstlineno + 2
+LOG_LINE = _branch.__code__.co_firstlineno + 3
+THIS_FILE = os.path.basename(__file__)
+
+
+def _stderr_lines(capsys) -> list[str]:
+    return capsys.readouterr().err.splitlines()
+
+
+def test_recompiles_log_gives_the_shape_change_reason(log_stages, capsys):
+    compiled = tg.compile(lambda x: x.exp())
+    log_stages("recompiles")
+    compiled(tg.ones(2))
+    compiled(tg.ones(3))
+    (line,) = _stderr_lines(capsys)
+    assert line.startswith("[tracegrad] recompile: <lambda> graph ")
+    assert line.endswith(": shape of input %x changed: f32[3] (cached graph: f32[2])")
+
+
+def test_recompiles_log_gives_the_dtype_change_reason(log_stages, capsys):
+    compiled = tg.compile(lambda x: x.exp())
+    log_stages("recompiles")
+    compiled(tg.ones(2))
+    compiled(tg.ones(2, dtype=tg.float64))
+    (line,) = _stderr_lines(capsys)
+    assert line.endswith(": dtype of input %x changed: f64[2] (cached graph: f32[2])")
+
+
+def test_recompiles_log_gives_the_new_branch_reason(log_stages, capsys):
+    compiled = tg.compile(_branch)
+    log_stages("recompiles")
+    compiled(tg.ones(2))
+    compiled(-tg.ones(2))
+    (line,) = _stderr_lines(capsys)
+    assert line.endswith(f": new branch: node 0 is `log` at {THIS_FILE}:{LOG_LINE} where the cached graph "
+                         f"has `exp` at {THIS_FILE}:{EXP_LINE}")
+
+
+def test_recompiles_log_is_silent_for_first_compiles_and_hits(log_stages, capsys):
+    compiled = tg.compile(lambda x: x.exp())
+    log_stages("recompiles")
+    compiled(tg.ones(2))
+    compiled(tg.ones(2))
+    assert _stderr_lines(capsys) == []
+
+
+def test_cache_log_has_one_line_per_lookup(log_stages, capsys):
+    compiled = tg.compile(lambda x: x.exp())
+    log_stages("cache")
+    compiled(tg.ones(2))
+    compiled(tg.ones(2))
+    miss, hit = _stderr_lines(capsys)
+    assert miss.startswith("[tracegrad] cache miss: <lambda> graph ")
+    assert miss.endswith("first call: nothing cached yet")
+    assert hit.startswith("[tracegrad] cache hit: <lambda> graph ")
+    assert re.search(r"graph (\w+)", miss).group(1) == re.search(r"graph (\w+)", hit).group(1)
+
+
+def test_graphs_log_prints_traced_and_optimized_graph_of_each_compile(log_stages, capsys):
+    compiled = tg.compile(lambda x: x.exp() + x.exp())
+    log_stages("graphs")
+    compiled(tg.ones(2))
+    err = capsys.readouterr().err
+    assert "# traced graph\ngraph <lambda>(%x: f32[2]) {" in err
+    assert "# optimized graph\ngraph <lambda>(%x: f32[2]) {" in err
+
+
+def test_graphs_log_is_silent_on_cache_hits(log_stages, capsys):
+    compiled = tg.compile(lambda x: x.exp())
+    compiled(tg.ones(2))
+    log_stages("graphs")
+    compiled(tg.ones(2))
+    assert capsys.readouterr().err == ""
+
+
+def test_kernels_log_prints_the_fusion_groups(log_stages, capsys):
+    compiled = tg.compile(lambda x: x.exp().sum())
+    log_stages("kernels")
+    compiled(tg.ones(6))
+    err = capsys.readouterr().err
+    assert "# kernels\n1 LLVM kernel, 0 NumPy steps" in err and "reduction over [6] (6 elements)" in err
+
+
+def test_llvm_log_prints_each_kernels_ir(log_stages, capsys):
+    compiled = tg.compile(lambda x: x * 2.0)
+    log_stages("llvm")
+    compiled(tg.ones(6))
+    assert "# llvm\n; kernel" in capsys.readouterr().err
+
+
+def test_asm_log_prints_each_kernels_assembly(log_stages, capsys):
+    compiled = tg.compile(lambda x: x * 3.0)
+    log_stages("asm")
+    compiled(tg.ones(6))
+    err = capsys.readouterr().err
+    assert "# asm\n# kernel" in err and "ret" in err
+
+
+def test_all_enables_every_stage(log_stages):
+    log_stages("all")
+    assert inspect_log.stages == frozenset(inspect_log.STAGES)
+
+
+def test_unknown_stage_warns_and_lists_the_known_ones(log_stages):
+    with pytest.warns(UserWarning, match="unknown stage.*graphz.*known stages: graphs"):
+        log_stages("graphz,cache")
+    assert inspect_log.stages == {"cache"}
+
+
+def test_nothing_is_printed_when_no_stage_is_enabled(log_stages, capsys):
+    log_stages(None)
+    compiled = tg.compile(lambda x: x.exp())
+    compiled(tg.ones(2))
+    compiled(tg.ones(3))
+    assert not inspect_log.ACTIVE and capsys.readouterr().err == ""
+
+
+def test_dump_dir_writes_one_file_per_graph_named_by_its_hash(log_stages, tmp_path, capsys):
+    compiled = tg.compile(_branch)
+    log_stages(None, str(tmp_path))
+    report = compiled.explain(tg.ones(2))
+    compiled(-tg.ones(2))
+    files = sorted(p.name for p in tmp_path.iterdir())
+    hashes = [e.graph_hash for e in report.cache_events]
+    assert f"_branch.realize.{hashes[0]}.txt" in files and f"_branch.{hashes[1]}.txt" in files
+    assert len(files) == 4  # the realization graph, one graph per branch, events.log
+    assert capsys.readouterr().err == ""
+
+
+def test_dump_dir_file_holds_the_graph_and_kernel_stages(log_stages, tmp_path):
+    compiled = tg.compile(lambda x: x.exp())
+    log_stages(None, str(tmp_path))
+    report = compiled.explain(tg.ones(2))
+    text = (tmp_path / f"lambda.{report.cache_events[0].graph_hash}.txt").read_text()
+    for section in ("# traced graph", "# optimized graph", "# kernels", "# llvm", "# asm"):
+        assert section in text
+
+
+def test_dump_dir_collects_cache_and_recompile_events_in_events_log(log_stages, tmp_path):
+    compiled = tg.compile(lambda x: x.exp())
+    log_stages(None, str(tmp_path))
+    compiled(tg.ones(2))
+    compiled(tg.ones(3))
+    lines = (tmp_path / "events.log").read_text().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["[tracegrad] cache miss", "[tracegrad] cache miss",
+                                                      "[tracegrad] recompile"]
+
+
+def test_environment_variable_enables_logging_for_a_whole_program():
+    script = textwrap.dedent("""
+        import tracegrad as tg
+        from tracegrad.codegen.program import build_numpy_program
+        f = tg.compile(lambda x: x.exp(), builder=build_numpy_program)
+        f(tg.ones(2))
+        f(tg.ones(5))
+    """)
+    env = {**os.environ, "TRACEGRAD_LOG": "recompiles"}
+    env.pop("TRACEGRAD_DUMP_DIR", None)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().endswith("shape of input %x changed: f32[5] (cached graph: f32[2])")
+
+
+def test_numpy_programs_log_their_steps(log_stages, capsys):
+    compiled = tg.compile(lambda x: x.exp(), builder=build_numpy_program)
+    log_stages("kernels")
+    compiled(tg.ones(2))
+    assert "0 LLVM kernels, 1 NumPy step" in capsys.readouterr().err
