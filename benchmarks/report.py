@@ -41,8 +41,10 @@ def case_label(result: dict) -> str:
 def _notes(result: dict) -> str:
     status = result["status"]
     if status != "ok":
-        first_line = (result.get("error") or "").strip().splitlines()[:2]
-        return f"**{status.upper()}**: " + " / ".join(first_line)[:160].replace("|", "\\|")
+        lines = (result.get("error") or "").strip().splitlines()
+        # a mismatch leads with its summary; a traceback ends with the exception
+        shown = lines[:2] if status == "mismatch" else lines[-1:]
+        return f"**{status.upper()}**: " + " / ".join(shown)[:200].replace("|", "\\|")
     notes = []
     if result["kind"] == "steady" and result.get("first_call_s") is not None:
         notes.append(f"first call {fmt_time(result['first_call_s'])}")
@@ -58,7 +60,8 @@ def markdown(meta: dict, results: list[dict]) -> str:
     lines = [f"## tracegrad benchmark suite{' (smoke mode: tiny sizes, not a measurement)' if meta['smoke'] else ''}",
              "",
              f"Machine: {meta['cpu']}, {meta['cores']} cores; load average {meta['load_before']} before, "
-             f"{meta['load_after']} after. Python {meta['python']}. Versions: {meta['versions']}.",
+             f"{meta['load_after']} after. Python {meta['python']}. Versions: {meta['versions']}; tracegrad at "
+             f"{meta['tracegrad_revision']}. Command: `{meta['command']}`.",
              "",
              "Threads (all rows may use both cores; OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=MKL_NUM_THREADS=2 "
              "in every child):",

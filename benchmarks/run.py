@@ -29,6 +29,7 @@ import worker
 from workloads import CASES, COLD_START, WORKLOADS, cases_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 WORKER = os.path.join(HERE, "worker.py")
 DEFAULT_OUTPUT = os.path.join(HERE, "results", "latest.json")
 
@@ -48,6 +49,8 @@ class Runner:
         argv += ["--case", case] if case else []
         argv += ["--smoke"] if self.smoke else []
         env = peers.child_env(os.environ, cache_dir or os.path.join(self.scratch, "cache"))
+        # Measure the tracegrad of this checkout, whichever one is installed.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
         label = " ".join(x for x in (mode, peer, case) if x)
         print(f"  running {label} ...", file=sys.stderr, flush=True)
         try:
@@ -105,6 +108,19 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _tracegrad_revision() -> str:
+    """The commit the measured tracegrad comes from, "+changes" if its sources differ from it."""
+    root = ROOT
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                                text=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "tracegrad"], cwd=root,
+                               capture_output=True, timeout=30).returncode != 0
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (commit or "unknown") + (" +uncommitted changes" if dirty else "")
+
+
 def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
 
@@ -131,6 +147,7 @@ def main(argv=None) -> int:
     runner = Runner(args.smoke, repeats, args.timeout)
     started = time.time()
     load_before = _load()
+    revision = _tracegrad_revision()
     try:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             bandwidth = runner.child("bandwidth")
@@ -147,6 +164,7 @@ def main(argv=None) -> int:
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)), "smoke": args.smoke,
             "repeats": repeats, "cpu": _cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
             "load_before": load_before, "load_after": _load(), "duration_s": time.time() - started,
+            "tracegrad_revision": revision,
             "versions": ", ".join(f"{p} {b.get('version', '?')}" for p, b in baselines.items()),
             "threads": {p: peers.PEERS[p].threads for p in selected},
             "bandwidth_gbs": bandwidth.get("copy_bytes_per_s", float("nan")) / 1e9,

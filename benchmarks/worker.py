@@ -95,7 +95,7 @@ def first_call(args) -> dict:
 def idle(args) -> dict:
     library = peers.setup(args.peer)
     return {"import_s": time.perf_counter() - START, "peak_rss_bytes": measure.peak_rss_bytes(),
-            "version": getattr(library, "__version__", "?")}
+            "version": getattr(library, "__version__", "?"), "path": getattr(library, "__file__", None)}
 
 
 def bandwidth(args) -> dict:
