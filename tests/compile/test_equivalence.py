@@ -365,12 +365,7 @@ def test_cache_hit_with_a_python_scalar_changed_matches_eager():
     assert compiled.cache_info().misses == 1
 
 
-_REASSOC_REASON = ("sum reductions accumulate with `fadd reassoc nsz` (ScalarBuilder.add_reassoc); "
-                   "LLVM then folds acc + (v - v) to acc, dropping the NaN that inf - inf gives "
-                   "(an llvm.arithmetic.fence before the add keeps the NaN but stops vectorization)")
-
-
-@pytest.mark.xfail(strict=True, reason=_REASSOC_REASON)
+# Sums reassociate (fast-math `reassoc` only, no `nsz`), which must not lose a NaN.
 def test_sum_of_inf_minus_itself_is_nan_as_in_eager():
     def fn(a):
         return (a - a).sum(-1)
@@ -379,8 +374,6 @@ def test_sum_of_inf_minus_itself_is_nan_as_in_eager():
     _assert_close(tg.compile(fn)(x), fn(x), np.float64)
 
 
-@pytest.mark.xfail(strict=True, reason=_REASSOC_REASON + "; here the gradient of var() over a "
-                   "dim of size 1 (eager NaN, compiled 0)")
 def test_gradient_of_var_over_one_element_is_nan_as_in_eager():
     def fn(x, b):
         return tg.autograd.grad((b + x).var(0).sum(), b)[0]

@@ -30,15 +30,16 @@ def lowerable(node: Node) -> bool:
 @dataclass
 class FusedKernel:
     """One loop nest. A map kernel computes `outputs` (values of the domain's shape) and
-    may fold `full_reductions` (reductions over every axis of the domain) into the same
-    loop; a reduction kernel computes one `reduction` over some axes. `nodes` are the
-    inlined nodes in execution order, `leaves` the buffers read."""
+    folds `folded` reductions into the same loop: over every axis (in a register) or over
+    axes that keep the last one (accumulated in the output buffer, vectorized along the
+    last axis). A row kernel computes one `reduction` over axes that include the last,
+    innermost. `nodes` are the inlined nodes in execution order, `leaves` the buffers read."""
 
     outputs: list[Value]
     nodes: list[Node]
     leaves: list[Value]
     reduction: Node | None = None
-    full_reductions: list[Node] = field(default_factory=list)
+    folded: list[Node] = field(default_factory=list)
     name: str = ""
     # Leaves read through a view (another element than the loop's current one).
     remapped: set = field(default_factory=set)
@@ -49,24 +50,18 @@ class FusedKernel:
             return self.reduction.inputs[0].type.shape
         if self.outputs:
             return self.outputs[0].type.shape
-        return self.full_reductions[0].inputs[0].type.shape
+        return self.folded[0].inputs[0].type.shape
 
     @property
     def results(self) -> list[Value]:
         """Every buffer the kernel writes, in argument order."""
         if self.reduction is not None:
             return [self.reduction.output(0)]
-        return self.outputs + [n.output(0) for n in self.full_reductions]
+        return self.outputs + [n.output(0) for n in self.folded]
 
     def as_loop_part(self) -> FusedKernel | None:
-        """This kernel in map form (a full reduction becomes a folded reduction), or None
-        when it cannot share a loop (a reduction over some axes only)."""
-        node = self.reduction
-        if node is None:
-            return self
-        if len(node.attrs["axes"]) != len(node.inputs[0].type.shape):
-            return None
-        return FusedKernel([], self.nodes, self.leaves, None, [node], remapped=self.remapped)
+        """This kernel as part of a map loop, or None for a row kernel."""
+        return self if self.reduction is None else None
 
     def reads_in_loop(self, value: Value, loop: FusedKernel) -> bool:
         """Whether this kernel, joining `loop`, can take `value` (one of loop's map outputs)
@@ -76,7 +71,7 @@ class FusedKernel:
     def absorb(self, other: FusedKernel) -> None:
         computed_here = set(self.results)
         self.outputs += other.outputs
-        self.full_reductions += other.full_reductions
+        self.folded += other.folded
         known = {id(n) for n in self.nodes}
         self.nodes += [n for n in other.nodes if id(n) not in known]
         self.leaves += [v for v in other.leaves if v not in self.leaves and v not in computed_here]
@@ -206,5 +201,8 @@ def _collect(root: Node, materialized) -> FusedKernel:
 
     visit(root, False)
     if root.op.kind == REDUCTION:
-        return FusedKernel([], nodes, leaves, reduction=root, remapped=remapped)
+        axes, ndim = root.attrs["axes"], len(root.inputs[0].type.shape)
+        if ndim - 1 in axes and len(axes) < ndim:
+            return FusedKernel([], nodes, leaves, reduction=root, remapped=remapped)
+        return FusedKernel([], nodes, leaves, folded=[root], remapped=remapped)
     return FusedKernel([root.output(0)], nodes, leaves, remapped=remapped)

@@ -138,37 +138,65 @@ def _store(builder, emitter: _Emitter, value: Value, offset, result) -> None:
 
 
 def _map_loop(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel) -> None:
-    """One pass over the domain writing every output and folding every full reduction."""
+    """One pass over the domain writing every output and folding every folded reduction:
+    a reduction over all axes accumulates in a register, one that keeps some axes
+    accumulates in its output buffer (which the prologue fills with the identity)."""
     shape = kernel.domain
     accumulators = []
-    for node in kernel.full_reductions:
-        dtype = node.output(0).type.dtype
-        with builder.goto_entry_block():
-            slot = builder.alloca(memory_type(dtype) if dtype is not types.bool_ else I8)
-        builder.store(b.const(node.op.reduce_identity(dtype), dtype), slot)
-        accumulators.append(slot)
+    for node in kernel.folded:
+        result = node.output(0)
+        dtype = result.type.dtype
+        identity = b.const(node.op.reduce_identity(dtype), dtype)
+        if len(node.attrs["axes"]) == len(shape):
+            with builder.goto_entry_block():
+                slot = builder.alloca(memory_type(dtype) if dtype is not types.bool_ else I8)
+            builder.store(identity, slot)
+            accumulators.append(slot)
+        else:
+            _loop(builder, int(np.prod(result.type.shape)),
+                  lambda i, result=result, identity=identity: _store(builder, emitter, result, i, identity))
+            accumulators.append(None)
     # Without index remapping every buffer has the domain's shape (or is a scalar), so one
     # flat loop over all elements does, and vectorizes best.
-    emitter.flat = len(shape) > 1 and all(n.op.kind != MOVEMENT for n in kernel.nodes) and all(
-        leaf.type.shape in (shape, ()) for leaf in kernel.leaves)
+    emitter.flat = (len(shape) > 1 and all(n.op.kind != MOVEMENT for n in kernel.nodes)
+                    and all(leaf.type.shape in (shape, ()) for leaf in kernel.leaves)
+                    and all(slot is not None for slot in accumulators))
 
     def body(index):
         emitter.memo.clear()
         offset = emitter.flat_offset(index, shape)
         for value in kernel.outputs:
             _store(builder, emitter, value, offset, emitter.emit(value, index))
-        for node, slot in zip(kernel.full_reductions, accumulators):
-            source = node.inputs[0]
+        for node, slot in zip(kernel.folded, accumulators):
+            source, result = node.inputs[0], node.output(0)
             value = emitter.emit(source, index)
-            b.in_types, b.out_type = (source.type,), node.output(0).type
-            builder.store(node.op.lower(b, builder.load(slot), value, **node.attrs), slot)
+            b.in_types, b.out_type = (source.type,), result.type
+            if slot is not None:
+                builder.store(node.op.lower(b, builder.load(slot), value, **node.attrs), slot)
+                continue
+            axes = node.attrs["axes"]
+            kept = [i for d, i in enumerate(index) if d not in axes]
+            target = builder.gep(emitter.pointers[result],
+                                 [emitter.flat_offset(kept, tuple(s for d, s in enumerate(shape) if d not in axes))],
+                                 inbounds=True)
+            current = builder.load(target)
+            if result.type.dtype is types.bool_:
+                current = builder.trunc(current, ir.IntType(1))
+            _store_at(builder, result, target, node.op.lower(b, current, value, **node.attrs))
 
     if emitter.flat:
         _loop(builder, int(np.prod(shape)), lambda i: body([i]))
     else:
         _nest(builder, list(shape), body)
-    for node, slot in zip(kernel.full_reductions, accumulators):
-        _store(builder, emitter, node.output(0), I64(0), builder.load(slot))
+    for node, slot in zip(kernel.folded, accumulators):
+        if slot is not None:
+            _store(builder, emitter, node.output(0), I64(0), builder.load(slot))
+
+
+def _store_at(builder, value: Value, pointer, result) -> None:
+    if value.type.dtype is types.bool_:
+        result = builder.zext(result, I8)
+    builder.store(result, pointer)
 
 
 def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel) -> None:

@@ -160,9 +160,10 @@ class ScalarBuilder:
         return self.ir.fadd(a, b) if self.is_float(a) else self.ir.add(a, b)
 
     def add_reassoc(self, a, b):
-        """An add the vectorizer may reorder (sum reductions only)."""
+        """An add the vectorizer may reorder (sum reductions only). Only `reassoc`: with
+        `nsz`, LLVM may fold acc + (v - v) to acc and lose a NaN."""
         if self.is_float(a):
-            return self.ir.fadd(a, b, flags=("reassoc", "nsz"))
+            return self.ir.fadd(a, b, flags=("reassoc",))
         return self.add(a, b)
 
     def sub(self, a, b):
