@@ -53,7 +53,10 @@ class KernelInfo:
             self.elements = 1
             for size in item.domain:
                 self.elements *= size
-            self.kind = "reduction" if item.reduction is not None else "map"
+            if item.reduction is not None or not item.outputs:
+                self.kind = "reduction"
+            else:
+                self.kind = "map+reduction" if item.folded else "map"
             self.domain = item.domain
         else:
             node = item.node
