@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracegrad.autograd.grad_mode import enable_grad, no_grad
+from tracegrad.autograd.grad_mode import MODE, enable_grad, no_grad
 from tracegrad.autograd import backward_cache
 from tracegrad.ir.autodiff import reverse_mode
 from tracegrad.tensor import Tensor
@@ -45,7 +45,7 @@ def _roots(outputs: list[Tensor], grad_outputs: list, what: str) -> list:
 
 
 def _run(roots, targets, retain_graph: bool, create_graph: bool):
-    if not create_graph and all(seed._data is not None for _, seed in roots):
+    if not create_graph and MODE.tracer is None:
         cached = backward_cache.run(roots, targets, retain_graph)
         if cached is not None:
             return {value: Tensor._make(array, value.type) for value, array in cached.items()}
