@@ -144,34 +144,55 @@ def drop_internal_outputs(steps: list, graph: Graph) -> list:
     return steps
 
 
+def _reads(step) -> list[Value]:
+    return step.leaves if isinstance(step, FusedKernel) else list(step.node.inputs)
+
+
+def _writes(step) -> list[Value]:
+    if isinstance(step, FusedKernel):
+        return step.results
+    return [step.node.output(i) for i in range(len(step.node.out_types))]
+
+
 def merge_loops(steps: list) -> list:
-    """Fold kernels over the same domain into one loop (multi-output kernels) when every
-    buffer the later kernel reads already exists where the earlier one runs."""
+    """Fold kernels over the same domain into one loop (multi-output kernels).
+
+    A later kernel joins an earlier loop when every buffer it reads exists where that loop
+    runs; otherwise the earlier loop may move down to join it, when no step in between
+    reads what the loop writes."""
     merged: list = []
-    made_at: dict[Value, int] = {}
+    made_by: dict[Value, object] = {}
     for step in steps:
-        target = None
         part = step.as_loop_part() if isinstance(step, FusedKernel) else None
+        home = None
         if part is not None:
+            position_of = {id(s): i for i, s in enumerate(merged)}
             for position in range(len(merged) - 1, max(-1, len(merged) - 1 - MERGE_WINDOW), -1):
-                candidate = merged[position]
-                if (isinstance(candidate, FusedKernel) and candidate.reduction is None
-                        and candidate.domain == part.domain
-                        and all(made_at.get(v, -1) < position
-                                or (made_at[v] == position and part.reads_in_loop(v, candidate))
-                                for v in part.leaves)):
-                    target = position
+                loop = merged[position]
+                if not (isinstance(loop, FusedKernel) and loop.reduction is None
+                        and loop.domain == part.domain):
+                    continue
+                own = [v for v in part.leaves if made_by.get(v) is loop]
+                if not all(part.reads_in_loop(v, loop) for v in own):
+                    continue
+                if all(made_by.get(v) is None or made_by[v] is loop or position_of[id(made_by[v])] < position
+                       for v in part.leaves):
+                    home = loop
                     break
-        if target is not None:
-            merged[target].absorb(part)
-            produced, position = part.results, target
+                written = set(loop.results)
+                if not any(written.intersection(_reads(later)) for later in merged[position + 1:]):
+                    merged.pop(position)  # nothing in between needs it yet: run it later
+                    merged.append(loop)
+                    home = loop
+                    break
+        if home is not None:
+            home.absorb(part)
+            produced = part.results
         else:
             merged.append(step)
-            produced = step.results if isinstance(step, FusedKernel) else [
-                step.node.output(i) for i in range(len(step.node.out_types))]
-            position = len(merged) - 1
+            home, produced = step, _writes(step)
         for value in produced:
-            made_at[value] = position
+            made_by[value] = home
     return merged
 
 
