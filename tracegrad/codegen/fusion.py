@@ -41,8 +41,10 @@ class FusedKernel:
     reduction: Node | None = None
     folded: list[Node] = field(default_factory=list)
     name: str = ""
-    # Leaves read through a view (another element than the loop's current one).
+    # Leaves read through a view (another element than the loop's current one), and the
+    # chains of views (outermost first) through which each leaf is read.
     remapped: set = field(default_factory=set)
+    paths: dict = field(default_factory=dict)
 
     @property
     def domain(self) -> tuple[int, ...]:
@@ -76,6 +78,29 @@ class FusedKernel:
         self.nodes += [n for n in other.nodes if id(n) not in known]
         self.leaves += [v for v in other.leaves if v not in self.leaves and v not in computed_here]
         self.remapped |= other.remapped
+        for value, chains in other.paths.items():
+            self.paths.setdefault(value, set()).update(chains)
+
+
+@dataclass
+class RowGroup(FusedKernel):
+    """Consecutive kernels over one domain run row by row: an outer loop over all dims but
+    the last, and inside it each member's loop over the last dim in turn. A member reads
+    what earlier members wrote for the current row while it is still in cache, so the
+    group passes over memory once (softmax forward and backward: one pass)."""
+
+    members: list[FusedKernel] = field(default_factory=list)
+
+    @property
+    def domain(self) -> tuple[int, ...]:
+        return self.members[0].domain
+
+    @property
+    def results(self) -> list[Value]:
+        return [v for member in self.members for v in member.results]
+
+    def as_loop_part(self) -> FusedKernel | None:
+        return None
 
 
 @dataclass
@@ -130,7 +155,7 @@ def plan(graph: Graph) -> list:
             steps.append(Unfused(node))  # a view of a buffer: NumPy makes it for free
             continue
         steps.append(_collect(node, lambda value: value in buffers))
-    return drop_internal_outputs(merge_loops(steps), graph)
+    return drop_internal_outputs(group_rows(merge_loops(steps)), graph)
 
 
 def drop_internal_outputs(steps: list, graph: Graph) -> list:
@@ -138,10 +163,81 @@ def drop_internal_outputs(steps: list, graph: Graph) -> list:
     read = set(graph.outputs)
     for step in steps:
         read.update(step.leaves if isinstance(step, FusedKernel) else step.node.inputs)
+        if isinstance(step, RowGroup):  # members read earlier members' buffers
+            for member in step.members:
+                read.update(member.leaves)
     for step in steps:
-        if isinstance(step, FusedKernel) and step.reduction is None:
-            step.outputs = [v for v in step.outputs if v in read]
+        for kernel in step.members if isinstance(step, RowGroup) else [step]:
+            if isinstance(kernel, FusedKernel) and kernel.reduction is None:
+                kernel.outputs = [v for v in kernel.outputs if v in read]
+        if isinstance(step, RowGroup):
+            step.outputs = [v for member in step.members for v in member.outputs]
     return steps
+
+
+def _row_member(step) -> bool:
+    """A kernel that can run inside a row loop: a map or a reduction over the last axis."""
+    if not isinstance(step, FusedKernel) or isinstance(step, RowGroup) or len(step.domain) < 2:
+        return False
+    ndim = len(step.domain)
+    if step.reduction is not None:
+        return tuple(step.reduction.attrs["axes"]) == (ndim - 1,)
+    return all(len(n.attrs["axes"]) < ndim for n in step.folded)
+
+
+def _reads_only_its_row(step: FusedKernel, value: Value, outer_dims: int) -> bool:
+    """Whether every read of `value` (written by an earlier member for the current row)
+    uses the current row's index: only aligned views, which keep the outer dims in place."""
+    for chain in step.paths.get(value, {()}):
+        positions = list(range(len(step.domain)))
+        for view in chain:
+            mapping = view.op.aligned(view.inputs[0].type, view.out_types[0]) if view.op.aligned else None
+            if mapping is None:
+                return False
+            positions = [positions[m] if m is not None else None for m in mapping]
+        for dim, size in enumerate(value.type.shape[:outer_dims]):
+            if size != 1 and positions[dim] != dim:
+                return False
+    return True
+
+
+def group_rows(steps: list) -> list:
+    """Group consecutive row-compatible kernels over one domain into RowGroups."""
+    result: list = []
+    members: list[FusedKernel] = []
+    readable: set[Value] = set()  # values members wrote that later members may read
+
+    def close() -> None:
+        if len(members) == 1:
+            result.append(members[0])
+        elif members:
+            group = RowGroup([], [], [], members=list(members))
+            for member in members:
+                group.absorb(member)
+            written = set(group.results)
+            group.leaves = [v for v in group.leaves if v not in written]
+            group.outputs = [v for m in members for v in m.outputs]
+            result.append(group)
+        members.clear()
+        readable.clear()
+
+    for step in steps:
+        if not _row_member(step):
+            close()
+            result.append(step)
+            continue
+        outer = len(step.domain) - 1
+        joins = members and members[0].domain == step.domain and all(
+            v in readable and _reads_only_its_row(step, v, outer)
+            for v in step.leaves if any(v in m.results for m in members))
+        if not joins:
+            close()
+        members.append(step)
+        readable.update(step.outputs)
+        if step.reduction is not None:
+            readable.add(step.reduction.output(0))
+    close()
+    return result
 
 
 def _reads(step) -> list[Value]:
@@ -200,30 +296,34 @@ def _collect(root: Node, materialized) -> FusedKernel:
     nodes: list[Node] = []
     leaves: list[Value] = []
     remapped: set[Value] = set()
+    paths: dict[Value, set[tuple[Node, ...]]] = {}
     placed: set[int] = set()
-    seen: set[tuple[int, bool]] = set()
+    seen: set[tuple] = set()
 
-    def visit(node: Node, through_view: bool) -> None:
-        if (id(node), through_view) in seen:
+    def visit(node: Node, views: tuple[Node, ...]) -> None:
+        key = (id(node), tuple(id(v) for v in views))
+        if key in seen:
             return
-        seen.add((id(node), through_view))
-        below_view = through_view or node.op.kind == MOVEMENT
+        seen.add(key)
+        below = views + (node,) if node.op.kind == MOVEMENT else views
         for value in node.inputs:
             if materialized(value):
                 if value not in leaves:
                     leaves.append(value)
-                if below_view:
+                if below:
                     remapped.add(value)
+                paths.setdefault(value, set()).add(below)
             else:
-                visit(value.node, below_view)
+                visit(value.node, below)
         if id(node) not in placed:
             placed.add(id(node))
             nodes.append(node)
 
-    visit(root, False)
+    visit(root, ())
+    common = dict(remapped=remapped, paths=paths)
     if root.op.kind == REDUCTION:
         axes, ndim = root.attrs["axes"], len(root.inputs[0].type.shape)
         if ndim - 1 in axes and len(axes) < ndim:
-            return FusedKernel([], nodes, leaves, reduction=root, remapped=remapped)
-        return FusedKernel([], nodes, leaves, folded=[root], remapped=remapped)
-    return FusedKernel([root.output(0)], nodes, leaves, remapped=remapped)
+            return FusedKernel([], nodes, leaves, reduction=root, **common)
+        return FusedKernel([], nodes, leaves, folded=[root], **common)
+    return FusedKernel([root.output(0)], nodes, leaves, **common)

@@ -15,10 +15,10 @@ import time
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.codegen.fusion import FusedKernel
+from tracegrad.codegen.fusion import FusedKernel, RowGroup
 from tracegrad.codegen.llvm import I8, I64, ScalarBuilder, compile_kernel, memory_type
 from tracegrad.ir import types
-from tracegrad.ir.graph import Value
+from tracegrad.ir.graph import Node, Value
 from tracegrad.ops.primitive import MOVEMENT, REDUCTION
 
 _names = itertools.count()
@@ -123,7 +123,9 @@ def build_llvm(kernel: FusedKernel, name: str) -> ir.Module:
     for leaf in kernel.leaves:
         if leaf.type.shape == ():  # a scalar argument: load it once, outside the loops
             emitter.scalars[leaf] = emitter.load(leaf, [])
-    if kernel.reduction is None:
+    if isinstance(kernel, RowGroup):
+        _row_group(builder, b, emitter, kernel)
+    elif kernel.reduction is None:
         _map_loop(builder, b, emitter, kernel)
     else:
         _reduce(builder, b, emitter, kernel)
@@ -137,13 +139,11 @@ def _store(builder, emitter: _Emitter, value: Value, offset, result) -> None:
     builder.store(result, builder.gep(emitter.pointers[value], [offset], inbounds=True))
 
 
-def _map_loop(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel) -> None:
-    """One pass over the domain writing every output and folding every folded reduction:
-    a reduction over all axes accumulates in a register, one that keeps some axes
-    accumulates in its output buffer (which the prologue fills with the identity)."""
-    shape = kernel.domain
+def _prepare_folded(builder, b: ScalarBuilder, emitter: _Emitter, folded: list[Node], shape) -> list:
+    """Accumulators of folded reductions: a register for a reduction over every axis, else
+    the output buffer itself, filled with the identity here (before any loop)."""
     accumulators = []
-    for node in kernel.folded:
+    for node in folded:
         result = node.output(0)
         dtype = result.type.dtype
         identity = b.const(node.op.reduce_identity(dtype), dtype)
@@ -156,34 +156,43 @@ def _map_loop(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel)
             _loop(builder, int(np.prod(result.type.shape)),
                   lambda i, result=result, identity=identity: _store(builder, emitter, result, i, identity))
             accumulators.append(None)
+    return accumulators
+
+
+def _map_body(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, accumulators,
+              index: list, shape) -> None:
+    """One element of a map loop: store every output, fold every folded reduction."""
+    emitter.memo.clear()
+    offset = emitter.flat_offset(index, shape)
+    for value in kernel.outputs:
+        _store(builder, emitter, value, offset, emitter.emit(value, index))
+    for node, slot in zip(kernel.folded, accumulators):
+        source, result = node.inputs[0], node.output(0)
+        value = emitter.emit(source, index)
+        b.in_types, b.out_type = (source.type,), result.type
+        if slot is not None:
+            builder.store(node.op.lower(b, builder.load(slot), value, **node.attrs), slot)
+            continue
+        axes = node.attrs["axes"]
+        kept = [i for d, i in enumerate(index) if d not in axes]
+        kept_shape = tuple(n for d, n in enumerate(shape) if d not in axes)
+        target = builder.gep(emitter.pointers[result], [emitter.flat_offset(kept, kept_shape)], inbounds=True)
+        current = builder.load(target)
+        if result.type.dtype is types.bool_:
+            current = builder.trunc(current, ir.IntType(1))
+        _store_at(builder, result, target, node.op.lower(b, current, value, **node.attrs))
+
+
+def _map_loop(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel) -> None:
+    """One pass over the domain writing every output and folding every folded reduction."""
+    shape = kernel.domain
+    accumulators = _prepare_folded(builder, b, emitter, kernel.folded, shape)
     # Without index remapping every buffer has the domain's shape (or is a scalar), so one
     # flat loop over all elements does, and vectorizes best.
     emitter.flat = (len(shape) > 1 and all(n.op.kind != MOVEMENT for n in kernel.nodes)
                     and all(leaf.type.shape in (shape, ()) for leaf in kernel.leaves)
                     and all(slot is not None for slot in accumulators))
-
-    def body(index):
-        emitter.memo.clear()
-        offset = emitter.flat_offset(index, shape)
-        for value in kernel.outputs:
-            _store(builder, emitter, value, offset, emitter.emit(value, index))
-        for node, slot in zip(kernel.folded, accumulators):
-            source, result = node.inputs[0], node.output(0)
-            value = emitter.emit(source, index)
-            b.in_types, b.out_type = (source.type,), result.type
-            if slot is not None:
-                builder.store(node.op.lower(b, builder.load(slot), value, **node.attrs), slot)
-                continue
-            axes = node.attrs["axes"]
-            kept = [i for d, i in enumerate(index) if d not in axes]
-            target = builder.gep(emitter.pointers[result],
-                                 [emitter.flat_offset(kept, tuple(s for d, s in enumerate(shape) if d not in axes))],
-                                 inbounds=True)
-            current = builder.load(target)
-            if result.type.dtype is types.bool_:
-                current = builder.trunc(current, ir.IntType(1))
-            _store_at(builder, result, target, node.op.lower(b, current, value, **node.attrs))
-
+    body = lambda index: _map_body(builder, b, emitter, kernel, accumulators, index, shape)  # noqa: E731
     if emitter.flat:
         _loop(builder, int(np.prod(shape)), lambda i: body([i]))
     else:
@@ -191,6 +200,40 @@ def _map_loop(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel)
     for node, slot in zip(kernel.folded, accumulators):
         if slot is not None:
             _store(builder, emitter, node.output(0), I64(0), builder.load(slot))
+
+
+def _row_group(builder, b: ScalarBuilder, emitter: _Emitter, group: RowGroup) -> None:
+    """for each row: each member's loop over the row, in order."""
+    shape = group.domain
+    outer, inner = list(shape[:-1]), shape[-1]
+    accumulators = [_prepare_folded(builder, b, emitter, member.folded, shape) for member in group.members]
+    registers = {}
+    for member in group.members:
+        if member.reduction is not None:
+            dtype = member.reduction.output(0).type.dtype
+            with builder.goto_entry_block():
+                registers[id(member)] = builder.alloca(memory_type(dtype) if dtype is not types.bool_ else I8)
+
+    def row(outer_index):
+        for member, folded in zip(group.members, accumulators):
+            if member.reduction is None:
+                _loop(builder, inner, lambda j, member=member, folded=folded: _map_body(
+                    builder, b, emitter, member, folded, outer_index + [j], shape))
+                continue
+            node, slot = member.reduction, registers[id(member)]
+            result = node.output(0)
+            builder.store(b.const(node.op.reduce_identity(result.type.dtype), result.type.dtype), slot)
+
+            def step(j, node=node, slot=slot, result=result):
+                emitter.memo.clear()
+                source = node.inputs[0]
+                value = emitter.emit(source, outer_index + [j])
+                b.in_types, b.out_type = (source.type,), result.type
+                builder.store(node.op.lower(b, builder.load(slot), value, **node.attrs), slot)
+            _loop(builder, inner, step)
+            _store(builder, emitter, result, emitter.flat_offset(outer_index, tuple(outer)), builder.load(slot))
+
+    _nest(builder, outer, row)
 
 
 def _store_at(builder, value: Value, pointer, result) -> None:

@@ -33,6 +33,15 @@ def _view_of_view(value, prim, shape):
     return None
 
 
+def _unit_reshape_map(source, target):
+    """For a reshape that only adds or drops size-1 dims: for each source dim, the target
+    dim it corresponds to (None for size-1 dims); None for any other reshape."""
+    if [n for n in source if n != 1] != [n for n in target if n != 1]:
+        return None
+    wide = iter([d for d, n in enumerate(target) if n != 1])
+    return [next(wide) if n != 1 else None for n in source]
+
+
 def _reshape_rule(x: TensorType, shape):
     if _numel(shape) != x.numel:
         raise RuntimeError(f"reshape: shape {list(shape)} is invalid for input of size {x.numel} "
@@ -44,7 +53,8 @@ RESHAPE = Primitive("reshape", shape_rule=_reshape_rule, kind=MOVEMENT,
                     impl=lambda x, shape: np.reshape(x, shape),
                     vjp=lambda ctx, g: (reshape(g, ctx.in_types[0].shape),), backward_name="ViewBackward",
                 index_map=lambda b, index, src, dst, shape: b.reshape_index(index, src.shape, dst.shape),
-                simplify=lambda inputs, attrs: _view_of_view(inputs[0], RESHAPE, attrs['shape']))
+                simplify=lambda inputs, attrs: _view_of_view(inputs[0], RESHAPE, attrs['shape']),
+                aligned=lambda src, dst: _unit_reshape_map(src.shape, dst.shape))
 
 
 def _permute_rule(x: TensorType, perm):
@@ -84,7 +94,9 @@ EXPAND = Primitive("expand", shape_rule=_expand_rule, kind=MOVEMENT, vjp=_expand
                    impl=lambda x, shape: np.broadcast_to(x, shape),
                 index_map=lambda b, index, src, dst, shape: [b.index_const(0) if s == 1 and t != 1 else i
                                                              for i, s, t in zip(index, src.shape, dst.shape)],
-                simplify=lambda inputs, attrs: _view_of_view(inputs[0], EXPAND, attrs['shape']))
+                simplify=lambda inputs, attrs: _view_of_view(inputs[0], EXPAND, attrs['shape']),
+                aligned=lambda src, dst: [None if s == 1 and t != 1 else d
+                                          for d, (s, t) in enumerate(zip(src.shape, dst.shape))])
 
 
 def _slice_rule(x: TensorType, starts, stops, steps):

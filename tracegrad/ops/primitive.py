@@ -27,7 +27,7 @@ class Primitive:
 
     __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output",
                  "kind", "num_outputs", "backward_name", "lower", "index_map", "reduce_identity",
-                 "simplify", "constant", "__dict__")
+                 "simplify", "constant", "aligned", "__dict__")
 
     def __init__(self, name: str, *, shape_rule: Callable[..., tuple[TensorType, ...]],
                  impl: Callable, vjp: Callable | None = None,
@@ -35,7 +35,7 @@ class Primitive:
                  kind: str = OTHER, num_outputs: int = 1, backward_name: str | None = None,
                  lower: Callable | None = None, index_map: Callable | None = None,
                  reduce_identity: Callable | None = None, simplify: Callable | None = None,
-                 constant: Callable | None = None):
+                 constant: Callable | None = None, aligned: Callable | None = None):
         if name in REGISTRY:
             raise ValueError(f"primitive {name!r} is defined twice")
         self.name = name
@@ -59,6 +59,10 @@ class Primitive:
         # equal to the result (or None); `constant(**attrs)` is the scalar a constant holds.
         self.simplify = simplify
         self.constant = constant
+        # Fusion of row loops: `aligned(src, dst)` says, for each dim of the view's source,
+        # which dim of its result passes its index through unchanged (None: the dim is
+        # broadcast or size 1); None when the view moves indices around otherwise.
+        self.aligned = aligned
         REGISTRY[name] = self
 
     def __repr__(self) -> str:
