@@ -6,6 +6,7 @@ Each test compiles a fresh function, so the count is the kernels of exactly one 
 import numpy as np
 
 import tracegrad as tg
+import tracegrad.nn.functional as F
 
 # Twenty elementwise ops with code generation (`lower`), applied in turn.
 _CHAIN = [
@@ -96,3 +97,45 @@ def test_cache_hit_compiles_no_new_kernels():
     step(*_softmax_inputs())
     info = step.cache_info()
     assert (info.hits, info.kernels) == (1, before)
+
+
+def _row_passes(fn, *args):
+    """Kernels of a compiled call that loop over the full (rows, cols) domain."""
+    compiled = tg.compile(fn)
+    compiled(*args)
+    report = compiled.explain(*args)
+    domain = "[" + ",".join(map(str, args[0].shape)) + "]"
+    return sum(1 for line in str(report).splitlines()
+               if line.strip().startswith("kernel") and f"over {domain}" in line)
+
+
+def _fwd_bwd(loss_fn):
+    def step(*inputs):
+        loss = loss_fn(*inputs)
+        return loss, tg.autograd.grad(loss, [t for t in inputs if t.requires_grad])
+    return step
+
+
+def _rows(rows=32, cols=24):
+    return tg.from_numpy(np.random.default_rng(0).standard_normal((rows, cols))).requires_grad_()
+
+
+def test_softmax_forward_and_backward_is_one_pass_over_the_rows():
+    assert _row_passes(_fwd_bwd(lambda x: (F.softmax(x, -1) * x).sum()), _rows()) == 1
+
+
+def test_log_softmax_forward_and_backward_is_one_pass_over_the_rows():
+    assert _row_passes(_fwd_bwd(lambda x: (F.log_softmax(x, -1) * x).sum()), _rows()) == 1
+
+
+def test_layer_norm_forward_and_backward_is_one_pass_over_the_rows():
+    x = _rows()
+    gamma = tg.from_numpy(np.linspace(0.5, 1.5, 24)).requires_grad_()
+    beta = tg.from_numpy(np.linspace(-1, 1, 24)).requires_grad_()
+    loss = lambda x, g, b: (F.layer_norm(x, (24,), g, b) * F.layer_norm(x, (24,), g, b)).sum()  # noqa: E731
+    assert _row_passes(_fwd_bwd(loss), x, gamma, beta) == 1
+
+
+def test_cross_entropy_forward_and_backward_is_at_most_two_passes_over_the_logits():
+    labels = tg.tensor(np.random.default_rng(1).integers(0, 24, 32))
+    assert _row_passes(_fwd_bwd(lambda x: F.cross_entropy(x, labels)), _rows()) <= 2

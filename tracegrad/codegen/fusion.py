@@ -24,7 +24,7 @@ def lowerable(node: Node) -> bool:
         return op.index_map is not None
     if op.kind == REDUCTION:
         return op.lower is not None and op.reduce_identity is not None
-    return False
+    return op.lower_indexed is not None and (op.lowers is None or op.lowers(node))
 
 
 @dataclass
@@ -124,6 +124,11 @@ def materialized_values(graph: Graph) -> set[Value]:
     result: set[Value] = set(graph.inputs) | set(graph.outputs)
     size: dict[Value, int] = {}
     for node in graph.nodes:
+        if node.op.index_checks is not None and lowerable(node):
+            # Index operands get buffers so they can be bounds-checked before the kernel.
+            checks = node.op.index_checks(tuple(v.type for v in node.inputs), node.out_types[0], **node.attrs)
+            result.update(node.inputs[position] for position, _ in checks)
+    for node in graph.nodes:
         for index in range(len(node.out_types)):
             value = node.output(index)
             users = consumers.get(value, [])
@@ -182,7 +187,7 @@ def _row_member(step) -> bool:
     ndim = len(step.domain)
     if step.reduction is not None:
         return tuple(step.reduction.attrs["axes"]) == (ndim - 1,)
-    return all(len(n.attrs["axes"]) < ndim for n in step.folded)
+    return True
 
 
 def _reads_only_its_row(step: FusedKernel, value: Value, outer_dims: int) -> bool:
@@ -305,7 +310,8 @@ def _collect(root: Node, materialized) -> FusedKernel:
         if key in seen:
             return
         seen.add(key)
-        below = views + (node,) if node.op.kind == MOVEMENT else views
+        # Views and data-dependent reads (gather) read other elements than the current one.
+        below = views + (node,) if node.op.kind not in (ELEMENTWISE, REDUCTION) else views
         for value in node.inputs:
             if materialized(value):
                 if value not in leaves:

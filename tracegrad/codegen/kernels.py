@@ -19,7 +19,8 @@ from tracegrad.codegen.fusion import FusedKernel, RowGroup
 from tracegrad.codegen.llvm import I8, I64, ScalarBuilder, compile_kernel, memory_type
 from tracegrad.ir import types
 from tracegrad.ir.graph import Node, Value
-from tracegrad.ops.primitive import MOVEMENT, REDUCTION
+from tracegrad.ops.indexing import check_bounds
+from tracegrad.ops.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
 
 _names = itertools.count()
 KERNEL_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -72,6 +73,12 @@ class _Emitter:
         node = value.node
         if node is None or id(node) not in self.inlined or (node.op.kind == REDUCTION):
             result = self.load(value, index)
+        elif node.op.lower_indexed is not None:
+            def read(position, at, node=node):
+                source = node.inputs[position]
+                return self.emit(source, at if source.type.shape else [])
+            result = node.op.lower_indexed(self.b, read, list(index), tuple(v.type for v in node.inputs),
+                                           value.type, **node.attrs)
         elif node.op.kind == MOVEMENT:
             source = node.inputs[0]
             mapped = node.op.index_map(self.b, list(index), source.type, value.type, **node.attrs)
@@ -189,7 +196,7 @@ def _map_loop(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel)
     accumulators = _prepare_folded(builder, b, emitter, kernel.folded, shape)
     # Without index remapping every buffer has the domain's shape (or is a scalar), so one
     # flat loop over all elements does, and vectorizes best.
-    emitter.flat = (len(shape) > 1 and all(n.op.kind != MOVEMENT for n in kernel.nodes)
+    emitter.flat = (len(shape) > 1 and all(n.op.kind in (ELEMENTWISE, REDUCTION) for n in kernel.nodes)
                     and all(leaf.type.shape in (shape, ()) for leaf in kernel.leaves)
                     and all(slot is not None for slot in accumulators))
     body = lambda index: _map_body(builder, b, emitter, kernel, accumulators, index, shape)  # noqa: E731
@@ -234,6 +241,10 @@ def _row_group(builder, b: ScalarBuilder, emitter: _Emitter, group: RowGroup) ->
             _store(builder, emitter, result, emitter.flat_offset(outer_index, tuple(outer)), builder.load(slot))
 
     _nest(builder, outer, row)
+    for member, folded in zip(group.members, accumulators):
+        for node, slot in zip(member.folded, folded):
+            if slot is not None:  # a reduction over every axis, kept in a register
+                _store(builder, emitter, node.output(0), I64(0), builder.load(slot))
 
 
 def _store_at(builder, value: Value, pointer, result) -> None:
@@ -295,11 +306,26 @@ class KernelStep:
         self.outputs = outputs
         self.out_specs = [(v.type.shape, v.type.dtype.np) for v in kernel.results]
         self.label = "+".join(n.op.name for n in kernel.nodes)
+        self.index_checks = _index_checks(kernel)
 
     def run(self, slots: list) -> None:
+        for position, size, name in self.index_checks:
+            check_bounds(name, np.asarray(slots[self.inputs[position]]), size)
         outs = [np.empty(shape, dtype=dtype) for shape, dtype in self.out_specs]
         arrays = outs + [np.ascontiguousarray(slots[i]) for i in self.inputs]
         pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
         self.function(ctypes.addressof(pointers))
         for slot, array in zip(self.outputs, outs):
             slots[slot] = array
+
+
+def _index_checks(kernel: FusedKernel) -> list[tuple[int, int, str]]:
+    """(leaf position, dimension size, op name) of every index buffer the kernel reads."""
+    checks = []
+    for node in kernel.nodes:
+        if node.op.index_checks is None:
+            continue
+        in_types = tuple(v.type for v in node.inputs)
+        for position, size in node.op.index_checks(in_types, node.out_types[0], **node.attrs):
+            checks.append((kernel.leaves.index(node.inputs[position]), size, node.op.name))
+    return checks

@@ -230,6 +230,14 @@ class ScalarBuilder:
     def index_const(value: int):
         return I64(value)
 
+    def wrap_index(self, i, size: int):
+        """A data index as a position: negative counts from the end, then clamped into
+        [0, size) so that a bad index can never read outside the buffer (indices are
+        bounds-checked before the kernel runs, as eager checks them)."""
+        i = self.ir.select(self.ir.icmp_signed("<", i, I64(0)), self.ir.add(i, I64(size)), i)
+        i = self.ir.select(self.ir.icmp_signed("<", i, I64(0)), I64(0), i)
+        return self.ir.select(self.ir.icmp_signed(">", i, I64(size - 1)), I64(size - 1), i)
+
     def affine(self, i, start: int, step: int):
         scaled = i if step == 1 else self.ir.mul(i, I64(step))
         return scaled if start == 0 else self.ir.add(scaled, I64(start))

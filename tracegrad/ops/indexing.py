@@ -34,21 +34,47 @@ def _gather_rule(x: TensorType, index: TensorType, axis):
     return (TensorType(index.shape, x.dtype),)
 
 
-def _check_bounds(name, index, size):
+def check_bounds(name, index, size):
     if index.size and (index.min() < -size or index.max() >= size):
         bad = index.min() if index.min() < -size else index.max()
         raise IndexError(f"{name}: index {int(bad)} is out of bounds for dimension with size {size}")
 
 
 def _gather_impl(x, index, axis):
-    _check_bounds("gather", index, x.shape[axis])
+    check_bounds("gather", index, x.shape[axis])
     # take_along_axis needs equal non-axis sizes; torch.gather allows smaller index sizes.
     view = x[tuple(slice(0, n) if d != axis else slice(None) for d, n in enumerate(index.shape))]
     return np.take_along_axis(view, index, axis=axis)
 
 
+def _gather_lower(b, read, index, in_types, out_type, axis):
+    source = list(index)
+    source[axis] = b.wrap_index(read(1, index), in_types[0].shape[axis])
+    return read(0, source)
+
+
+def _scatter_add_lower(b, read, index, in_types, out_type, shape, axis):
+    """out[p] = sum over k of src[p with axis=k] where index[p with axis=k] == p[axis]."""
+    extent = in_types[0].shape
+    inside = None  # positions beyond the index's extent on other dims receive nothing
+    position = list(index)
+    for d, (n, m) in enumerate(zip(extent, shape)):
+        if d != axis and n < m:
+            within = b.ir.icmp_signed("<", index[d], b.index_const(n))
+            inside = within if inside is None else b.ir.and_(inside, within)
+            position[d] = b.ir.select(within, index[d], b.index_const(n - 1))
+    total = b.const(0, out_type.dtype)
+    for k in range(extent[axis]):
+        position[axis] = b.index_const(k)
+        target = b.wrap_index(read(0, position), shape[axis])
+        hit = b.ir.icmp_signed("==", target, index[axis])
+        total = b.add(total, b.select(hit, read(1, position), b.const(0, out_type.dtype)))
+    return total if inside is None else b.select(inside, total, b.const(0, out_type.dtype))
+
+
 GATHER = Primitive("gather", shape_rule=_gather_rule, impl=_gather_impl, kind=OTHER,
-                   saves_inputs=(1,),
+                   saves_inputs=(1,), lower_indexed=_gather_lower,
+                   index_checks=lambda in_types, out_type, axis: [(1, in_types[0].shape[axis])],
                    vjp=lambda ctx, g: (scatter_add(ctx.in_types[0].shape, ctx.inputs[1], g,
                                                    ctx.attrs["axis"]), None))
 
@@ -70,7 +96,10 @@ def _scatter_add_impl(index, src, shape, axis):
 
 # A zero tensor of `shape` with src added at index along axis (the transpose of gather).
 SCATTER_ADD = Primitive("scatter_add", shape_rule=_scatter_add_rule, impl=_scatter_add_impl,
-                        kind=OTHER, saves_inputs=(0,),
+                        kind=OTHER, saves_inputs=(0,), lower_indexed=_scatter_add_lower,
+                        # unrolled over the scattered axis: only for a few entries per line
+                        lowers=lambda node: node.inputs[0].type.shape[node.attrs["axis"]] <= 8,
+                        index_checks=lambda in_types, out_type, shape, axis: [(0, shape[axis])],
                         vjp=lambda ctx, g: (None, gather(g, ctx.inputs[0], ctx.attrs["axis"])))
 
 
@@ -92,7 +121,7 @@ def _index_key(axis, indices):
 
 def _index_impl(x, *indices, axis):
     for offset, index in enumerate(indices):
-        _check_bounds("index", index, x.shape[axis + offset])
+        check_bounds("index", index, x.shape[axis + offset])
     return np.asarray(x[_index_key(axis, indices)])
 
 

@@ -27,7 +27,8 @@ class Primitive:
 
     __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output",
                  "kind", "num_outputs", "backward_name", "lower", "index_map", "reduce_identity",
-                 "simplify", "constant", "aligned", "__dict__")
+                 "simplify", "constant", "aligned", "lower_indexed", "lowers", "index_checks",
+                 "__dict__")
 
     def __init__(self, name: str, *, shape_rule: Callable[..., tuple[TensorType, ...]],
                  impl: Callable, vjp: Callable | None = None,
@@ -35,7 +36,9 @@ class Primitive:
                  kind: str = OTHER, num_outputs: int = 1, backward_name: str | None = None,
                  lower: Callable | None = None, index_map: Callable | None = None,
                  reduce_identity: Callable | None = None, simplify: Callable | None = None,
-                 constant: Callable | None = None, aligned: Callable | None = None):
+                 constant: Callable | None = None, aligned: Callable | None = None,
+                 lower_indexed: Callable | None = None, lowers: Callable | None = None,
+                 index_checks: Callable | None = None):
         if name in REGISTRY:
             raise ValueError(f"primitive {name!r} is defined twice")
         self.name = name
@@ -63,6 +66,14 @@ class Primitive:
         # which dim of its result passes its index through unchanged (None: the dim is
         # broadcast or size 1); None when the view moves indices around otherwise.
         self.aligned = aligned
+        # Data-dependent reads (gather, scatter_add): `lower_indexed(b, read, index,
+        # in_types, out_type, **attrs)` builds one element, where `read(k, index)` gives
+        # input k at any index; `lowers(node)` says whether this instance lowers; and
+        # `index_checks(in_types, out_type, **attrs)` lists (input, size) pairs whose index
+        # values are bounds-checked, as eager checks them, before the kernel runs.
+        self.lower_indexed = lower_indexed
+        self.lowers = lowers
+        self.index_checks = index_checks
         REGISTRY[name] = self
 
     def __repr__(self) -> str:
