@@ -13,7 +13,7 @@ from tracegrad.tensor import Tensor  # noqa: F401
 from tracegrad import ops  # noqa: F401  (registers the primitive table)
 from tracegrad import tensor_methods  # noqa: F401  (installs Tensor methods)
 from tracegrad.functional import *  # noqa: F401,F403
-from tracegrad.functional import max, min, sum, abs, pow  # noqa: F401,A004
+from tracegrad.functional import abs, all, any, max, min, pow, sum  # noqa: F401,A004
 from tracegrad.creation import (  # noqa: F401
     arange, empty, empty_like, eye, from_numpy, full, full_like, linspace, ones, ones_like,
     tensor, zeros, zeros_like,
@@ -28,5 +28,6 @@ from tracegrad.autograd.grad_mode import (  # noqa: F401
 from tracegrad import autograd, ir  # noqa: F401
 from tracegrad import nn, optim  # noqa: F401
 from tracegrad.compile import compile  # noqa: F401,A004
+from tracegrad.serialization import load, save  # noqa: F401
 
 __version__ = "0.1.0"

@@ -22,7 +22,7 @@ import numpy as np
 from tracegrad import compile_events
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.codegen.program import Program, build_program
-from tracegrad.ir.graph import Graph, Value, user_location
+from tracegrad.ir.graph import Graph, Node, Value, user_location
 from tracegrad.naming import ArgumentNames, bound_module
 from tracegrad.ir.passes import optimize
 from tracegrad.ir.tracer import Tracer
@@ -103,15 +103,57 @@ class CompileTrace(Tracer):
         found = self.realized.get(value)
         if found is not None:
             return found
-        sub = Graph.from_outputs([value], name=f"{self.graph.name}.realize")
-        positions = {id(v): i for i, v in enumerate(self.graph.inputs)}
-        all_inputs = self.input_arrays()
-        inputs = [all_inputs[positions[id(v)]] for v in sub.inputs]
-        (array,) = self.compiled._run(sub, inputs, self)
+        # Everything still referenced is computed too, so a later realization (the next
+        # iteration of a loop) starts from these values instead of from the inputs.
+        targets = [value] + [t._value for t in self.live_lazy_tensors()
+                             if t._value.node is not None and t._value not in self.realized]
+        targets = list(dict.fromkeys(targets))
+        sub, inputs = self._realization_graph(targets)
+        arrays = self.compiled._run(sub, inputs, self)
+        self.realized.update(zip(targets, arrays))
+        array = arrays[0]
         self.realizations.append(compile_events.Realization(user_location(), value.type, len(self.events) - 1))
         self.realized[value] = array
         self.realization_count += 1
         return array
+
+    def _realization_graph(self, targets: list[Value]) -> tuple[Graph, list[np.ndarray]]:
+        """The nodes `targets` need since the values realized before (which enter as
+        inputs, so a loop realizing once per iteration runs one iteration each time and
+        every iteration hits the same cached graph), and the input arrays."""
+        captured = {id(v): t._data for t, v in self.captured.values()}
+        mapped: dict[Value, Value] = {}
+        inputs: list[Value] = []
+        arrays: list[np.ndarray] = []
+        nodes: list[Node] = []
+        expanded: set[int] = set()
+        wanted = set(targets)
+        stack: list[tuple[Value, bool]] = [(v, False) for v in reversed(targets)]
+        while stack:
+            current, finished = stack.pop()
+            if current in mapped:
+                continue
+            node = current.node
+            if node is None or (current not in wanted and current in self.realized):
+                fresh = current if node is None else Value(current.type, name=f"r{len(inputs)}")
+                mapped[current] = fresh
+                inputs.append(fresh)
+                arrays.append(captured[id(current)] if node is None else self.realized[current])
+                continue
+            if finished:
+                clone = Node(node.op, tuple(mapped[v] for v in node.inputs), node.attrs, node.out_types,
+                             node.location)
+                nodes.append(clone)
+                for index in range(len(node.out_types)):
+                    mapped[node.output(index)] = clone.output(index)
+                continue
+            if id(node) in expanded:
+                continue
+            expanded.add(id(node))
+            stack.append((current, True))
+            stack.extend((v, False) for v in reversed(node.inputs))
+        graph = Graph(inputs, nodes, [mapped[v] for v in targets], f"{self.graph.name}.realize")
+        return graph, arrays
 
     def live_lazy_tensors(self) -> list[Tensor]:
         alive = []

@@ -298,6 +298,8 @@ class Tensor:
     def data(self, value: Tensor) -> None:
         self._data = value._data
         self._type = value._type
+        if self._grad_fn is None and self._data is not None:
+            self._value = None  # a leaf's IR identity carries its type: make it anew
 
     # --- conversion out ---------------------------------------------------------------
 

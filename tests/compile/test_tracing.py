@@ -200,3 +200,37 @@ def test_zero_grad_without_set_to_none_inside_compiled_step():
     F.cross_entropy(twin(x), y).backward()
     for p, q in zip(model.parameters(), twin.parameters()):
         np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_autograd_grad_inside_compile_wrt_a_captured_tensor():
+    w = tg.randn(3, 3, dtype=tg.float64, requires_grad=True)
+    x = tg.randn(2, 3, dtype=tg.float64)
+    compiled = tg.compile(lambda inputs: tg.autograd.grad((inputs @ w).tanh().sum(), [w])[0])
+    expected = tg.autograd.grad((x @ w).tanh().sum(), [w])[0]
+    np.testing.assert_allclose(compiled(x).numpy(), expected.numpy(), rtol=1e-12)
+    assert w.grad is None
+
+
+def test_loop_realizing_each_iteration_reuses_one_realization_graph():
+    def halve_until_small(x):
+        while (x.abs() > 1.0).any():
+            x = x * 0.5
+        return x
+
+    compiled = tg.compile(halve_until_small)
+    out = compiled(tg.tensor([100.0, -3.0]))
+    np.testing.assert_allclose(out.numpy(), halve_until_small(tg.tensor([100.0, -3.0])).numpy())
+    info = compiled.cache_info()
+    # one graph for the first test, one for each later test (same structure every
+    # iteration), one for the result: never one graph per iteration
+    assert info.graphs <= 3
+    assert info.hits >= 4
+
+
+def test_any_and_all_compile_to_bool_reductions():
+    x = tg.tensor([[0.0, 2.0], [0.0, 0.0]])
+    compiled = tg.compile(lambda t: (t.any(dim=1), t.all(dim=0), (t > 1).any()))
+    got = [r.numpy() for r in compiled(x)]
+    np.testing.assert_array_equal(got[0], [True, False])
+    np.testing.assert_array_equal(got[1], [False, False])
+    assert bool(got[2]) is True

@@ -211,3 +211,214 @@ def test_calling_a_module_calls_forward():
 
 def test_repr_shows_children():
     assert repr(_mlp()).splitlines()[1] == "  (0): Linear(in_features=4, out_features=3, bias=True)"
+
+
+# --- buffers -------------------------------------------------------------------------------
+
+
+def test_register_buffer_lists_the_tensor_in_buffers_not_parameters():
+    block = Block()
+    block.register_buffer("count", tg.zeros(1))
+    assert list(dict(block.named_buffers())) == ["count"]
+    assert [name for name, _ in block.named_parameters()] == ["scale"]
+
+
+def test_assigning_a_tensor_to_a_buffer_name_replaces_the_buffer():
+    block = Block()
+    block.register_buffer("count", tg.zeros(1))
+    replacement = tg.ones(1)
+    block.count = replacement
+    assert block.count is replacement and block._buffers["count"] is replacement
+
+
+def test_named_buffers_are_prefixed_with_the_submodule_path():
+    net = Net()
+    net.first.inner.register_buffer("stat", tg.zeros(1))
+    assert [name for name, _ in net.named_buffers()] == ["first.inner.stat"]
+
+
+def test_register_buffer_rejects_a_non_tensor():
+    with pytest.raises(TypeError, match="cannot assign 'list' object to buffer 'stat'"):
+        Block().register_buffer("stat", [1.0])
+
+
+def test_register_buffer_rejects_a_dotted_name():
+    with pytest.raises(KeyError, match="contain"):
+        Block().register_buffer("a.b", tg.zeros(1))
+
+
+# --- traversal -----------------------------------------------------------------------------
+
+
+def test_modules_lists_a_shared_submodule_once():
+    shared = nn.Linear(2, 2)
+    net = nn.Sequential(shared, nn.ReLU(), shared)
+    assert [type(m).__name__ for m in net.modules()] == ["Sequential", "Linear", "ReLU"]
+    assert len(list(net.parameters())) == 2
+
+
+def test_apply_visits_children_before_the_module_itself():
+    net = Net()
+    visited = []
+    net.apply(lambda module: visited.append(module))
+    assert visited == [net.first.inner, net.first, net.second, net]
+
+
+def test_get_submodule_follows_a_dotted_path():
+    net = Net()
+    assert net.get_submodule("first.inner") is net.first.inner
+    with pytest.raises(AttributeError, match="has no attribute `missing`"):
+        net.get_submodule("first.missing")
+
+
+def test_train_with_a_non_bool_raises():
+    with pytest.raises(ValueError, match="training mode is expected to be boolean"):
+        Net().train("no")
+
+
+# --- freezing ------------------------------------------------------------------------------
+
+
+def test_requires_grad_false_freezes_every_parameter():
+    net = _mlp().requires_grad_(False)
+    assert not any(p.requires_grad for p in net.parameters())
+    assert not net(tg.randn(2, 4)).requires_grad
+
+
+def test_a_frozen_submodule_gets_no_gradient_while_the_rest_does():
+    net = _mlp()
+    net[0].requires_grad_(False)
+    net(tg.randn(2, 4)).sum().backward()
+    assert net[0].weight.grad is None and net[2].weight.grad is not None
+
+
+# --- dtype ---------------------------------------------------------------------------------
+
+
+def test_double_converts_parameters_in_place_keeping_the_same_objects():
+    net = _mlp()
+    params = list(net.parameters())
+    net.double()
+    assert list(net.parameters()) == params
+    assert all(p.dtype is tg.float64 and p.requires_grad for p in params)
+
+
+def test_double_converts_float_buffers_but_not_integer_ones():
+    norm = nn.BatchNorm1d(3).double()
+    assert norm.running_mean.dtype is tg.float64 and norm.running_var.dtype is tg.float64
+    assert norm.num_batches_tracked.dtype is tg.int64
+
+
+def test_float_after_double_restores_float32_values():
+    net = _mlp()
+    weight = net[0].weight.detach().numpy().copy()
+    net.double().float()
+    assert net[0].weight.dtype is tg.float32
+    np.testing.assert_array_equal(net[0].weight.detach().numpy(), weight)
+
+
+def test_to_with_a_dtype_converts_and_a_device_other_than_cpu_raises():
+    assert _mlp().to(tg.float64)[0].weight.dtype is tg.float64
+    assert _mlp().to("cpu")[0].weight.dtype is tg.float32
+    with pytest.raises(ValueError, match="tracegrad runs on the CPU"):
+        _mlp().to("cuda")
+
+
+def test_a_converted_model_trains_in_float64():
+    net = _mlp().double()
+    net(tg.randn(2, 4, dtype=tg.float64)).sum().backward()
+    assert net[0].weight.grad.dtype is tg.float64
+
+
+def test_double_after_a_backward_records_the_parameters_as_float64():
+    net = nn.Linear(3, 2)
+    net(tg.randn(4, 3)).sum().backward()
+    out = net.double()(tg.randn(4, 3, dtype=tg.float64)).sum()
+    assert "f32" not in tg.ir.dump(out)
+
+
+def test_deepcopy_gives_independent_parameters():
+    import copy
+    net = _mlp()
+    twin = copy.deepcopy(net)
+    assert all(isinstance(p, nn.Parameter) for p in twin.parameters())
+    with tg.no_grad():
+        twin[0].weight.fill_(0.0)
+    assert np.abs(net[0].weight.detach().numpy()).sum() > 0
+
+
+# --- repr ----------------------------------------------------------------------------------
+
+
+def test_repr_nests_children_with_their_extra_repr():
+    net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Sequential(nn.ReLU(), nn.Flatten()))
+    assert repr(net) == (
+        "Sequential(\n"
+        "  (0): Conv2d(1, 2, kernel_size=(3, 3), stride=(1, 1))\n"
+        "  (1): Sequential(\n"
+        "    (0): ReLU()\n"
+        "    (1): Flatten(start_dim=1, end_dim=-1)\n"
+        "  )\n"
+        ")")
+
+
+def test_repr_of_a_module_without_children_or_extra_repr_is_its_name():
+    assert repr(nn.Tanh()) == "Tanh()"
+
+
+# --- containers ----------------------------------------------------------------------------
+
+
+def test_module_list_registers_its_modules_by_position():
+    layers = nn.ModuleList([nn.Linear(2, 2), nn.Linear(2, 1)])
+    assert [name for name, _ in layers.named_parameters()] == ["0.weight", "0.bias", "1.weight", "1.bias"]
+
+
+def test_module_list_append_extend_and_insert_renumber_positions():
+    first, second, third = nn.ReLU(), nn.Tanh(), nn.Sigmoid()
+    layers = nn.ModuleList([first])
+    layers.append(third)
+    layers.insert(1, second)
+    assert list(layers) == [first, second, third] and list(layers._modules) == ["0", "1", "2"]
+    layers.extend([nn.ReLU()])
+    assert len(layers) == 4
+
+
+def test_module_list_del_renumbers_the_remaining_modules():
+    first, second, third = nn.ReLU(), nn.Tanh(), nn.Sigmoid()
+    layers = nn.ModuleList([first, second, third])
+    del layers[0]
+    assert list(layers._modules.items()) == [("0", second), ("1", third)]
+
+
+def test_module_list_inside_a_module_is_reached_by_parameters_and_train():
+    class Stack(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(2, 2), nn.Dropout()])
+
+    stack = Stack().eval()
+    assert [name for name, _ in stack.named_parameters()] == ["layers.0.weight", "layers.0.bias"]
+    assert not stack.layers[1].training
+
+
+def test_module_list_has_no_forward():
+    with pytest.raises(NotImplementedError):
+        nn.ModuleList([nn.ReLU()])(tg.zeros(1))
+
+
+def test_sequential_from_an_ordered_dict_uses_its_names():
+    from collections import OrderedDict
+    net = nn.Sequential(OrderedDict([("fc", nn.Linear(2, 2)), ("act", nn.ReLU())]))
+    assert [name for name, _ in net.named_parameters()] == ["fc.weight", "fc.bias"]
+    assert isinstance(net[1], nn.ReLU)
+
+
+def test_sequential_append_adds_a_module_at_the_end():
+    net = _mlp().append(nn.Tanh())
+    assert len(net) == 4 and isinstance(net[-1], nn.Tanh)
+
+
+def test_sequential_index_out_of_range_raises_index_error():
+    with pytest.raises(IndexError):
+        _mlp()[3]

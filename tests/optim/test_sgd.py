@@ -19,11 +19,11 @@ def _quadratic_loss(p):
 
 
 def reference_sgd(start, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
-                  steps=STEPS):
+                  maximize=False, steps=STEPS):
     """The parameter after each step, for the quadratic loss, written out in NumPy."""
     p, buf, history = start.copy(), None, []
     for _ in range(steps):
-        d_p = CURVATURE * p + SHIFT + weight_decay * p
+        d_p = (-1 if maximize else 1) * (CURVATURE * p + SHIFT) + weight_decay * p
         if momentum:
             buf = d_p.copy() if buf is None else momentum * buf + (1 - dampening) * d_p
             d_p = d_p + momentum * buf if nesterov else buf
@@ -51,7 +51,8 @@ def run_sgd(steps=STEPS, **options):
     dict(lr=0.05, momentum=0.9, weight_decay=0.1),
     dict(lr=0.05, momentum=0.8, dampening=0.3, weight_decay=0.1),
     dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01),
-], ids=["plain", "momentum", "weight_decay", "momentum_weight_decay", "dampening", "nesterov"])
+    dict(lr=0.05, momentum=0.9, weight_decay=0.01, maximize=True),
+], ids=["plain", "momentum", "weight_decay", "momentum_weight_decay", "dampening", "nesterov", "maximize"])
 def test_steps_match_the_numpy_reference(options):
     for step, (got, want) in enumerate(zip(run_sgd(**options), reference_sgd(START, **options))):
         np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=f"step {step}")

@@ -69,7 +69,7 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
         inputs = _as_list(inputs)
         if not inputs:
             raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
-        targets = [t._autograd_value() for t in inputs]
+        targets = [_target_value(t) for t in inputs]
     results = _run(roots, targets, retain_graph, create_graph)
     delivered: set[int] = set()
     for value, grad in results.items():
@@ -80,10 +80,18 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
         _accumulate(tensor, grad, create_graph, delivered)
 
 
+def _target_value(tensor: Tensor):
+    """The IR value gradients w.r.t. `tensor` arrive at. Inside a trace, a real tensor the
+    function reads is a graph input of the trace, not its eager identity."""
+    if MODE.tracer is not None and tensor._data is not None:
+        return MODE.tracer.value_of(tensor)
+    return tensor._autograd_value()
+
+
 def _leaf_of(value, inputs):
     if inputs is not None:
         for t in inputs:
-            if t._autograd_value() == value:
+            if _target_value(t) == value:
                 return t
         return None
     return value.leaf() if value.leaf is not None else None
@@ -135,7 +143,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
     if retain_graph is None:
         retain_graph = create_graph
     roots = _roots(outputs, grads, "grad")
-    targets = [t._autograd_value() for t in inputs]
+    targets = [_target_value(t) for t in inputs]
     results = _run(roots, targets, retain_graph, create_graph)
     answer = []
     for index, (t, target) in enumerate(zip(inputs, targets)):

@@ -124,10 +124,9 @@ def materialized_values(graph: Graph) -> set[Value]:
     result: set[Value] = set(graph.inputs) | set(graph.outputs)
     size: dict[Value, int] = {}
     for node in graph.nodes:
-        if node.op.index_checks is not None and lowerable(node):
+        if lowerable(node):
             # Index operands get buffers so they can be bounds-checked before the kernel.
-            checks = node.op.index_checks(tuple(v.type for v in node.inputs), node.out_types[0], **node.attrs)
-            result.update(node.inputs[position] for position, _ in checks)
+            result.update(_index_operands(node))
     for node in graph.nodes:
         for index in range(len(node.out_types)):
             value = node.output(index)
@@ -297,6 +296,19 @@ def merge_loops(steps: list) -> list:
     return merged
 
 
+def _index_operands(node: Node) -> list[Value]:
+    if node.op.index_checks is None:
+        return []
+    checks = node.op.index_checks(tuple(v.type for v in node.inputs), node.out_types[0], **node.attrs)
+    return [node.inputs[position] for position, _ in checks]
+
+
+def _view_of_buffer(value: Value, materialized) -> bool:
+    node = value.node
+    return (node is not None and node.op.kind == MOVEMENT and lowerable(node)
+            and all(materialized(v) for v in node.inputs))
+
+
 def _collect(root: Node, materialized) -> FusedKernel:
     nodes: list[Node] = []
     leaves: list[Value] = []
@@ -312,8 +324,12 @@ def _collect(root: Node, materialized) -> FusedKernel:
         seen.add(key)
         # Views and data-dependent reads (gather) read other elements than the current one.
         below = views + (node,) if node.op.kind not in (ELEMENTWISE, REDUCTION) else views
+        checked = _index_operands(node)
         for value in node.inputs:
-            if materialized(value):
+            # A view of a buffer is read through its index map rather than copied, even
+            # when the view is also materialized for another reader (but index operands
+            # stay buffers: they are bounds-checked before the kernel runs).
+            if materialized(value) and (value in checked or not _view_of_buffer(value, materialized)):
                 if value not in leaves:
                     leaves.append(value)
                 if below:

@@ -16,7 +16,7 @@ import numpy as np
 from llvmlite import ir
 
 from tracegrad.codegen.fusion import FusedKernel, RowGroup
-from tracegrad.codegen.llvm import I8, I64, ScalarBuilder, compile_kernel, memory_type
+from tracegrad.codegen.llvm import I8, I64, ScalarBuilder, compile_kernel, memory_type, register_type
 from tracegrad.ir import types
 from tracegrad.ir.graph import Node, Value
 from tracegrad.ops.indexing import check_bounds
@@ -156,7 +156,7 @@ def _prepare_folded(builder, b: ScalarBuilder, emitter: _Emitter, folded: list[N
         identity = b.const(node.op.reduce_identity(dtype), dtype)
         if len(node.attrs["axes"]) == len(shape):
             with builder.goto_entry_block():
-                slot = builder.alloca(memory_type(dtype) if dtype is not types.bool_ else I8)
+                slot = builder.alloca(register_type(dtype))
             builder.store(identity, slot)
             accumulators.append(slot)
         else:
@@ -219,7 +219,7 @@ def _row_group(builder, b: ScalarBuilder, emitter: _Emitter, group: RowGroup) ->
         if member.reduction is not None:
             dtype = member.reduction.output(0).type.dtype
             with builder.goto_entry_block():
-                registers[id(member)] = builder.alloca(memory_type(dtype) if dtype is not types.bool_ else I8)
+                registers[id(member)] = builder.alloca(register_type(dtype))
 
     def row(outer_index):
         for member, folded in zip(group.members, accumulators):
@@ -263,7 +263,7 @@ def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel) -
     result = node.output(0)
     dtype = result.type.dtype
     with builder.goto_entry_block():
-        accumulator = builder.alloca(memory_type(dtype) if dtype is not types.bool_ else I8)
+        accumulator = builder.alloca(register_type(dtype))
     out_strides = _strides(tuple(shape[d] for d in kept))
 
     def outer(kept_index):

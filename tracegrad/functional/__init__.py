@@ -7,13 +7,14 @@ from tracegrad.functional.arith import (  # noqa: F401
     logical_not, logical_or, lt, maximum, minimum, mul, ne, neg, pow, relu, rsqrt, sigmoid, sign,
     sin, sqrt, sub, tanh, to_dtype, where,
 )
+from tracegrad.functional.conv import avg_pool2d, conv2d, max_pool2d  # noqa: F401
 from tracegrad.functional.index import gather, getitem, index_put  # noqa: F401
 from tracegrad.functional.linalg import matmul, mm  # noqa: F401
 from tracegrad.functional.neural import (  # noqa: F401
     cross_entropy, dropout, gelu, layer_norm, linear, log_softmax, mse_loss, silu, softmax,
 )
 from tracegrad.functional.reduce import (  # noqa: F401
-    amax, amin, argmax, argmin, logsumexp, max, mean, min, std, sum, var,
+    all, amax, amin, any, argmax, argmin, logsumexp, max, mean, min, std, sum, var,
 )
 from tracegrad.functional.shape import (  # noqa: F401
     T, broadcast_to, cat, clone, concat, contiguous, expand, expand_as, flatten, permute,
@@ -21,4 +22,4 @@ from tracegrad.functional.shape import (  # noqa: F401
 )
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {
-    "arith", "index", "linalg", "neural", "reduce", "shape"}]
+    "arith", "conv", "index", "linalg", "neural", "reduce", "shape"}]

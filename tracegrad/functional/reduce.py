@@ -112,3 +112,19 @@ def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:
     total = ew.log(red.sum_(ew.exp(shifted), axes, keepdim=True))
     result = ew.add(total, shift)
     return result if keepdim else mv.reshape(result, red.reduced_shape(input.shape, axes, False))
+
+
+def _truth(input: Tensor) -> Tensor:
+    if input.dtype is types.bool_:
+        return input
+    return ew.ne(input, ew.full((), 0, input.dtype))
+
+
+def any(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    """True where any element (along `dim`) is nonzero; a bool tensor."""
+    return red.amax(_truth(input), normalize_dims("any", dim, input.ndim), keepdim)
+
+
+def all(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    """True where every element (along `dim`) is nonzero; a bool tensor."""
+    return red.amin(_truth(input), normalize_dims("all", dim, input.ndim), keepdim)

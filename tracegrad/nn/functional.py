@@ -1,6 +1,102 @@
-"""`tg.nn.functional`: the neural-network composites, re-exported from `tracegrad.functional`."""
+"""`tg.nn.functional`: the neural-network composites of `tracegrad.functional` re-exported,
+plus the ones only layers use: `batch_norm` (which updates running statistics in place),
+`embedding` and `binary_cross_entropy_with_logits`. Like every composite they are written
+with primitives and tracegrad functions and have no gradient code of their own."""
 
+from __future__ import annotations
+
+from tracegrad import functional as F
+from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.ir import types
+from tracegrad.ops import indexing
+from tracegrad.tensor import Tensor
 from tracegrad.functional import (  # noqa: F401
-    cross_entropy, dropout, gelu, layer_norm, linear, log_softmax, mse_loss, relu, sigmoid, silu,
-    softmax, tanh,
+    avg_pool2d, conv2d, cross_entropy, dropout, gelu, layer_norm, linear, log_softmax, max_pool2d,
+    mse_loss, relu, sigmoid, silu, softmax, tanh,
 )
+from tracegrad.functional.neural import _reduce_loss
+
+
+def flatten(input: Tensor, start_dim: int = 1, end_dim: int = -1) -> Tensor:
+    return F.flatten(input, start_dim, end_dim)
+
+
+def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
+               weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
+               momentum: float | Tensor = 0.1, eps: float = 1e-5) -> Tensor:
+    """Normalize each channel (dim 1) of `input` (N, C, *). In training, with the batch's
+    statistics (biased variance), and the running statistics, when given, move towards them
+    by `momentum` (unbiased variance) under no_grad; in eval, with the running statistics."""
+    if input.ndim < 2:
+        raise ValueError(f"batch_norm: expected an input with at least 2 dims (N, C, ...), got "
+                         f"{list(input.shape)}")
+    channels = input.shape[1]
+    axes = (0,) + tuple(range(2, input.ndim))
+    stat_shape = (1, channels) + (1,) * (input.ndim - 2)
+    for name, stat in (("running_mean", running_mean), ("running_var", running_var),
+                       ("weight", weight), ("bias", bias)):
+        if stat is not None and stat.shape != (channels,):
+            raise RuntimeError(f"batch_norm: expected {name} of shape [{channels}], got "
+                               f"{list(stat.shape)}")
+    if training or running_mean is None or running_var is None:
+        count = input.numel() // channels if channels else 0
+        if training and count <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input "
+                             f"size {list(input.shape)}")
+        mean = F.mean(input, axes, keepdim=True)
+        centered = F.sub(input, mean)
+        variance = F.mean(F.mul(centered, centered), axes, keepdim=True)
+        if training and running_mean is not None and running_var is not None:
+            with no_grad():
+                batch_mean = F.reshape(mean.detach(), (channels,))
+                unbiased = F.mul(F.reshape(variance.detach(), (channels,)), count / (count - 1))
+                keep = 1.0 - momentum
+                running_mean.copy_(F.add(F.mul(running_mean, keep), F.mul(batch_mean, momentum)))
+                running_var.copy_(F.add(F.mul(running_var, keep), F.mul(unbiased, momentum)))
+    else:
+        mean = F.reshape(running_mean, stat_shape)
+        variance = F.reshape(running_var, stat_shape)
+        centered = F.sub(input, mean)
+    out = F.mul(centered, F.rsqrt(F.add(variance, eps)))
+    if weight is not None:
+        out = F.mul(out, F.reshape(weight, stat_shape))
+    if bias is not None:
+        out = F.add(out, F.reshape(bias, stat_shape))
+    return out
+
+
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
+    """Rows of `weight` at the int64 indices `input`: output shape input.shape + (dim,).
+    The row at `padding_idx` is read as usual but gets no gradient."""
+    if not isinstance(input, Tensor) or input.dtype is not types.int64:
+        got = input.dtype.name if isinstance(input, Tensor) else type(input).__name__
+        raise TypeError(f"embedding: expected indices of dtype int64, got {got}")
+    out = indexing.index(weight, [input], 0)
+    if padding_idx is None:
+        return out
+    if padding_idx < 0:
+        padding_idx += weight.shape[0]
+    keep = F.unsqueeze(F.ne(input, padding_idx), -1)
+    return F.where(keep, out, indexing.index(weight.detach(), [input], 0))
+
+
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,
+                                     reduction: str = "mean",
+                                     pos_weight: Tensor | None = None) -> Tensor:
+    """-[p * y * log(sigmoid(x)) + (1 - y) * log(1 - sigmoid(x))] from logits x, computed
+    stably as max(x, 0) - x * y + log(1 + exp(-|x|)) (p: `pos_weight`, 1 by default)."""
+    if target.shape != input.shape:
+        raise ValueError(f"Target size ({list(target.shape)}) must be the same as input size "
+                         f"({list(input.shape)})")
+    # maximum splits its gradient at a tie and |x|' = sign(0) = 0, so the gradient at
+    # x = 0 is the exact sigmoid(0) - y, not -y (zero-initialized logits start there).
+    softplus_of_negative = F.add(F.log(F.add(F.exp(F.neg(F.abs(input))), 1.0)),
+                                 F.maximum(F.neg(input), 0.0))  # log(1 + exp(-x))
+    if pos_weight is None:
+        loss = F.add(F.mul(F.sub(1.0, target), input), softplus_of_negative)
+    else:
+        log_weight = F.add(F.mul(F.sub(pos_weight, 1.0), target), 1.0)
+        loss = F.add(F.mul(F.sub(1.0, target), input), F.mul(log_weight, softplus_of_negative))
+    if weight is not None:
+        loss = F.mul(loss, weight)
+    return _reduce_loss("binary_cross_entropy_with_logits", loss, reduction)

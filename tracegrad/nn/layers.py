@@ -1,19 +1,33 @@
-"""Layers: Linear, Sequential, ReLU (more come with the models issue)."""
+"""Basic layers: Identity, Linear, Flatten, Dropout, Embedding. Each initializes its
+parameters as PyTorch does (`reset_parameters`) and calls a composite in `forward`."""
 
 from __future__ import annotations
 
 import math
 
+from tracegrad import creation
 from tracegrad import functional as F
 from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.ir import types
+from tracegrad.nn import functional as nnF
+from tracegrad.nn import init
 from tracegrad.nn.module import Module
 from tracegrad.nn.parameter import Parameter
-from tracegrad.random import generator
 from tracegrad.tensor import Tensor
 
 
-def _uniform(shape, bound: float) -> Tensor:
-    return Tensor(generator().uniform(-bound, bound, size=shape).astype("float32"))
+def _empty(*shape: int) -> Parameter:
+    return Parameter(creation.zeros(*shape, dtype=types.float32))
+
+
+class Identity(Module):
+    """Returns its input (a placeholder, e.g. to remove a layer)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, input: Tensor) -> Tensor:
+        return input
 
 
 class Linear(Module):
@@ -23,13 +37,19 @@ class Linear(Module):
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
-        bound = 1.0 / math.sqrt(in_features) if in_features else 0.0
-        with no_grad():
-            self.weight = Parameter(_uniform((out_features, in_features), bound))
-            if bias:
-                self.bias = Parameter(_uniform((out_features,), bound))
-            else:
-                self.register_parameter("bias", None)
+        self.weight = _empty(out_features, in_features)
+        if bias:
+            self.bias = _empty(out_features)
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # kaiming_uniform_ with a=sqrt(5) gives the bound 1/sqrt(fan_in).
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1.0 / math.sqrt(self.in_features) if self.in_features else 0.0
+            init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.linear(input, self.weight, self.bias)
@@ -38,30 +58,78 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-class ReLU(Module):
-    def forward(self, input: Tensor) -> Tensor:
-        return F.relu(input)
+class Flatten(Module):
+    """Flattens dims `start_dim..end_dim` into one (by default all but the batch dim)."""
 
-
-class Sequential(Module):
-    def __init__(self, *modules: Module):
+    def __init__(self, start_dim: int = 1, end_dim: int = -1):
         super().__init__()
-        for index, module in enumerate(modules):
-            self.add_module(str(index), module)
+        self.start_dim = start_dim
+        self.end_dim = end_dim
 
-    def forward(self, input):
-        for module in self._modules.values():
-            input = module(input)
-        return input
+    def forward(self, input: Tensor) -> Tensor:
+        return F.flatten(input, self.start_dim, self.end_dim)
 
-    def __getitem__(self, index: int | slice) -> Module:
-        if isinstance(index, slice):
-            return Sequential(*list(self._modules.values())[index])
-        return list(self._modules.values())[index]
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
-    def __setitem__(self, index: int, module: Module) -> None:
-        key = list(self._modules.keys())[index]
-        self._modules[key] = module
 
-    def __len__(self) -> int:
-        return len(self._modules)
+class Dropout(Module):
+    """Zeroes each element with probability p in training and scales the rest by 1/(1-p);
+    the identity in eval mode."""
+
+    def __init__(self, p: float = 0.5, inplace: bool = False):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        self.p = p
+        self.inplace = inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.dropout(input, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, inplace={self.inplace}"
+
+
+class Embedding(Module):
+    """A lookup table of `num_embeddings` vectors of size `embedding_dim`, initialized N(0, 1)
+    (the `padding_idx` row to zeros, and it gets no gradient)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 _weight: Tensor | None = None, _freeze: bool = False):
+        super().__init__()
+        self.num_embeddings = num_embeddings
+        self.embedding_dim = embedding_dim
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise AssertionError("Padding_idx must be within num_embeddings")
+            padding_idx %= num_embeddings
+        self.padding_idx = padding_idx
+        if _weight is None:
+            self.weight = _empty(num_embeddings, embedding_dim)
+            self.reset_parameters()
+        else:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise AssertionError("Shape of weight does not match num_embeddings and embedding_dim")
+            self.weight = Parameter(_weight, requires_grad=not _freeze)
+
+    @classmethod
+    def from_pretrained(cls, embeddings: Tensor, freeze: bool = True,
+                        padding_idx: int | None = None) -> Embedding:
+        if embeddings.ndim != 2:
+            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
+        rows, cols = embeddings.shape
+        return cls(rows, cols, padding_idx=padding_idx, _weight=embeddings, _freeze=freeze)
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with no_grad():
+                self.weight[self.padding_idx] = 0.0
+
+    def forward(self, input: Tensor) -> Tensor:
+        return nnF.embedding(input, self.weight, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        text = f"{self.num_embeddings}, {self.embedding_dim}"
+        return text + (f", padding_idx={self.padding_idx}" if self.padding_idx is not None else "")

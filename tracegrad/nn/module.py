@@ -1,23 +1,54 @@
-"""`nn.Module`: attribute registration of parameters and submodules, traversal,
-train/eval mode and `zero_grad`."""
+"""`nn.Module`: attribute registration of parameters, buffers and submodules; traversal
+(names and order as in PyTorch); train/eval; `zero_grad`; freezing; dtype conversion;
+`state_dict` / `load_state_dict`; the PyTorch-style repr.
+
+Layers live in the sibling modules (`linear`, `conv`, `normalization`, ...), file I/O in
+`tracegrad.serialization`.
+"""
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Iterator
+from collections import OrderedDict, namedtuple
+from collections.abc import Callable, Iterator, Mapping
 
+from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.ir import types
 from tracegrad.nn.parameter import Parameter
 from tracegrad.tensor import Tensor
 
+IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return str(list(shape))
+
+
+def _check_name(kind: str, name, module: Module) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"{kind} name should be a string. Got {type(name).__name__}")
+    if name == "":
+        raise KeyError(f'{kind} name can\'t be empty string ""')
+    if "." in name:
+        raise KeyError(f'{kind} name can\'t contain ".", got: {name}')
+    registries = (module._parameters, module._buffers, module._modules)
+    if hasattr(module, name) and not any(name in registry for registry in registries):
+        raise KeyError(f"attribute '{name}' already exists")
+
 
 class Module:
+    """Base class of all layers: assign `Parameter`s, submodules and (via `register_buffer`)
+    buffers as attributes and they are found by `parameters()`, `state_dict()`, ..."""
+
     training: bool
 
     def __init__(self):
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent_buffers_set", set())
         object.__setattr__(self, "training", True)
+
+    # --- registration -------------------------------------------------------------------
 
     def __setattr__(self, name: str, value) -> None:
         if "_parameters" not in self.__dict__:
@@ -36,6 +67,7 @@ class Module:
             return
         for registry in (self._parameters, self._modules, self._buffers):
             registry.pop(name, None)
+        self._non_persistent_buffers_set.discard(name)
         if isinstance(value, Parameter):
             self._parameters[name] = value
         elif isinstance(value, Module):
@@ -56,17 +88,55 @@ class Module:
         for registry in (self._parameters, self._modules, self._buffers):
             if name in registry:
                 del registry[name]
+                self._non_persistent_buffers_set.discard(name)
                 return
         object.__delattr__(self, name)
 
-    def register_buffer(self, name: str, tensor: Tensor | None) -> None:
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self._parameters) | set(self._modules)
+                      | set(self._buffers))
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """A tensor that is state but not a parameter (BatchNorm's running mean): it follows
+        the module through `to(dtype)` and, when `persistent`, into `state_dict()`."""
+        _check_name("buffer", name, self)
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' "
+                            "(tracegrad Tensor or None required)")
+        self._parameters.pop(name, None)
         self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent_buffers_set.discard(name)
+        else:
+            self._non_persistent_buffers_set.add(name)
 
     def register_parameter(self, name: str, param: Parameter | None) -> None:
+        _check_name("parameter", name, self)
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"cannot assign '{type(param).__name__}' object to parameter '{name}' "
+                            "(tracegrad.nn.Parameter or None required)")
+        self._buffers.pop(name, None)
         self._parameters[name] = param
 
     def add_module(self, name: str, module: Module | None) -> None:
+        _check_name("module", name, self)
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{type(module).__name__} is not a Module subclass")
         self._modules[name] = module
+
+    register_module = add_module
+
+    def get_submodule(self, target: str) -> Module:
+        """The submodule at a dotted path (`"features.0"`); `""` is the module itself."""
+        module = self
+        for item in target.split(".") if target else []:
+            child = module._modules.get(item)
+            if child is None:
+                raise AttributeError(f"{type(module).__name__} has no attribute `{item}`")
+            module = child
+        return module
+
+    # --- running ------------------------------------------------------------------------
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"Module [{type(self).__name__}] is missing the required \"forward\" function")
@@ -74,14 +144,18 @@ class Module:
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
-    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
-        seen: set[int] = set()
+    # --- traversal ----------------------------------------------------------------------
+
+    def named_modules(self, memo: set | None = None, prefix: str = "",
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Module]]:
+        seen: set[int] = set() if memo is None else memo
         stack = [(prefix, self)]
         while stack:
             name, module = stack.pop()
-            if id(module) in seen:
-                continue
-            seen.add(id(module))
+            if remove_duplicate:
+                if id(module) in seen:
+                    continue
+                seen.add(id(module))
             yield name, module
             # Depth-first pre-order, as PyTorch: parameters of `a.sub` come before `b`'s.
             for child_name, child in reversed(module._modules.items()):
@@ -93,39 +167,55 @@ class Module:
             yield module
 
     def named_children(self) -> Iterator[tuple[str, Module]]:
+        seen: set[int] = set()
         for name, child in self._modules.items():
-            if child is not None:
+            if child is not None and id(child) not in seen:
+                seen.add(id(child))
                 yield name, child
 
     def children(self) -> Iterator[Module]:
         for _, child in self.named_children():
             yield child
 
-    def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Parameter]]:
+    def _named_members(self, registry: str, prefix: str, recurse: bool,
+                       remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
         seen: set[int] = set()
-        modules = self.named_modules(prefix) if recurse else [(prefix, self)]
+        modules = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
         for module_name, module in modules:
-            for name, param in module._parameters.items():
-                if param is None or id(param) in seen:
+            for name, member in getattr(module, registry).items():
+                if member is None or (remove_duplicate and id(member) in seen):
                     continue
-                seen.add(id(param))
-                yield (f"{module_name}.{name}" if module_name else name), param
+                seen.add(id(member))
+                yield (f"{module_name}.{name}" if module_name else name), member
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, Parameter]]:
+        yield from self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
         for _, param in self.named_parameters(recurse=recurse):
             yield param
 
-    def named_buffers(self) -> Iterator[tuple[str, Tensor]]:
-        for module_name, module in self.named_modules():
-            for name, buf in module._buffers.items():
-                if buf is not None:
-                    yield (f"{module_name}.{name}" if module_name else name), buf
+    def named_buffers(self, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
+        yield from self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
-    def buffers(self) -> Iterator[Tensor]:
-        for _, buf in self.named_buffers():
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        for _, buf in self.named_buffers(recurse=recurse):
             yield buf
 
+    def apply(self, fn: Callable[[Module], None]) -> Module:
+        """Call `fn` on every submodule (children first) and on this module."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    # --- modes and gradients ------------------------------------------------------------
+
     def train(self, mode: bool = True) -> Module:
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
         for module in self.modules():
             object.__setattr__(module, "training", mode)
         return self
@@ -134,6 +224,7 @@ class Module:
         return self.train(False)
 
     def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """Freeze (`False`) or unfreeze every parameter."""
         for param in self.parameters():
             param.requires_grad_(requires_grad)
         return self
@@ -147,11 +238,122 @@ class Module:
             else:
                 param._grad.zero_()
 
+    # --- dtype --------------------------------------------------------------------------
+
+    def to(self, *args, dtype: types.DType | None = None, **kwargs) -> Module:
+        """Convert floating-point parameters (in place: same Parameter objects, so an
+        optimizer built before still holds them) and buffers to `dtype`. A device other
+        than "cpu" is rejected; integer buffers (num_batches_tracked) keep their dtype."""
+        for arg in list(args) + list(kwargs.values()):
+            if isinstance(arg, types.DType):
+                dtype = arg
+            elif isinstance(arg, Tensor):
+                dtype = arg.dtype
+            elif arg not in ("cpu", None):
+                raise ValueError(f"to: unsupported argument {arg!r} (tracegrad runs on the CPU)")
+        if dtype is None:
+            return self
+        if not dtype.is_floating:
+            raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got desired "
+                            f"dtype={dtype.name}")
+        with no_grad():
+            for module in self.modules():
+                for param in module._parameters.values():
+                    if param is not None and param.dtype.is_floating and param.dtype is not dtype:
+                        param.data = param.data.to(dtype)
+                        # The `.data` setter keeps a leaf's IR value, typed with the old dtype.
+                        param._value = None
+                        if param._grad is not None:
+                            param._grad = param._grad.to(dtype)
+                for name, buf in module._buffers.items():
+                    if buf is not None and buf.dtype.is_floating and buf.dtype is not dtype:
+                        module._buffers[name] = buf.to(dtype)
+        return self
+
+    def double(self) -> Module:
+        return self.to(types.float64)
+
+    def float(self) -> Module:
+        return self.to(types.float32)
+
+    def cpu(self) -> Module:
+        return self
+
+    # --- state dict ---------------------------------------------------------------------
+
+    def _state_items(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
+        """(key, tensor) of every parameter and persistent buffer, in PyTorch's order: a
+        module's own parameters, then its buffers, then each child's, depth first."""
+        for name, param in self._parameters.items():
+            if param is not None:
+                yield prefix + name, param
+        for name, buf in self._buffers.items():
+            if buf is not None and name not in self._non_persistent_buffers_set:
+                yield prefix + name, buf
+        for name, child in self._modules.items():
+            if child is not None:
+                yield from child._state_items(prefix + name + ".")
+
+    def state_dict(self, destination: dict | None = None, prefix: str = "",
+                   keep_vars: bool = False) -> dict[str, Tensor]:
+        """Parameters and persistent buffers by dotted name. The tensors are detached but
+        share memory with the module (save a copy with `tg.save`, or `clone()` them)."""
+        destination = OrderedDict() if destination is None else destination
+        for key, tensor in self._state_items(prefix):
+            destination[key] = tensor if keep_vars else tensor.detach()
+        return destination
+
+    def load_state_dict(self, state_dict: Mapping[str, Tensor], strict: bool = True) -> IncompatibleKeys:
+        """Copy `state_dict` into the parameters and buffers. Every key, type and shape is
+        checked before anything is copied, so a wrong checkpoint raises and leaves the module
+        unchanged. With `strict=False`, missing and unexpected keys are returned instead."""
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
+        own = OrderedDict(self._state_items())
+        missing = [key for key in own if key not in state_dict]
+        unexpected = [key for key in state_dict if key not in own]
+        errors = []
+        if strict and missing:
+            errors.append("Missing key(s) in state_dict: {}. ".format(", ".join(f'"{k}"' for k in missing)))
+        if strict and unexpected:
+            errors.append("Unexpected key(s) in state_dict: {}. ".format(
+                ", ".join(f'"{k}"' for k in unexpected)))
+        for key, target in own.items():
+            if key not in state_dict:
+                continue
+            value = state_dict[key]
+            if not isinstance(value, Tensor):
+                errors.append(f'While copying the parameter named "{key}", expected a tracegrad '
+                              f"Tensor from checkpoint but received {type(value)}")
+            elif value.shape != target.shape:
+                errors.append(f"size mismatch for {key}: copying a param with shape "
+                              f"{_shape_text(value.shape)} from checkpoint, the shape in current "
+                              f"model is {_shape_text(target.shape)}.")
+        if errors:
+            raise RuntimeError("Error(s) in loading state_dict for {}:\n\t{}".format(
+                type(self).__name__, "\n\t".join(errors)))
+        with no_grad():
+            for key, target in own.items():
+                if key in state_dict:
+                    target.copy_(state_dict[key])
+        return IncompatibleKeys(missing, unexpected)
+
+    # --- repr ---------------------------------------------------------------------------
+
     def extra_repr(self) -> str:
         return ""
 
+    def _get_name(self) -> str:
+        return type(self).__name__
+
     def __repr__(self) -> str:
-        lines = [f"({name}): " + repr(child).replace("\n", "\n  ") for name, child in self.named_children()]
+        extra = self.extra_repr()
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = [f"({name}): " + repr(child).replace("\n", "\n  ")
+                       for name, child in self._modules.items()]
+        lines = extra_lines + child_lines
         if not lines:
-            return f"{type(self).__name__}({self.extra_repr()})"
-        return f"{type(self).__name__}(\n  " + "\n  ".join(lines) + "\n)"
+            return f"{self._get_name()}()"
+        if len(extra_lines) == 1 and not child_lines:
+            return f"{self._get_name()}({extra_lines[0]})"
+        return f"{self._get_name()}(\n  " + "\n  ".join(lines) + "\n)"

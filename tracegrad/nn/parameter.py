@@ -6,6 +6,8 @@ from tracegrad.tensor import Tensor
 
 
 class Parameter(Tensor):
+    """A tensor that, assigned as a Module attribute, is registered as a parameter."""
+
     def __init__(self, data=None, requires_grad: bool = True):
         if data is None:
             data = []
@@ -20,3 +22,11 @@ class Parameter(Tensor):
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
+
+    def __reduce_ex__(self, protocol):
+        # copy.deepcopy(model) and pickle keep parameters as Parameters (not plain tensors).
+        return (_rebuild_parameter, (self.detach().numpy(), self._requires_grad))
+
+
+def _rebuild_parameter(array, requires_grad: bool) -> Parameter:
+    return Parameter(Tensor(array), requires_grad=requires_grad)

@@ -1,16 +1,33 @@
-"""`Optimizer`: parameter groups, per-parameter state and `zero_grad`."""
+"""`Optimizer`: parameter groups, per-parameter state, `zero_grad`, `state_dict` and
+`load_state_dict` (PyTorch's structure). The update rules live in `sgd.py` and `adam.py`.
+
+Update rules read hyperparameters as Python floats and pass them to tensor ops as operands
+(`p.add_(d_p, alpha=-lr)`), never as op attributes: inside `tg.compile` a Python scalar
+operand becomes a 0-d runtime input, so a learning rate schedule does not recompile.
+"""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable, Iterable
+from itertools import chain
+from typing import Any
+
+from tracegrad.autograd.grad_mode import enable_grad
 from tracegrad.tensor import Tensor
+
+ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]]
 
 
 class Optimizer:
-    def __init__(self, params, defaults: dict):
+    """Base class: holds `param_groups` (dicts with `params` and hyperparameters) and
+    `state` (a dict per parameter, keyed by the parameter itself as in PyTorch)."""
+
+    def __init__(self, params: ParamsT, defaults: dict[str, Any]):
         self.defaults = defaults
         # Keyed by the parameter itself, as PyTorch (`optimizer.state[p]`); Tensor hashes by id.
-        self.state: dict[Tensor, dict] = {}
-        self.param_groups: list[dict] = []
+        self.state: dict[Tensor, dict[str, Any]] = {}
+        self.param_groups: list[dict[str, Any]] = []
         if isinstance(params, Tensor):  # list(tensor) would iterate its rows
             raise TypeError("params argument given to the optimizer should be an iterable of "
                             f"Tensors or dicts, but got {type(params).__name__}")
@@ -21,20 +38,31 @@ class Optimizer:
         for group in groups:
             self.add_param_group(dict(group))
 
-    def add_param_group(self, group: dict) -> None:
-        params = group["params"]
-        group["params"] = [params] if isinstance(params, Tensor) else list(params)
-        for p in group["params"]:
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            lines += [f"    {key}: {value}" for key, value in sorted(group.items()) if key != "params"]
+        return "\n".join(lines + [")"])
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a group of parameters, with hyperparameters that default to the optimizer's."""
+        params = param_group["params"]
+        param_group["params"] = [params] if isinstance(params, Tensor) else list(params)
+        for p in param_group["params"]:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer can only optimize Tensors, but one of the params is {type(p).__name__}")
             if not p.is_leaf:
                 raise ValueError("can't optimize a non-leaf Tensor")
         present = {id(p) for other in self.param_groups for p in other["params"]}
-        if any(id(p) in present for p in group["params"]):
+        if any(id(p) in present for p in param_group["params"]):
             raise ValueError("some parameters appear in more than one parameter group")
         for key, value in self.defaults.items():
-            group.setdefault(key, value)
-        self.param_groups.append(group)
+            param_group.setdefault(key, value)
+        self.param_groups.append(param_group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset the gradients of all parameters: to None (default) or to zeros."""
         for group in self.param_groups:
             for p in group["params"]:
                 if p._grad is None:
@@ -44,5 +72,62 @@ class Optimizer:
                 else:
                     p._grad.zero_()
 
-    def step(self, closure=None):
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Update the parameters once; `closure` re-evaluates the loss and returns it."""
         raise NotImplementedError
+
+    @staticmethod
+    def _evaluate_closure(closure: Callable[[], Any] | None) -> Any:
+        if closure is None:
+            return None
+        with enable_grad():  # the closure calls backward(): it needs grad mode
+            return closure()
+
+    # --- checkpoints ---------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state as PyTorch lays it out: `{'state': {index: {...}},
+        'param_groups': [{..., 'params': [indices]}]}`, parameters numbered in group order.
+        The state tensors are the optimizer's own (not copies), as in PyTorch."""
+        index: dict[int, int] = {}
+        packed_groups = []
+        for group in self.param_groups:
+            packed = {key: value for key, value in group.items() if key != "params"}
+            for p in group["params"]:
+                index.setdefault(id(p), len(index))
+            packed["params"] = [index[id(p)] for p in group["params"]]
+            packed_groups.append(packed)
+        packed_state = {index[id(p)]: state for p, state in self.state.items() if id(p) in index}
+        return {"state": packed_state, "param_groups": packed_groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a `state_dict()`: hyperparameters per group and per-parameter state. State
+        tensors are copied (cast to their parameter's dtype), so the optimizer never writes
+        into the dict it was given."""
+        saved_groups = copy.deepcopy(state_dict["param_groups"])
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        for group, saved in zip(self.param_groups, saved_groups):
+            if len(group["params"]) != len(saved["params"]):
+                raise ValueError("loaded state dict contains a parameter group that doesn't match "
+                                 "the size of optimizer's group")
+        params_by_index = dict(zip(chain.from_iterable(g["params"] for g in saved_groups),
+                                   chain.from_iterable(g["params"] for g in self.param_groups)))
+        self.state = {}
+        for index, saved_state in state_dict["state"].items():
+            param = params_by_index.get(index)
+            if param is None:
+                raise ValueError(f"loaded state dict has state for parameter {index}, which no group holds")
+            self.state[param] = {key: _cast_state(param, key, value) for key, value in saved_state.items()}
+        for group, saved in zip(self.param_groups, saved_groups):
+            saved["params"] = group["params"]
+            group.clear()
+            group.update(saved)
+
+
+def _cast_state(param: Tensor, key: str, value: Any) -> Any:
+    if not isinstance(value, Tensor):
+        return copy.deepcopy(value)
+    if key == "step":  # PyTorch keeps step counters as they are
+        return value.detach().clone()
+    return value.detach().to(param.dtype).clone()

@@ -1,14 +1,26 @@
-"""SGD with momentum and weight decay, PyTorch's update rule."""
+"""`SGD`: stochastic gradient descent with momentum, dampening, Nesterov momentum and
+weight decay, PyTorch's update rule (`torch.optim.SGD`, single-tensor form)."""
 
 from __future__ import annotations
 
-from tracegrad.autograd.grad_mode import enable_grad, no_grad
-from tracegrad.optim.optimizer import Optimizer
+from collections.abc import Callable
+from typing import Any
+
+from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.optim.optimizer import Optimizer, ParamsT
 
 
 class SGD(Optimizer):
-    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False):
+    """For each parameter, with g its gradient:
+
+        g = g + weight_decay * p                                   (if weight_decay)
+        buf = g (first step), else momentum * buf + (1 - dampening) * g   (if momentum)
+        g = g + momentum * buf (nesterov), else buf
+        p = p - lr * g        (p + lr * g with maximize)
+    """
+
+    def __init__(self, params: ParamsT, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False):
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         if momentum < 0.0:
@@ -18,29 +30,27 @@ class SGD(Optimizer):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
-                                      weight_decay=weight_decay, nesterov=nesterov))
+                                      weight_decay=weight_decay, nesterov=nesterov, maximize=maximize))
 
     @no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:  # the closure calls backward(): it needs grad mode
-            with enable_grad():
-                loss = closure()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        loss = self._evaluate_closure(closure)
         for group in self.param_groups:
+            lr, momentum = group["lr"], group["momentum"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                d_p = p.grad
+                d_p = -p.grad if group["maximize"] else p.grad
                 if group["weight_decay"] != 0:
-                    d_p = d_p + p * group["weight_decay"]
-                if group["momentum"] != 0:
+                    d_p = d_p.add(p, alpha=group["weight_decay"])
+                if momentum != 0:
                     state = self.state.setdefault(p, {})
                     buf = state.get("momentum_buffer")
                     if buf is None:
                         buf = d_p.clone()
                         state["momentum_buffer"] = buf
                     else:
-                        buf.mul_(group["momentum"]).add_(d_p, alpha=1 - group["dampening"])
-                    d_p = d_p + buf * group["momentum"] if group["nesterov"] else buf
-                p.add_(d_p, alpha=-group["lr"])
+                        buf.mul_(momentum).add_(d_p, alpha=1 - group["dampening"])
+                    d_p = d_p.add(buf, alpha=momentum) if group["nesterov"] else buf
+                p.add_(d_p, alpha=-lr)
         return loss

@@ -1,0 +1,180 @@
+"""`optim.Adam` and `optim.AdamW`: PyTorch's update rules (bias correction, AMSGrad, L2 and
+decoupled weight decay, maximize), step by step against a NumPy reference and torch."""
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad import nn, optim
+
+STEPS = 6
+CURVATURE = np.array([0.5, 1.0, 2.0, 4.0])
+SHIFT = np.array([1.0, -1.0, 0.5, 0.0])
+START = np.array([1.0, 2.0, -3.0, 0.5])
+
+
+def _quadratic_loss(p):
+    """0.5 * sum(c * p**2) + sum(s * p): gradient c * p + s, which depends on p."""
+    return (tg.tensor(CURVATURE) * p * p * 0.5 + tg.tensor(SHIFT) * p).sum()
+
+
+def reference_adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False,
+                   maximize=False, decoupled=False, steps=STEPS):
+    """The parameter after each step, for the quadratic loss, written out in NumPy."""
+    beta1, beta2 = betas
+    p = START.copy()
+    m, v, v_max = np.zeros_like(p), np.zeros_like(p), np.zeros_like(p)
+    history = []
+    for t in range(1, steps + 1):
+        g = CURVATURE * p + SHIFT
+        if maximize:
+            g = -g
+        if decoupled:
+            p = p * (1 - lr * weight_decay)
+        else:
+            g = g + weight_decay * p
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g * g
+        v_max = np.maximum(v_max, v)
+        second = v_max if amsgrad else v
+        m_hat, v_hat = m / (1 - beta1 ** t), second / (1 - beta2 ** t)
+        p = p - lr * m_hat / (np.sqrt(v_hat) + eps)
+        history.append(p.copy())
+    return history
+
+
+def run(optimizer_class, steps=STEPS, **options):
+    p = nn.Parameter(tg.tensor(START))
+    optimizer = optimizer_class([p], **options)
+    history = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        _quadratic_loss(p).backward()
+        optimizer.step()
+        history.append(p.detach().numpy().copy())
+    return history
+
+
+ADAM_CASES = {
+    "plain": dict(lr=0.1),
+    "betas": dict(lr=0.05, betas=(0.5, 0.9)),
+    "eps": dict(lr=0.1, eps=0.5),
+    "weight_decay": dict(lr=0.1, weight_decay=0.3),
+    "amsgrad": dict(lr=0.1, betas=(0.9, 0.5), amsgrad=True),
+    "maximize": dict(lr=0.1, maximize=True),
+}
+
+
+@pytest.mark.parametrize("options", ADAM_CASES.values(), ids=ADAM_CASES.keys())
+def test_adam_steps_match_the_numpy_reference(options):
+    for step, (got, want) in enumerate(zip(run(optim.Adam, **options), reference_adam(**options))):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15, err_msg=f"step {step}")
+
+
+ADAMW_CASES = {
+    "default_weight_decay": dict(lr=0.1),
+    "weight_decay": dict(lr=0.1, weight_decay=0.5),
+    "amsgrad": dict(lr=0.1, weight_decay=0.1, betas=(0.9, 0.5), amsgrad=True),
+}
+
+
+@pytest.mark.parametrize("options", ADAMW_CASES.values(), ids=ADAMW_CASES.keys())
+def test_adamw_steps_match_the_numpy_reference(options):
+    want = reference_adam(decoupled=True, **{"weight_decay": 1e-2, **options})
+    for step, (got, expected) in enumerate(zip(run(optim.AdamW, **options), want)):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-15, err_msg=f"step {step}")
+
+
+def test_amsgrad_changes_the_trajectory():
+    # Guards the amsgrad case: with beta2 = 0.5, v shrinks and the running maximum matters.
+    options = dict(lr=0.1, betas=(0.9, 0.5))
+    assert not np.allclose(run(optim.Adam, amsgrad=True, **options)[-1], run(optim.Adam, **options)[-1])
+
+
+def test_adamw_weight_decay_differs_from_adam_l2_penalty():
+    options = dict(lr=0.1, weight_decay=0.5)
+    assert not np.allclose(run(optim.AdamW, **options)[-1], run(optim.Adam, **options)[-1])
+
+
+def test_first_adam_step_moves_each_coordinate_by_lr_against_the_gradient_sign():
+    # With bias correction, m_hat / sqrt(v_hat) = g / |g| on the first step.
+    got = run(optim.Adam, steps=1, lr=0.01, eps=0.0)[0]
+    np.testing.assert_allclose(got, START - 0.01 * np.sign(CURVATURE * START + SHIFT), rtol=1e-12)
+
+
+def test_adam_state_holds_step_and_moments():
+    p = nn.Parameter(tg.tensor(START))
+    optimizer = optim.Adam([p], lr=0.1, amsgrad=True)
+    for _ in range(2):
+        optimizer.zero_grad()
+        _quadratic_loss(p).backward()
+        optimizer.step()
+    state = optimizer.state[p]
+    assert state["step"] == 2
+    assert sorted(state) == ["exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"]
+    assert all(state[key].shape == p.shape for key in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"))
+
+
+def test_adam_skips_parameters_without_grad():
+    used, unused = nn.Parameter(tg.ones(2)), nn.Parameter(tg.ones(2))
+    optimizer = optim.AdamW([used, unused], lr=0.5)
+    (used * 2.0).sum().backward()
+    optimizer.step()
+    np.testing.assert_array_equal(unused.detach().numpy(), [1.0, 1.0])
+    assert unused not in optimizer.state
+
+
+def test_adam_param_groups_use_their_own_learning_rate():
+    a, b = nn.Parameter(tg.ones(1)), nn.Parameter(tg.ones(1))
+    optimizer = optim.Adam([{"params": [a]}, {"params": [b], "lr": 0.5}], lr=0.1)
+    (a + b).sum().backward()
+    optimizer.step()  # first Adam step: each parameter moves by its group's lr
+    assert a.item() == pytest.approx(0.9) and b.item() == pytest.approx(0.5)
+
+
+def test_adam_param_groups_keep_their_own_betas():
+    a, b = nn.Parameter(tg.ones(1)), nn.Parameter(tg.ones(1))
+    optimizer = optim.Adam([{"params": [a]}, {"params": [b], "betas": (0.5, 0.9)}], lr=0.1)
+    assert optimizer.param_groups[0]["betas"] == (0.9, 0.999)
+    assert optimizer.param_groups[1]["betas"] == (0.5, 0.9)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(lr=-0.1), "Invalid learning rate"),
+    (dict(eps=-1.0), "Invalid epsilon value"),
+    (dict(betas=(1.0, 0.999)), "Invalid beta parameter at index 0"),
+    (dict(betas=(0.9, -0.1)), "Invalid beta parameter at index 1"),
+    (dict(weight_decay=-1.0), "Invalid weight_decay value"),
+], ids=["lr", "eps", "beta1", "beta2", "weight_decay"])
+def test_invalid_adam_hyperparameters_raise_value_error(options, message):
+    with pytest.raises(ValueError, match=message):
+        optim.Adam([nn.Parameter(tg.ones(1))], **options)
+
+
+@pytest.mark.parametrize("name, options", [
+    ("Adam", dict(lr=0.01, weight_decay=0.01)),
+    ("Adam", dict(lr=0.01, amsgrad=True)),
+    ("AdamW", dict(lr=0.01, weight_decay=0.1)),
+    ("AdamW", dict(lr=0.01, amsgrad=True, betas=(0.8, 0.9))),
+], ids=["adam_l2", "adam_amsgrad", "adamw", "adamw_amsgrad"])
+def test_training_an_mlp_matches_torch(name, options):
+    torch = pytest.importorskip("torch")
+    tg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    reference = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    with torch.no_grad():
+        for ours, theirs in zip(model.parameters(), reference.parameters(), strict=True):
+            theirs.copy_(torch.from_numpy(ours.detach().numpy().copy()))
+    ours_opt = getattr(optim, name)(model.parameters(), **options)
+    theirs_opt = getattr(torch.optim, name)(reference.parameters(), **options)
+    rng = np.random.default_rng(0)
+    x, target = rng.normal(size=(16, 4)).astype(np.float32), rng.integers(0, 3, 16)
+    for _ in range(10):
+        ours_opt.zero_grad()
+        tg.nn.functional.cross_entropy(model(tg.tensor(x)), tg.tensor(target)).backward()
+        ours_opt.step()
+        theirs_opt.zero_grad()
+        torch.nn.functional.cross_entropy(reference(torch.from_numpy(x)), torch.from_numpy(target)).backward()
+        theirs_opt.step()
+    for ours, theirs in zip(model.parameters(), reference.parameters(), strict=True):
+        np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-4, atol=1e-5)

@@ -1,0 +1,161 @@
+"""Optimizers inside `tg.compile`: compiled training steps end where eager ones do, state
+created in the first compiled call becomes real tensors, and hyperparameters that change
+between calls (learning rate schedules, Adam's step count) are runtime scalars, not
+recompiles."""
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+import tracegrad.nn.functional as F
+from tracegrad import nn, optim
+from tracegrad.optim.lr_scheduler import CosineAnnealingLR, StepLR
+
+OPTIMIZERS = {
+    "sgd": lambda params: optim.SGD(params, lr=0.1),
+    "sgd_momentum_weight_decay": lambda params: optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-3),
+    "sgd_nesterov_dampening": lambda params: optim.SGD(params, lr=0.05, momentum=0.9, nesterov=True),
+    "adam": lambda params: optim.Adam(params, lr=0.01, weight_decay=1e-3),
+    "adam_amsgrad": lambda params: optim.Adam(params, lr=0.01, amsgrad=True),
+    "adamw": lambda params: optim.AdamW(params, lr=0.01, weight_decay=0.1),
+}
+
+
+def _mlp(seed=0):
+    tg.manual_seed(seed)
+    return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    return tg.tensor(rng.normal(size=(32, 4)).astype(np.float32)), tg.tensor(rng.integers(0, 3, 32))
+
+
+def _train_step(model, optimizer):
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+    return step
+
+
+def _params(model):
+    return [p.detach().numpy().copy() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("make_optimizer", OPTIMIZERS.values(), ids=OPTIMIZERS.keys())
+def test_50_compiled_steps_end_with_the_eager_parameters(make_optimizer):
+    x, y = _data()
+    model_c, model_e = _mlp(), _mlp()
+    step_c = tg.compile(_train_step(model_c, make_optimizer(model_c.parameters())))
+    step_e = _train_step(model_e, make_optimizer(model_e.parameters()))
+    for _ in range(50):
+        loss_c, loss_e = step_c(x, y), step_e(x, y)
+    assert loss_c.item() == pytest.approx(loss_e.item(), rel=1e-4)
+    for compiled, eager in zip(_params(model_c), _params(model_e), strict=True):
+        np.testing.assert_allclose(compiled, eager, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("make_optimizer", OPTIMIZERS.values(), ids=OPTIMIZERS.keys())
+def test_compiled_steps_reuse_one_graph_once_the_state_exists(make_optimizer):
+    x, y = _data()
+    model = _mlp()
+    step = tg.compile(_train_step(model, make_optimizer(model.parameters())))
+    for _ in range(2):  # SGD's momentum buffer appears in the first call: a second graph
+        step(x, y)
+    misses = step.cache_info().misses
+    for _ in range(5):
+        step(x, y)
+    assert step.cache_info().misses == misses
+
+
+@pytest.mark.parametrize("name", ["sgd_momentum_weight_decay", "adam_amsgrad"])
+def test_state_created_in_a_compiled_call_is_materialized(name):
+    x, y = _data()
+    model = _mlp()
+    optimizer = OPTIMIZERS[name](model.parameters())
+    tg.compile(_train_step(model, optimizer))(x, y)
+    tensors = [value for state in optimizer.state.values() for value in state.values() if isinstance(value, tg.Tensor)]
+    assert len(optimizer.state) == 4 and tensors
+    assert all(isinstance(t.numpy(), np.ndarray) and np.isfinite(t.numpy()).all() for t in tensors)
+    assert any(np.abs(t.numpy()).sum() > 0 for t in tensors)
+
+
+def test_compiled_adam_counts_steps_in_its_state():
+    x, y = _data()
+    model = _mlp()
+    optimizer = optim.Adam(model.parameters(), lr=0.01)
+    step = tg.compile(_train_step(model, optimizer))
+    for _ in range(3):
+        step(x, y)
+    assert [state["step"] for state in optimizer.state.values()] == [3, 3, 3, 3]
+
+
+@pytest.mark.parametrize("make_scheduler", [
+    lambda opt: StepLR(opt, step_size=2, gamma=0.5),
+    lambda opt: CosineAnnealingLR(opt, T_max=5, eta_min=1e-4),
+], ids=["step_lr", "cosine"])
+@pytest.mark.parametrize("name", ["sgd_momentum_weight_decay", "adamw"])
+def test_scheduled_learning_rate_does_not_recompile(name, make_scheduler):
+    x, y = _data()
+    model = _mlp()
+    optimizer = OPTIMIZERS[name](model.parameters())
+    scheduler = make_scheduler(optimizer)
+    step = tg.compile(_train_step(model, optimizer))
+    for _ in range(2):
+        step(x, y)
+        scheduler.step()
+    misses, rates = step.cache_info().misses, set()
+    for _ in range(8):
+        rates.add(optimizer.param_groups[0]["lr"])
+        step(x, y)
+        scheduler.step()
+    assert len(rates) >= 4  # the schedule did change the rate
+    assert step.cache_info().misses == misses
+
+
+@pytest.mark.parametrize("name", ["sgd_momentum_weight_decay", "adam"])
+def test_scheduled_compiled_steps_end_with_the_eager_parameters(name):
+    x, y = _data()
+    model_c, model_e = _mlp(), _mlp()
+    opt_c, opt_e = OPTIMIZERS[name](model_c.parameters()), OPTIMIZERS[name](model_e.parameters())
+    sched_c, sched_e = CosineAnnealingLR(opt_c, T_max=10), CosineAnnealingLR(opt_e, T_max=10)
+    step_c, step_e = tg.compile(_train_step(model_c, opt_c)), _train_step(model_e, opt_e)
+    for _ in range(10):
+        step_c(x, y)
+        step_e(x, y)
+        sched_c.step()
+        sched_e.step()
+    for compiled, eager in zip(_params(model_c), _params(model_e), strict=True):
+        np.testing.assert_allclose(compiled, eager, rtol=1e-4, atol=1e-5)
+
+
+def test_param_groups_with_different_learning_rates_compile_to_the_eager_result():
+    x, y = _data()
+    models = _mlp(), _mlp()
+    steps = []
+    for model in models:
+        first, last = model[0], model[2]
+        optimizer = optim.SGD([{"params": first.parameters(), "lr": 0.01},
+                               {"params": last.parameters()}], lr=0.2, momentum=0.5)
+        steps.append(_train_step(model, optimizer))
+    step_c, step_e = tg.compile(steps[0]), steps[1]
+    for _ in range(10):
+        step_c(x, y)
+        step_e(x, y)
+    for compiled, eager in zip(_params(models[0]), _params(models[1]), strict=True):
+        np.testing.assert_allclose(compiled, eager, rtol=1e-4, atol=1e-5)
+
+
+def test_learning_rate_reaches_the_compiled_graph_as_a_runtime_input():
+    x, y = _data()
+    model = _mlp()
+    step = tg.compile(_train_step(model, optim.SGD(model.parameters(), lr=0.125)))
+    report = step.explain(x, y)
+    graph = report.graphs[-1].graph
+    baked = [node for node in graph.nodes if any(np.isin(value, (0.125, -0.125)).any()
+                                                 for value in node.attrs.values() if isinstance(value, float))]
+    assert baked == []
+    assert any(v.type.shape == () for v in graph.inputs)

@@ -1,0 +1,208 @@
+"""2-D convolution and pooling as composites: `conv2d`, `max_pool2d`, `avg_pool2d`.
+
+All three read the input through the same window view: zero padding is a `pad_slice`
+(the transpose of slice), and each of the k*k kernel offsets is one strided `slice` of the
+padded input. Convolution stacks those slices into im2col columns and contracts them with
+the weight in one matmul; average pooling adds the slices (one fused elementwise loop when
+compiled); max pooling stacks them and takes `max(dim=-1)`, so the gradient goes to the
+first maximum of each window, as PyTorch's does. No gradient code lives here: the
+backward is the primitives' rules (slice -> pad_slice, concat -> slice, ...).
+"""
+
+from __future__ import annotations
+
+from tracegrad.ir import types
+from tracegrad.ops import elementwise as ew
+from tracegrad.ops import movement as mv
+from tracegrad.tensor import Tensor
+from tracegrad.functional import arith, reduce
+from tracegrad.functional.linalg import matmul
+
+IntOrPair = int | tuple[int, int]
+
+
+def _pair(name: str, value) -> tuple[int, int]:
+    if isinstance(value, int):
+        return (value, value)
+    value = tuple(value)
+    if len(value) != 2 or not all(isinstance(v, int) for v in value):
+        raise ValueError(f"{name}: expected an int or a pair of ints, got {value!r}")
+    return value
+
+
+def _padding(name: str, padding, kernel, dilation, stride) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(before, after) padding of H and W; `padding` is an int, a pair, 'valid' or 'same'."""
+    if padding == "valid":
+        return ((0, 0), (0, 0))
+    if padding == "same":
+        if stride != (1, 1):
+            raise ValueError(f"{name}: padding='same' is not supported for strided convolutions")
+        totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+        return tuple((total // 2, total - total // 2) for total in totals)
+    if isinstance(padding, str):
+        raise ValueError(f"{name}: invalid padding string {padding!r}, should be one of "
+                         "{'valid', 'same'}")
+    pad_h, pad_w = _pair(name, padding)
+    if pad_h < 0 or pad_w < 0:
+        raise RuntimeError(f"{name}: negative padding is not supported")
+    return ((pad_h, pad_h), (pad_w, pad_w))
+
+
+def _pad(x: Tensor, padding, value: float = 0.0) -> Tensor:
+    """x (..., H, W) with `padding` ((top, bottom), (left, right)) filled with `value`."""
+    (top, bottom), (left, right) = padding
+    if top == bottom == left == right == 0:
+        return x
+    *lead, height, width = x.shape
+    shape = (*lead, height + top + bottom, width + left + right)
+    starts = (0,) * len(lead) + (top, left)
+    stops = tuple(lead) + (top + height, left + width)
+    steps = (1,) * x.ndim
+    padded = mv.pad_slice(x, shape, starts, stops, steps)
+    if value == 0.0:
+        return padded
+    inside = mv.pad_slice(ew.full(x.shape, True, types.bool_), shape, starts, stops, steps)
+    return ew.where(inside, padded, ew.full(shape, value, x.dtype))
+
+
+def _output_size(name, size, kernel, stride, dilation) -> int:
+    out = (size - dilation * (kernel - 1) - 1) // stride + 1
+    if out <= 0:
+        raise RuntimeError(f"{name}: kernel size {kernel} (dilation {dilation}) is larger than the "
+                           f"padded input size {size}; the output would be empty")
+    return out
+
+
+def _windows(name: str, x: Tensor, kernel, stride, dilation) -> tuple[list[Tensor], tuple[int, int]]:
+    """The k*k strided slices of a padded x (..., H, W), one per kernel offset in row-major
+    order; each has the output's spatial shape (..., OH, OW)."""
+    *lead, height, width = x.shape
+    out_h = _output_size(name, height, kernel[0], stride[0], dilation[0])
+    out_w = _output_size(name, width, kernel[1], stride[1], dilation[1])
+    slices = []
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            top, left = i * dilation[0], j * dilation[1]
+            starts = (0,) * len(lead) + (top, left)
+            stops = tuple(lead) + (top + stride[0] * (out_h - 1) + 1, left + stride[1] * (out_w - 1) + 1)
+            slices.append(mv.slice_(x, starts, stops, (1,) * len(lead) + stride))
+    return slices, (out_h, out_w)
+
+
+def _stack_last(tensors: list[Tensor]) -> Tensor:
+    expanded = [mv.reshape(t, t.shape + (1,)) for t in tensors]
+    return expanded[0] if len(expanded) == 1 else mv.concat(expanded, len(expanded[0].shape) - 1)
+
+
+def _check_4d(name: str, input: Tensor) -> None:
+    if input.ndim != 4:
+        raise RuntimeError(f"{name}: expected a 4-D input (N, C, H, W), got {list(input.shape)} "
+                           "(unbatched 3-D input is not supported)")
+
+
+def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrPair = 1,
+           padding: IntOrPair | str = 0, dilation: IntOrPair = 1, groups: int = 1) -> Tensor:
+    """PyTorch's conv2d (cross-correlation): input (N, C, H, W), weight (O, C/groups, kh, kw)."""
+    _check_4d("conv2d", input)
+    stride, dilation = _pair("conv2d", stride), _pair("conv2d", dilation)
+    if weight.ndim != 4:
+        raise RuntimeError(f"conv2d: expected a 4-D weight (out_channels, in_channels/groups, kH, "
+                           f"kW), got {list(weight.shape)}")
+    out_channels, group_channels, kernel_h, kernel_w = weight.shape
+    batch, channels = input.shape[:2]
+    if groups <= 0 or channels % groups or out_channels % groups:
+        raise RuntimeError(f"conv2d: in_channels ({channels}) and out_channels ({out_channels}) "
+                           f"must both be divisible by groups ({groups})")
+    if group_channels * groups != channels:
+        raise RuntimeError(f"conv2d: Given groups={groups}, weight of size {list(weight.shape)}, "
+                           f"expected input{list(input.shape)} to have {group_channels * groups} "
+                           f"channels, but got {channels} channels instead")
+    if min(stride) <= 0 or min(dilation) <= 0:
+        raise RuntimeError("conv2d: stride and dilation must be positive")
+    dtype = input.dtype if input.dtype is weight.dtype else types.promote(input.dtype, weight.dtype)
+    x, w = ew.convert(input, dtype), ew.convert(weight, dtype)
+    kernel = (kernel_h, kernel_w)
+    x = _pad(x, _padding("conv2d", padding, kernel, dilation, stride))
+    slices, (out_h, out_w) = _windows("conv2d", x, kernel, stride, dilation)
+    offsets = kernel_h * kernel_w
+    # Each offset's slice goes channels-last before stacking, so the stack is already the
+    # contiguous im2col matrix: rows (N, OH, OW), columns (C, kh*kw) in the weight's layout.
+    columns = _stack_last([mv.permute(s, (0, 2, 3, 1)) for s in slices])  # (N, OH, OW, C, K)
+    rows = batch * out_h * out_w
+    if groups == 1:
+        columns = mv.reshape(columns, (rows, channels * offsets))
+        kernel_matrix = mv.reshape(w, (out_channels, channels * offsets))
+        out = matmul(columns, mv.permute(kernel_matrix, (1, 0)))  # (N*OH*OW, O)
+    else:
+        columns = mv.permute(mv.reshape(columns, (rows, groups, group_channels * offsets)), (1, 0, 2))
+        kernel_matrix = mv.reshape(w, (groups, out_channels // groups, group_channels * offsets))
+        out = matmul(columns, mv.permute(kernel_matrix, (0, 2, 1)))  # (groups, rows, O/groups)
+        out = mv.reshape(mv.permute(out, (1, 0, 2)), (rows, out_channels))
+    out = mv.permute(mv.reshape(out, (batch, out_h, out_w, out_channels)), (0, 3, 1, 2))
+    if bias is not None:
+        if bias.shape != (out_channels,):
+            raise RuntimeError(f"conv2d: expected bias of shape [{out_channels}], got "
+                               f"{list(bias.shape)}")
+        out = arith.add(out, mv.reshape(ew.convert(bias, dtype), (out_channels, 1, 1)))
+    return out
+
+
+def _pool_args(name, kernel_size, stride, padding, dilation=1):
+    kernel = _pair(name, kernel_size)
+    stride = kernel if stride is None else _pair(name, stride)
+    padding, dilation = _pair(name, padding), _pair(name, dilation)
+    if min(kernel) <= 0 or min(stride) <= 0 or min(dilation) <= 0:
+        raise RuntimeError(f"{name}: kernel_size, stride and dilation must be positive")
+    if any(p < 0 or p * 2 > k for p, k in zip(padding, kernel)):
+        raise RuntimeError(f"{name}: pad should be at most half of effective kernel size, but got "
+                           f"pad={list(padding)} and kernel_size={list(kernel)}")
+    return kernel, stride, ((padding[0],) * 2, (padding[1],) * 2), dilation
+
+
+def _check_pool_input(name: str, input: Tensor, ceil_mode: bool) -> None:
+    if input.ndim not in (3, 4):
+        raise RuntimeError(f"{name}: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got "
+                           f"{list(input.shape)}")
+    if ceil_mode:
+        raise NotImplementedError(f"{name}: ceil_mode=True is not supported")
+
+
+def max_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None,
+               padding: IntOrPair = 0, dilation: IntOrPair = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Tensor:
+    """Max over each window; padding counts as -inf. Input (N, C, H, W) or (C, H, W)."""
+    _check_pool_input("max_pool2d", input, ceil_mode)
+    if return_indices:
+        raise NotImplementedError("max_pool2d: return_indices=True is not supported")
+    kernel, stride, padding, dilation = _pool_args("max_pool2d", kernel_size, stride, padding, dilation)
+    x = _pad(input, padding, value=float("-inf"))
+    slices, _ = _windows("max_pool2d", x, kernel, stride, dilation)
+    if len(slices) == 1:
+        return ew.copy(slices[0])
+    return reduce.max(_stack_last(slices), dim=-1).values
+
+
+def avg_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None,
+               padding: IntOrPair = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> Tensor:
+    """Mean over each window. Input (N, C, H, W) or (C, H, W)."""
+    _check_pool_input("avg_pool2d", input, ceil_mode)
+    if not input.dtype.is_floating:
+        raise RuntimeError(f"avg_pool2d: expected a floating point input, got {input.dtype.name}")
+    kernel, stride, padding, dilation = _pool_args("avg_pool2d", kernel_size, stride, padding)
+    x = _pad(input, padding)
+    slices, _ = _windows("avg_pool2d", x, kernel, stride, dilation)
+    total = slices[0]
+    for window in slices[1:]:
+        total = ew.add(total, window)
+    if divisor_override is not None:
+        return ew.div(total, ew.full_like(total, float(divisor_override)))
+    if count_include_pad or padding == ((0, 0), (0, 0)):
+        return ew.div(total, ew.full_like(total, float(kernel[0] * kernel[1])))
+    # The number of real (unpadded) elements in each window: the same pooling of ones.
+    ones = _pad(ew.full(input.shape[-2:], 1.0, input.dtype), padding)
+    count_slices, _ = _windows("avg_pool2d", ones, kernel, stride, dilation)
+    count = count_slices[0]
+    for window in count_slices[1:]:
+        count = ew.add(count, window)
+    return ew.div(total, mv.expand(mv.reshape(count, (1,) * (total.ndim - 2) + count.shape), total.shape))

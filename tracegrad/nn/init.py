@@ -1,0 +1,109 @@
+"""`tg.nn.init`: fill a tensor in place with an initial value (PyTorch's names, formulas
+and defaults). Each fill runs under `no_grad`, draws from tracegrad's seeded generator
+(`tg.manual_seed`) and returns the tensor."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.random import generator
+from tracegrad.tensor import Tensor
+
+_LINEAR_GAINS = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+                 "conv_transpose3d", "sigmoid")
+
+
+def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
+    """The recommended gain for a nonlinearity (PyTorch's table)."""
+    if nonlinearity in _LINEAR_GAINS:
+        return 1.0
+    if nonlinearity == "tanh":
+        return 5.0 / 3
+    if nonlinearity == "relu":
+        return math.sqrt(2.0)
+    if nonlinearity == "leaky_relu":
+        if param is None:
+            slope = 0.01
+        elif isinstance(param, (int, float)) and not isinstance(param, bool):
+            slope = param
+        else:
+            raise ValueError(f"negative_slope {param} not a valid number")
+        return math.sqrt(2.0 / (1 + slope ** 2))
+    if nonlinearity == "selu":
+        return 3.0 / 4
+    raise ValueError(f"Unsupported nonlinearity {nonlinearity}")
+
+
+def _calculate_fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:
+    if tensor.ndim < 2:
+        raise ValueError("Fan in and fan out can not be computed for tensor with fewer than 2 "
+                         "dimensions")
+    receptive_field = 1
+    for size in tensor.shape[2:]:
+        receptive_field *= size
+    return tensor.shape[1] * receptive_field, tensor.shape[0] * receptive_field
+
+
+def _fan(tensor: Tensor, mode: str) -> int:
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f"Mode {mode} not supported, please use one of fan_in, fan_out")
+    fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
+    return fan_in if mode == "fan_in" else fan_out
+
+
+def _fill(tensor: Tensor, values: np.ndarray) -> Tensor:
+    with no_grad():
+        tensor.copy_(Tensor(np.asarray(values, dtype=tensor.dtype.np)))
+    return tensor
+
+
+def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
+    return _fill(tensor, generator().uniform(a, b, size=tensor.shape))
+
+
+def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
+    return _fill(tensor, generator().normal(mean, std, size=tensor.shape))
+
+
+def constant_(tensor: Tensor, val: float) -> Tensor:
+    return _fill(tensor, np.full(tensor.shape, val))
+
+
+def zeros_(tensor: Tensor) -> Tensor:
+    return constant_(tensor, 0.0)
+
+
+def ones_(tensor: Tensor) -> Tensor:
+    return constant_(tensor, 1.0)
+
+
+def xavier_uniform_(tensor: Tensor, gain: float = 1.0) -> Tensor:
+    """U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio, 2010)."""
+    fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
+    bound = gain * math.sqrt(6.0 / float(fan_in + fan_out))
+    return uniform_(tensor, -bound, bound)
+
+
+def xavier_normal_(tensor: Tensor, gain: float = 1.0) -> Tensor:
+    """N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out))."""
+    fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
+    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / float(fan_in + fan_out)))
+
+
+def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in",
+                     nonlinearity: str = "leaky_relu") -> Tensor:
+    """U(-b, b) with b = gain * sqrt(3 / fan) (He et al., 2015)."""
+    fan = _fan(tensor, mode)
+    bound = calculate_gain(nonlinearity, a) * math.sqrt(3.0 / fan) if fan else 0.0
+    return uniform_(tensor, -bound, bound)
+
+
+def kaiming_normal_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in",
+                    nonlinearity: str = "leaky_relu") -> Tensor:
+    """N(0, std^2) with std = gain / sqrt(fan)."""
+    fan = _fan(tensor, mode)
+    std = calculate_gain(nonlinearity, a) / math.sqrt(fan) if fan else 0.0
+    return normal_(tensor, 0.0, std)

@@ -1,0 +1,94 @@
+"""`Adam` and `AdamW`: PyTorch's update rules (`torch.optim.Adam`/`AdamW`, single-tensor
+form) with bias correction, optional AMSGrad, L2 or decoupled weight decay.
+
+The step counter is a Python int in `state[p]["step"]`; the bias corrections computed from
+it are Python floats that reach the tensors as operands, so inside `tg.compile` they are
+runtime scalars and a new step does not recompile."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from tracegrad import functional as F
+from tracegrad.creation import zeros_like
+from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.optim.optimizer import Optimizer, ParamsT
+
+
+class Adam(Optimizer):
+    """For each parameter, with g its gradient and t the step (from 1):
+
+        p = p * (1 - lr * weight_decay)                 (decoupled weight decay: AdamW)
+        g = g + weight_decay * p                        (otherwise, if weight_decay)
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g * g
+        v_max = max(v_max, v)                           (amsgrad; then v_max replaces v below)
+        p = p - lr / (1 - beta1**t) * m / (sqrt(v) / sqrt(1 - beta2**t) + eps)
+    """
+
+    def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: bool = False, *,
+                 maximize: bool = False, decoupled_weight_decay: bool = False):
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if eps < 0.0:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        for i, beta in enumerate(betas):
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      amsgrad=amsgrad, maximize=maximize,
+                                      decoupled_weight_decay=decoupled_weight_decay))
+
+    @no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        loss = self._evaluate_closure(closure)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self._update(p, group)
+        return loss
+
+    def _update(self, p, group: dict[str, Any]) -> None:
+        lr, (beta1, beta2), weight_decay = group["lr"], group["betas"], group["weight_decay"]
+        grad = -p.grad if group["maximize"] else p.grad
+        state = self.state.setdefault(p, {})
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = zeros_like(p)
+            state["exp_avg_sq"] = zeros_like(p)
+            if group["amsgrad"]:
+                state["max_exp_avg_sq"] = zeros_like(p)
+        state["step"] += 1
+        step = state["step"]
+        if weight_decay != 0:
+            if group["decoupled_weight_decay"]:
+                p.mul_(1 - lr * weight_decay)
+            else:
+                grad = grad.add(p, alpha=weight_decay)
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+        exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
+        if group["amsgrad"]:
+            second_moment = state["max_exp_avg_sq"].copy_(F.maximum(state["max_exp_avg_sq"], exp_avg_sq))
+        else:
+            second_moment = exp_avg_sq
+        step_size = lr / (1 - beta1 ** step)
+        bias_correction2_sqrt = math.sqrt(1 - beta2 ** step)
+        denom = second_moment.sqrt().div(bias_correction2_sqrt).add(group["eps"])
+        p.add_(exp_avg / denom, alpha=-step_size)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter): the parameter shrinks by
+    `lr * weight_decay` each step instead of the gradient growing by `weight_decay * p`."""
+
+    def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,
+                 maximize: bool = False):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                         maximize=maximize, decoupled_weight_decay=True)
