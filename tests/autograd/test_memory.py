@@ -47,11 +47,14 @@ def test_training_loop_keeps_live_nodes_flat():
 
 def test_training_loop_keeps_traced_memory_flat():
     problem = _TinyProblem()
-    for _ in range(100):
+    for _ in range(100):  # the eager backward cache compiles the step's backward early on
         problem.step()
     tracemalloc.start()
     try:
-        for _ in range(200):
+        # Caches that recycle a bounded set of objects (ctypes' internals, over the first
+        # few hundred kernel calls) show as growth until everything they hold was
+        # allocated under tracing; what must stay flat is the steady state after that.
+        for _ in range(1000):
             problem.step()
         gc.collect()  # also empties the interpreter's free lists, which tracemalloc counts
         early, _ = tracemalloc.get_traced_memory()

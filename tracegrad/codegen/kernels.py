@@ -307,13 +307,16 @@ class KernelStep:
         self.out_specs = [(v.type.shape, v.type.dtype.np) for v in kernel.results]
         self.label = "+".join(n.op.name for n in kernel.nodes)
         self.index_checks = _index_checks(kernel)
+        # One ctypes array type per kernel, made once (making it per call costs time and
+        # grows ctypes' type caches).
+        self.pointer_array = ctypes.c_void_p * (len(self.out_specs) + len(inputs))
 
     def run(self, slots: list) -> None:
         for position, size, name in self.index_checks:
             check_bounds(name, np.asarray(slots[self.inputs[position]]), size)
         outs = [np.empty(shape, dtype=dtype) for shape, dtype in self.out_specs]
         arrays = outs + [np.ascontiguousarray(slots[i]) for i in self.inputs]
-        pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        pointers = self.pointer_array(*[a.ctypes.data for a in arrays])
         self.function(ctypes.addressof(pointers))
         for slot, array in zip(self.outputs, outs):
             slots[slot] = array

@@ -66,42 +66,32 @@ def _last_uses(steps, keep: tuple[int, ...], n_slots: int) -> list[tuple[int, ..
     return [tuple(f) for f in frees]
 
 
-def build_numpy_program(graph: Graph) -> Program:
-    slot_of: dict[Value, int] = {v: i for i, v in enumerate(graph.inputs)}
-    steps = []
-    n = len(graph.inputs)
-    for node in graph.nodes:
-        outs = []
-        for i in range(len(node.out_types)):
-            slot_of[node.output(i)] = n
-            outs.append(n)
-            n += 1
-        steps.append(NumpyStep(node, tuple(slot_of[v] for v in node.inputs), tuple(outs)))
-    return Program(graph, steps, slot_of, n)
-
-
-def build_program(graph: Graph) -> Program:
-    """Fuse `graph` into LLVM kernels; ops the code generator cannot lower run as NumPy steps."""
-    from tracegrad.codegen.fusion import FusedKernel, plan
+def build_program(graph: Graph, fuse: bool = True) -> Program:
+    """Fuse `graph` into LLVM kernels; ops the code generator cannot lower (and, with
+    `fuse=False`, every op) run as NumPy steps."""
+    from tracegrad.codegen.fusion import FusedKernel, Unfused, plan
     from tracegrad.codegen.kernels import KernelStep
 
     slot_of: dict[Value, int] = {v: i for i, v in enumerate(graph.inputs)}
-    n = len(graph.inputs)
+
+    def new_slots(values) -> tuple[int, ...]:
+        for value in values:
+            slot_of[value] = len(slot_of)
+        return tuple(slot_of[v] for v in values)
+
     steps = []
-    for item in plan(graph):
+    for item in plan(graph) if fuse else [Unfused(node) for node in graph.nodes]:
         if isinstance(item, FusedKernel):
-            outs = []
-            for value in item.results:
-                slot_of[value] = n
-                outs.append(n)
-                n += 1
-            steps.append(KernelStep(item, tuple(slot_of[v] for v in item.leaves), tuple(outs)))
+            inputs = tuple(slot_of[v] for v in item.leaves)
+            steps.append(KernelStep(item, inputs, new_slots(item.results)))
             continue
         node = item.node
-        outs = []
-        for i in range(len(node.out_types)):
-            slot_of[node.output(i)] = n
-            outs.append(n)
-            n += 1
-        steps.append(NumpyStep(node, tuple(slot_of[v] for v in node.inputs), tuple(outs)))
-    return Program(graph, steps, slot_of, n)
+        inputs = tuple(slot_of[v] for v in node.inputs)
+        outputs = new_slots([node.output(i) for i in range(len(node.out_types))])
+        steps.append(NumpyStep(node, inputs, outputs))
+    return Program(graph, steps, slot_of, len(slot_of))
+
+
+def build_numpy_program(graph: Graph) -> Program:
+    """Every node as a NumPy step (no code generation)."""
+    return build_program(graph, fuse=False)
