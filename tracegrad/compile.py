@@ -113,7 +113,6 @@ class CompileTrace(Tracer):
         self.realized.update(zip(targets, arrays))
         array = arrays[0]
         self.realizations.append(compile_events.Realization(user_location(), value.type, len(self.events) - 1))
-        self.realized[value] = array
         self.realization_count += 1
         return array
 

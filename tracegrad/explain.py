@@ -168,7 +168,7 @@ class GraphReport:
         parts = []
         for kernel in self.kernels:
             if kernel.is_llvm:
-                text = optimized_ir(kernel.step.module) if optimized else str(kernel.step.module)
+                text = optimized_ir(kernel.step.llvm_ir()) if optimized else kernel.step.llvm_ir()
                 parts.append(f"; {kernel.name} (symbol {kernel.step.symbol}): writes {', '.join(kernel.results)}\n"
                              f"{text.rstrip()}")
         return "\n\n".join(parts)
@@ -179,7 +179,7 @@ class GraphReport:
         for kernel in self.kernels:
             if kernel.is_llvm:
                 parts.append(f"# {kernel.name} (symbol {kernel.step.symbol})\n"
-                             f"{assembly(optimized_ir(kernel.step.module)).rstrip()}")
+                             f"{assembly(optimized_ir(kernel.step.llvm_ir())).rstrip()}")
         return "\n\n".join(parts)
 
     def to_dot(self) -> str:

@@ -30,9 +30,10 @@ class VersionCounter:
 
 
 STALE_VIEW_MESSAGE = (
-    "This view was created before an in-place operation changed the autograd history of its "
-    "base, so the graph recorded for the view is out of date (PyTorch would replay the view; "
-    "tracegrad does not). Take the view again after the in-place operation.")
+    "This view was created before an in-place operation changed its base, so the graph "
+    "recorded for the view (or, inside a compiled function, the view's values) is out of date "
+    "(PyTorch would replay the view; tracegrad does not). Take the view again after the "
+    "in-place operation.")
 
 NON_LEAF_GRAD_WARNING = (
     "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
@@ -52,13 +53,13 @@ class Tensor:
     def __init__(self, data=None, dtype=None, requires_grad: bool = False):
         from tracegrad.creation import as_array
         array = as_array(data, dtype)
-        self._init(array, types.from_numpy(array.dtype))
+        self._init(array, TensorType(array.shape, types.from_numpy(array.dtype)))
         if requires_grad:
             self.requires_grad_(True)
 
-    def _init(self, array, dtype, inference=False):
+    def _init(self, array, typ: TensorType, inference=False):
         self._data = array
-        self._type = TensorType(array.shape, dtype) if array is not None else None
+        self._type = typ
         self._value = None
         self._grad_fn = None
         self._requires_grad = False
@@ -76,15 +77,13 @@ class Tensor:
         if not isinstance(array, np.ndarray):
             array = np.asarray(array, dtype=typ.dtype.np)
         t = cls.__new__(cls)
-        t._init(array, typ.dtype, inference)
-        t._type = typ
+        t._init(array, typ, inference)
         return t
 
     @classmethod
     def _make_lazy(cls, value: Value, typ: TensorType) -> Tensor:
         t = cls.__new__(cls)
-        t._init(None, typ.dtype)
-        t._type = typ
+        t._init(None, typ)
         t._value = value
         if MODE.tracer is not None:
             MODE.tracer.register(t)

@@ -85,7 +85,6 @@ Tensor.bool = lambda self: _to(self, types.bool_)
 Tensor.cpu = lambda self: self
 Tensor.is_floating_point = lambda self: self.dtype.is_floating
 Tensor.is_contiguous = lambda self: self._data is None or bool(self._data.flags.c_contiguous)
-Tensor.__hash__ = lambda self: id(self)
 
 
 # --- in-place ops ------------------------------------------------------------------------
@@ -161,6 +160,7 @@ def _apply_traced_inplace(self: Tensor, result: Tensor) -> Tensor:
     else:
         MODE.tracer.write(self, result)
     self._version_counter.value += 1
+    self._version_counter.history += 1  # traced views taken before now are stale
     if result._requires_grad:
         self._grad_fn = result._grad_fn
         self._value = result._value

@@ -259,3 +259,12 @@ def test_gradients_match_torch_on_a_composite_expression():
     loss(torch, tx, tw).backward()
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-10)
     np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-10)
+
+
+def test_grad_does_not_alias_the_gradient_argument_across_backwards():
+    x = tg.zeros(3, requires_grad=True)
+    g = tg.ones(3)
+    for _ in range(3):
+        (x + 1).backward(g)
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0, 3.0])
+    np.testing.assert_array_equal(g.numpy(), [1.0, 1.0, 1.0])

@@ -293,3 +293,27 @@ def test_custom_function_matches_torch():
     ours = tg.tensor(data, requires_grad=True)
     (Square.apply(ours.sin()) * ours).sum().backward()
     np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-12)
+
+
+def test_custom_function_graph_is_freed_without_the_garbage_collector():
+    import gc
+    import weakref
+
+    class Double(tg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    gc.disable()
+    try:
+        y = Double.apply(tg.ones(3, requires_grad=True))
+        node = weakref.ref(y.grad_fn)
+        del y
+        assert node() is None
+    finally:
+        gc.enable()

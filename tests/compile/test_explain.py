@@ -215,7 +215,7 @@ def test_optimized_llvm_ir_is_the_ir_after_llvm_passes():
 def test_asm_gives_the_assembly_of_each_kernel():
     report = tg.compile(lambda x: x * 2.0).explain(tg.ones(64))
     (kernel,) = report.graphs[0].kernels
-    assert f"{kernel.name}:" in report.asm() and "ret" in report.asm()
+    assert f"{kernel.step.symbol}:" in report.asm() and "ret" in report.asm()
 
 
 def test_explain_inside_a_compiled_function_raises():

@@ -234,3 +234,23 @@ def test_any_and_all_compile_to_bool_reductions():
     np.testing.assert_array_equal(got[0], [True, False])
     np.testing.assert_array_equal(got[1], [False, False])
     assert bool(got[2]) is True
+
+
+def test_view_taken_before_an_in_place_update_of_its_base_raises_when_compiled():
+    def stale(p):
+        view = p.reshape(6)
+        p.mul_(2.0)
+        return view.sum()
+
+    with pytest.raises(RuntimeError, match="view was created before an in-place operation"):
+        tg.compile(stale)(tg.ones(2, 3))
+
+
+def test_identical_graphs_share_one_compiled_kernel():
+    first = tg.compile(lambda x: (x * 3.0).exp())
+    second = tg.compile(lambda x: (x * 3.0).exp())
+    first(tg.ones(5))
+    second(tg.ones(5))
+    symbols = [[s.symbol for s in p.steps if hasattr(s, "symbol")]
+               for p in (next(iter(f._programs.values())) for f in (first, second))]
+    assert symbols[0] == symbols[1] and symbols[0]

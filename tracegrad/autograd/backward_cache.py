@@ -18,7 +18,7 @@ from collections import OrderedDict
 import numpy as np
 
 from tracegrad.autograd.grad_mode import no_grad
-from tracegrad.ir.autodiff import FREED, forward_order, reverse_mode
+from tracegrad.ir.autodiff import FREED, _leads_to_targets, forward_order, reverse_mode
 from tracegrad.ir.graph import Graph, Node, Value
 from tracegrad.ir.tracer import Tracer
 
@@ -140,7 +140,9 @@ def run(roots: list[tuple[Value, object]], targets: list[Value] | None, retain_g
         arrays.append(s.data)
     outputs = plan.program.run(arrays)
     if not retain_graph:
+        # Free what the direct path frees: the nodes whose rules ran (towards the targets).
+        ran = _leads_to_targets(order, set(targets)) if targets is not None else None
         for node in order:
-            if node.saved:
+            if node.saved and (ran is None or id(node) in ran):
                 node.saved = FREED
     return {values[i]: array for i, array in zip(plan.output_positions, outputs)}

@@ -71,7 +71,9 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
             raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
         targets = [_target_value(t) for t in inputs]
     results = _run(roots, targets, retain_graph, create_graph)
-    delivered: set[int] = set()
+    # A gradient may be the caller's own `gradient` array (add passes it through): never
+    # store that as a .grad, which later backwards accumulate into in place.
+    delivered: set[int] = {id(seed._data) for _, seed in roots}
     for value, grad in results.items():
         tensor = _leaf_of(value, inputs)
         if tensor is None:

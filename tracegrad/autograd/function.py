@@ -8,6 +8,9 @@ backward, so the reverse-mode transform needs nothing special for it.
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 from tracegrad.autograd.grad_mode import MODE, no_grad
 from tracegrad.autograd.saved import SavedTensor
 from tracegrad.ir.graph import Node, user_location
@@ -20,7 +23,7 @@ class FunctionCtx:
     def __init__(self, needs_input_grad: tuple[bool, ...]):
         self.needs_input_grad = needs_input_grad
         self._saved: tuple | None = None
-        self._node: Node | None = None
+        self._node_ref = None  # a weak reference: the node holds ctx in its attributes
         self.materialize_grads = True
 
     def save_for_backward(self, *tensors) -> None:
@@ -36,11 +39,12 @@ class FunctionCtx:
     def saved_tensors(self) -> tuple:
         from tracegrad.ir.autodiff import FREED
         from tracegrad.autograd.saved import FREED_MESSAGE
-        if self._saved is FREED or (self._node is not None and self._node.saved is FREED):
+        node = self._node_ref() if self._node_ref is not None else None
+        if self._saved is FREED or (node is not None and node.saved is FREED):
             raise RuntimeError(FREED_MESSAGE)
         if self._saved is None:
             return ()
-        return tuple(s.unpack(self._node) if isinstance(s, SavedTensor) else s for s in self._saved)
+        return tuple(s.unpack(node) if isinstance(s, SavedTensor) else s for s in self._saved)
 
 
 class Function:
@@ -78,7 +82,7 @@ class Function:
                     {"ctx": ctx, "arg_needs": needs},
                     tuple(TensorType(o.shape, o.dtype) for o in tensor_outputs), user_location())
         node.needs_input_grad = tuple(t._requires_grad for t in input_tensors)
-        ctx._node = node
+        ctx._node_ref = weakref.ref(node)
         to_save = getattr(ctx, "_to_save", ())
         # The node's saved values live on ctx; the marker lets backward free (and then
         # refuse to rerun) only a node that saved tensors, as PyTorch does.
@@ -111,13 +115,17 @@ def _custom_vjp(ctx, *grads):
     return tuple(result[i] for i in fn_ctx._tensor_positions)
 
 
+_registry_lock = threading.Lock()
+
+
 def _primitive_for(cls, num_outputs: int) -> Primitive:
     name = f"custom.{cls.__module__}.{cls.__qualname__}.{num_outputs}"
-    prim = REGISTRY.get(name)
-    if prim is None:
-        prim = Primitive(name, shape_rule=_no_shape_rule, impl=_no_impl, vjp=_custom_vjp,
-                         num_outputs=num_outputs, backward_name=f"{cls.__name__}Backward")
-        prim.replayable = False  # its backward is user Python code: never cached or traced
+    with _registry_lock:  # two threads applying a new Function must not both register it
+        prim = REGISTRY.get(name)
+        if prim is None:
+            prim = Primitive(name, shape_rule=_no_shape_rule, impl=_no_impl, vjp=_custom_vjp,
+                             num_outputs=num_outputs, backward_name=f"{cls.__name__}Backward")
+            prim.replayable = False  # its backward is user Python code: never cached or traced
     return prim
 
 

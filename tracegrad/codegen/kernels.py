@@ -298,8 +298,10 @@ class KernelStep:
         self.name = f"kernel{next(_names)}"
         kernel.name = self.name
         start = time.perf_counter()
-        self.module = build_llvm(kernel, self.name)
-        address, self.symbol, self.from_disk = compile_kernel(self.module, self.name)
+        # Built under one fixed name, so identical kernels hash alike (one symbol, one
+        # disk-cache entry); compile_kernel renames it after the hash.
+        self.module = build_llvm(kernel, "kernel")
+        address, self.symbol, self.from_disk = compile_kernel(self.module, "kernel")
         self.compile_seconds = time.perf_counter() - start  # shown by fn.explain()
         self.function = KERNEL_SIGNATURE(address)
         self.inputs = inputs
@@ -311,15 +313,25 @@ class KernelStep:
         # grows ctypes' type caches).
         self.pointer_array = ctypes.c_void_p * (len(self.out_specs) + len(inputs))
 
-    def run(self, slots: list) -> None:
+    def llvm_ir(self) -> str:
+        """The kernel's LLVM IR (before optimization), under its symbol."""
+        return str(self.module).replace('@"kernel"', f'@"{self.symbol}"')
+
+    def run(self, slots: list, pool: dict | None = None) -> None:
         for position, size, name in self.index_checks:
             check_bounds(name, np.asarray(slots[self.inputs[position]]), size)
-        outs = [np.empty(shape, dtype=dtype) for shape, dtype in self.out_specs]
+        outs = [_take(pool, shape, dtype) for shape, dtype in self.out_specs]
         arrays = outs + [np.ascontiguousarray(slots[i]) for i in self.inputs]
         pointers = self.pointer_array(*[a.ctypes.data for a in arrays])
         self.function(ctypes.addressof(pointers))
         for slot, array in zip(self.outputs, outs):
             slots[slot] = array
+
+
+def _take(pool: dict | None, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """A dead buffer of this shape and dtype from the run's pool, or a new one."""
+    free = pool.get((shape, np.dtype(dtype))) if pool else None
+    return free.pop() if free else np.empty(shape, dtype=dtype)
 
 
 def _index_checks(kernel: FusedKernel) -> list[tuple[int, int, str]]:

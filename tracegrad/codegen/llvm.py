@@ -105,8 +105,8 @@ def compile_kernel(module: ir.Module, name: str) -> tuple[int, str, bool]:
         return _loaded[symbol], symbol, from_disk
 
 
-def optimized_ir(module: ir.Module) -> str:
-    """The optimized LLVM IR of a module (for inspection; recomputed on demand)."""
+def optimized_ir(module: ir.Module | str) -> str:
+    """The optimized LLVM IR of a module or IR text (for inspection; recomputed on demand)."""
     module_ref = llvm.parse_assembly(str(module))
     optimize(module_ref)
     return str(module_ref)

@@ -3,7 +3,9 @@
 A program is a list of steps over numbered slots: inputs fill the first slots, each step
 reads slots and writes slots, and a slot is dropped after its last reader. A step is a
 fused LLVM kernel when the code generator can lower its group, otherwise the primitive's
-NumPy implementation (never wrong, only slower).
+NumPy implementation (never wrong, only slower). A buffer a kernel wrote is handed to a
+later kernel of the same run once nothing can read it any more (neither its slot nor a
+view of it, and it is not a result).
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from tracegrad.ir.graph import Graph, Value
+from tracegrad.ops.primitive import MOVEMENT
 
 
 class NumpyStep:
     """One node run by its primitive's NumPy implementation."""
 
-    __slots__ = ("impl", "attrs", "inputs", "outputs", "label")
+    __slots__ = ("impl", "attrs", "inputs", "outputs", "label", "may_view")
 
     def __init__(self, node, inputs: tuple[int, ...], outputs: tuple[int, ...]):
         self.impl = node.op.impl
@@ -24,8 +27,9 @@ class NumpyStep:
         self.inputs = inputs
         self.outputs = outputs
         self.label = node.op.name
+        self.may_view = node.op.kind == MOVEMENT  # NumPy may return a view of the input
 
-    def run(self, slots: list) -> None:
+    def run(self, slots: list, pool: dict | None = None) -> None:
         result = self.impl(*(slots[i] for i in self.inputs), **self.attrs)
         if len(self.outputs) == 1:
             slots[self.outputs[0]] = result
@@ -40,16 +44,49 @@ class Program:
         self.n_inputs = len(graph.inputs)
         self.output_slots = tuple(slot_of[v] for v in graph.outputs)
         self.n_slots = n_slots
-        self.frees = _last_uses(steps, self.output_slots, n_slots)
+        self.recycles = _recyclable_buffers(steps, self.output_slots)
+        # A recycled buffer's slot stays filled until the buffer goes back to the pool
+        # (a view of it may be read after the slot's own last reader).
+        recycled = {slot for slots in self.recycles for slot in slots}
+        self.frees = [tuple(slot for slot in frees if slot not in recycled) + recycles
+                      for frees, recycles in zip(_last_uses(steps, self.output_slots, n_slots), self.recycles)]
         self.kernel_count = sum(1 for s in steps if not isinstance(s, NumpyStep))
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         slots: list = list(inputs) + [None] * (self.n_slots - len(inputs))
-        for step, frees in zip(self.steps, self.frees):
-            step.run(slots)
+        pool: dict = {}  # (shape, dtype) -> buffers free for reuse in this run
+        for step, frees, recycles in zip(self.steps, self.frees, self.recycles):
+            step.run(slots, pool)
+            for slot in recycles:
+                array = slots[slot]
+                pool.setdefault((array.shape, array.dtype), []).append(array)
             for slot in frees:
                 slots[slot] = None
         return [slots[i] for i in self.output_slots]
+
+
+def _recyclable_buffers(steps, results: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """For each step, the kernel-written slots whose buffer nobody reads after it: not
+    the slot itself, nor a view NumPy may have made of it, and not a program result."""
+    owner: dict[int, int] = {}  # slot -> the kernel-written slot whose buffer it may share
+    last: dict[int, int] = {}   # owner slot -> the last step reading its buffer
+    for index, step in enumerate(steps):
+        for slot in step.inputs:
+            if slot in owner:
+                last[owner[slot]] = index
+        for slot in step.outputs:
+            if isinstance(step, NumpyStep):
+                if step.may_view and step.inputs and step.inputs[0] in owner:
+                    owner[slot] = owner[step.inputs[0]]
+            else:
+                owner[slot] = slot
+                last.setdefault(slot, index)
+    kept = {owner[slot] for slot in results if slot in owner}
+    recycles: list[list[int]] = [[] for _ in steps]
+    for slot, index in last.items():
+        if slot not in kept:
+            recycles[index].append(slot)
+    return [tuple(r) for r in recycles]
 
 
 def _last_uses(steps, keep: tuple[int, ...], n_slots: int) -> list[tuple[int, ...]]:

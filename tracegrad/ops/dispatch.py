@@ -28,7 +28,9 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
     volatile = requires_grad = False
     concrete = True
     for t in inputs:
-        if t._base is not None and grad_enabled:
+        # A traced view does not share memory with its base: after an in-place update of
+        # the base it would read old values, so it is refused whatever the grad mode.
+        if t._base is not None and (grad_enabled or t._data is None):
             t._check_view_is_current()
         if t._volatile:
             volatile = True
@@ -60,8 +62,7 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
         outputs = tuple(Tensor._make_lazy(node.output(i), typ) for i, typ in enumerate(out_types))
         if prim.kind == MOVEMENT and len(inputs) == 1:
             # Traced views alias their input as eager views do (shared version counter).
-            outputs[0]._version_counter = inputs[0]._version_counter
-            outputs[0]._base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
+            _share_storage(inputs[0], outputs[0])
         if not record:
             node = None
     if record:
@@ -91,8 +92,9 @@ def _record(prim: Primitive, node: Node, inputs: tuple, outputs: tuple) -> None:
 
 
 def _share_storage(source, view) -> None:
-    """A NumPy view shares its base's memory, so it shares its version counter too."""
-    if not np.may_share_memory(source._data, view._data):
+    """A view shares its base's memory (in eager mode when NumPy made a view), so it shares
+    its version counter, and remembers the base's history to detect going stale."""
+    if source._data is not None and not np.may_share_memory(source._data, view._data):
         return
     view._version_counter = source._version_counter
     view._view_history = source._version_counter.history

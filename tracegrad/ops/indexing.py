@@ -35,8 +35,11 @@ def _gather_rule(x: TensorType, index: TensorType, axis):
 
 
 def check_bounds(name, index, size):
-    if index.size and (index.min() < -size or index.max() >= size):
-        bad = index.min() if index.min() < -size else index.max()
+    if not index.size:
+        return
+    low, high = index.min(), index.max()
+    if low < -size or high >= size:
+        bad = low if low < -size else high
         raise IndexError(f"{name}: index {int(bad)} is out of bounds for dimension with size {size}")
 
 
@@ -87,6 +90,7 @@ def _scatter_add_rule(index: TensorType, src: TensorType, shape, axis):
 
 
 def _scatter_add_impl(index, src, shape, axis):
+    check_bounds("scatter_add", index, shape[axis])
     out = np.zeros(shape, dtype=src.dtype)
     grids = list(np.indices(index.shape, sparse=True))
     grids[axis] = index
