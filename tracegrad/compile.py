@@ -93,10 +93,6 @@ class CompileTrace(Tracer):
         self.overrides[id(target)] = (target, result._value)
         self.writes[id(target)] = (target, result)
 
-    def input_arrays(self) -> list[np.ndarray]:
-        arrays = {id(v): t._data for t, v in self.captured.values()}
-        return [arrays[id(v)] for v in self.graph.inputs]
-
     def realize(self, tensor) -> np.ndarray:
         """Run the part of the graph `tensor` depends on, now."""
         value = tensor._value

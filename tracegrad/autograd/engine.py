@@ -11,7 +11,7 @@ import numpy as np
 
 from tracegrad.autograd.grad_mode import MODE, enable_grad, no_grad
 from tracegrad.autograd import backward_cache
-from tracegrad.ir.autodiff import reverse_mode
+from tracegrad.ir.autodiff import run_hooks, reverse_mode
 from tracegrad.tensor import Tensor
 
 
@@ -100,11 +100,8 @@ def _leaf_of(value, inputs):
 
 
 def _run_leaf_hooks(tensor: Tensor, grad):
-    if tensor._grad_fn is None and tensor._hooks:
-        for hook in tensor._hooks:
-            replaced = hook(grad)
-            if replaced is not None:
-                grad = replaced
+    if tensor._grad_fn is None:
+        return run_hooks(tensor._hooks, grad)
     return grad
 
 

@@ -141,9 +141,7 @@ def build_llvm(kernel: FusedKernel, name: str) -> ir.Module:
 
 
 def _store(builder, emitter: _Emitter, value: Value, offset, result) -> None:
-    if value.type.dtype is types.bool_:
-        result = builder.zext(result, I8)
-    builder.store(result, builder.gep(emitter.pointers[value], [offset], inbounds=True))
+    _store_at(builder, value, builder.gep(emitter.pointers[value], [offset], inbounds=True), result)
 
 
 def _prepare_folded(builder, b: ScalarBuilder, emitter: _Emitter, folded: list[Node], shape) -> list:
@@ -248,6 +246,7 @@ def _row_group(builder, b: ScalarBuilder, emitter: _Emitter, group: RowGroup) ->
 
 
 def _store_at(builder, value: Value, pointer, result) -> None:
+    """Store one element of `value` (bools widen to NumPy's one byte)."""
     if value.type.dtype is types.bool_:
         result = builder.zext(result, I8)
     builder.store(result, pointer)
