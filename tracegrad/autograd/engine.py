@@ -11,7 +11,7 @@ import numpy as np
 
 from tracegrad.autograd.grad_mode import MODE, enable_grad, no_grad
 from tracegrad.autograd import backward_cache
-from tracegrad.ir.autodiff import run_hooks, reverse_mode
+from tracegrad.ir.autodiff import apply_hooks, reverse_mode
 from tracegrad.tensor import Tensor
 
 
@@ -101,7 +101,7 @@ def _leaf_of(value, inputs):
 
 def _run_leaf_hooks(tensor: Tensor, grad):
     if tensor._grad_fn is None:
-        return run_hooks(tensor._hooks, grad)
+        return apply_hooks(tensor._hooks, grad)
     return grad
 
 

@@ -92,7 +92,7 @@ def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None 
         if all(g is None for g in grads):
             continue
         if run_hooks and node.hooks:
-            grads = [run_hooks(node.hooks.get(i), g) for i, g in enumerate(grads)]
+            grads = [apply_hooks(node.hooks.get(i), g) for i, g in enumerate(grads)]
         if target_set is not None:
             for v, g in zip(outputs, grads):
                 if v in target_set and g is not None:
@@ -121,7 +121,7 @@ def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None 
     return results
 
 
-def run_hooks(hooks, grad):
+def apply_hooks(hooks, grad):
     if not hooks or grad is None:
         return grad
     for hook in hooks:
