@@ -22,11 +22,11 @@ import numpy as np
 from tracegrad import compile_events
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.codegen.program import Program, build_program
-from tracegrad.ir.graph import Graph, Node, Value, user_location
+from tracegrad.ir.graph import Graph, Node, Value, attr_key, user_location
 from tracegrad.naming import ArgumentNames, bound_module
 from tracegrad.ir.passes import optimize
 from tracegrad.ir.tracer import Tracer
-from tracegrad.tensor import Tensor
+from tracegrad.tensor import Tensor, owned_array
 
 
 class CompileTrace(Tracer):
@@ -168,17 +168,13 @@ def structural_key(graph: Graph, inputs: list[np.ndarray]) -> tuple:
     parts: list = [tuple((v.type.shape, v.type.dtype.name) for v in graph.inputs)]
     n = len(graph.inputs)
     for node in graph.nodes:
-        parts.append((node.op.name, _attr_key(node.attrs), tuple(index[v] for v in node.inputs)))
+        parts.append((node.op.name, attr_key(node.attrs), tuple(index[v] for v in node.inputs)))
         for i in range(len(node.out_types)):
             index[node.output(i)] = n
             n += 1
     parts.append(tuple(index[v] for v in graph.outputs))
     parts.append(_alias_pattern(inputs))
     return tuple(parts)
-
-
-def _attr_key(attrs: dict) -> tuple:
-    return tuple(sorted((k, v if not isinstance(v, list) else tuple(v)) for k, v in attrs.items()))
 
 
 def _alias_pattern(arrays: list[np.ndarray]) -> tuple:
@@ -311,7 +307,7 @@ def _finish(trace: CompileTrace) -> None:
         graph = Graph(trace.graph.inputs, trace.graph.nodes, outputs, trace.graph.name)
         graph = _prune(graph)
         inputs = [inputs_by_value[id(v)] for v in graph.inputs]
-        arrays = [_owned(a) for a in trace.compiled._run(graph, inputs, trace)]
+        arrays = [owned_array(np.asarray(a)) for a in trace.compiled._run(graph, inputs, trace)]
     else:
         arrays = []
     for t in alive:
@@ -323,13 +319,6 @@ def _finish(trace: CompileTrace) -> None:
     for target, value in writes:
         array = arrays[position[value]] if value in position else inputs_by_value[id(value)]
         np.copyto(target._data, array, casting="unsafe")
-
-
-def _owned(array) -> np.ndarray:
-    array = np.asarray(array)
-    if not (array.flags.writeable and array.flags.owndata):
-        return np.array(array, copy=True)
-    return array
 
 
 def _prune(graph: Graph) -> Graph:

@@ -360,6 +360,14 @@ class Tensor:
         return (_rebuild, (self.detach().numpy(), self._requires_grad))
 
 
+def owned_array(array: np.ndarray) -> np.ndarray:
+    """`array` if it is a writable buffer of its own, else a copy (rule results and views
+    may be read-only broadcasts or alias other arrays)."""
+    if array.flags.writeable and array.flags.owndata:
+        return array
+    return np.array(array, copy=True)
+
+
 def _rebuild(array, requires_grad):
     return Tensor(array, requires_grad=requires_grad)
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from tracegrad.autograd.grad_mode import no_grad
 from tracegrad.ir.autodiff import FREED, _leads_to_targets, forward_order, reverse_mode
-from tracegrad.ir.graph import Graph, Node, Value
+from tracegrad.ir.graph import Graph, Node, Value, attr_key
 from tracegrad.ir.tracer import Tracer
 
 NUMPY_AFTER = 2       # sightings of a structure before it gets a cached NumPy program
@@ -63,7 +63,7 @@ def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None
         if node.saved:
             slots = tuple(i for i, s in enumerate(node.saved) if s is not None)
             saved.extend((node, node.saved[i]) for i in slots)
-        parts.append((node.op.name, tuple(sorted(node.attrs.items())), wiring, slots,
+        parts.append((node.op.name, attr_key(node.attrs), wiring, slots,
                       tuple(v.type for v in node.inputs)))
         for i in range(len(node.out_types)):
             index_of(node.output(i))

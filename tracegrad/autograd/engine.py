@@ -12,7 +12,7 @@ import numpy as np
 from tracegrad.autograd.grad_mode import MODE, enable_grad, no_grad
 from tracegrad.autograd import backward_cache
 from tracegrad.ir.autodiff import apply_hooks, reverse_mode
-from tracegrad.tensor import Tensor
+from tracegrad.tensor import Tensor, owned_array
 
 
 def _as_list(tensors) -> list:
@@ -112,10 +112,9 @@ def _accumulate(tensor: Tensor, grad: Tensor, create_graph: bool, delivered: set
         return
     if not create_graph:
         array = grad._data
-        # Own the gradient buffer: rule results may be read-only broadcasts or shared
-        # between leaves (add sends one array to both inputs).
-        if not (array.flags.writeable and array.flags.owndata) or id(array) in delivered:
-            array = np.array(array, copy=True)
+        # Own the gradient buffer; one array may also go to two leaves (add sends its
+        # gradient to both inputs), so an array delivered already is copied.
+        array = np.array(array, copy=True) if id(array) in delivered else owned_array(array)
         delivered.add(id(array))
         grad = Tensor._make(array, tensor._type)
     if tensor._grad is None:
@@ -157,13 +156,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
                                    "been used in the graph. Set allow_unused=True if this is the "
                                    "desired behavior.")
         elif not create_graph:
-            g = g.detach() if g._data is None else Tensor._make(_owned(g._data), t._type)
+            g = g.detach() if g._data is None else Tensor._make(owned_array(g._data), t._type)
         answer.append(g)
     return tuple(answer)
 
-
-def _owned(array: np.ndarray) -> np.ndarray:
-    """A writable array of its own (rule results may be read-only broadcast views)."""
-    if array.flags.writeable and array.flags.owndata:
-        return array
-    return np.array(array, copy=True)

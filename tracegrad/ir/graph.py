@@ -175,6 +175,11 @@ class Graph:
         return Graph(inputs, order, outputs, name)
 
 
+def attr_key(attrs: dict) -> tuple:
+    """A node's attributes as a hashable, order-independent key (lists become tuples)."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
+
+
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracegrad.ir.graph import Graph, Node, Value
+from tracegrad.ir.graph import Graph, Node, Value, attr_key
 from tracegrad.ops.primitive import ELEMENTWISE
 
 
@@ -22,10 +22,6 @@ def constant_of(value: Value):
     if node is None or getattr(node.op, "constant", None) is None:
         return None
     return node.op.constant(**node.attrs)
-
-
-def _attr_key(attrs: dict) -> tuple:
-    return tuple(sorted(attrs.items(), key=lambda item: item[0]))
 
 
 def _fold(node: Node, inputs: tuple[Value, ...]) -> Node | None:
@@ -61,7 +57,7 @@ def simplify(graph: Graph) -> Graph:
             new = node if inputs == node.inputs else Node(node.op, inputs, node.attrs, node.out_types,
                                                            node.location)
         try:
-            key = (new.op.name, _attr_key(new.attrs), new.inputs)
+            key = (new.op.name, attr_key(new.attrs), new.inputs)
             hash(key)
         except TypeError:
             key = None
