@@ -159,4 +159,3 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
             g = g.detach() if g._data is None else Tensor._make(owned_array(g._data), t._type)
         answer.append(g)
     return tuple(answer)
-
