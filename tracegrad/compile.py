@@ -22,7 +22,8 @@ import numpy as np
 from tracegrad import compile_events
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.codegen.program import Program, build_program
-from tracegrad.ir.graph import Graph, Node, Value, attr_key, user_location
+from tracegrad.compile_key import KeyedGraph, structural_key
+from tracegrad.ir.graph import Graph, Node, Value, user_location
 from tracegrad.naming import ArgumentNames, bound_module
 from tracegrad.ir.passes import optimize
 from tracegrad.ir.tracer import Tracer
@@ -33,8 +34,10 @@ class CompileTrace(Tracer):
     """A tracer that captures real tensors by identity, records writes to them and can
     realize any traced value on demand."""
 
+    replays_backward = True  # backward() inside the trace may replay a template (traced_backward)
+
     def __init__(self, compiled: CompiledFunction, name: str):
-        super().__init__(Graph(name=name))
+        super().__init__(KeyedGraph(name=name))
         self.compiled = compiled
         self.created: list[weakref.ref] = []
         self.overrides: dict[int, tuple[Tensor, Value]] = {}
@@ -63,6 +66,14 @@ class CompileTrace(Tracer):
             entry = (tensor, value)
             self.captured[id(tensor)] = entry
         return entry[1]
+
+    def lookup(self, tensor) -> Value | None:
+        """The value `value_of` gives a concrete tensor, if it has one (never creates an input)."""
+        override = self.overrides.get(id(tensor))
+        if override is not None:
+            return override[1]
+        entry = self.captured.get(id(tensor))
+        return entry[1] if entry is not None else None
 
     def argument(self, tensor: Tensor, name: str) -> Tensor:
         """A lazy stand-in for a real argument; gradients reaching it go to the real tensor."""
@@ -159,36 +170,6 @@ class CompileTrace(Tracer):
         return alive
 
 
-def structural_key(graph: Graph, inputs: list[np.ndarray]) -> tuple:
-    """Everything that changes the program: ops, attributes, wiring, input types, which
-    inputs share memory, outputs. Used as the exact cache key (no hash-only matching)."""
-    index: dict[Value, int] = {}
-    for i, v in enumerate(graph.inputs):
-        index[v] = i
-    parts: list = [tuple((v.type.shape, v.type.dtype.name) for v in graph.inputs)]
-    n = len(graph.inputs)
-    for node in graph.nodes:
-        parts.append((node.op.name, attr_key(node.attrs), tuple(index[v] for v in node.inputs)))
-        for i in range(len(node.out_types)):
-            index[node.output(i)] = n
-            n += 1
-    parts.append(tuple(index[v] for v in graph.outputs))
-    parts.append(_alias_pattern(inputs))
-    return tuple(parts)
-
-
-def _alias_pattern(arrays: list[np.ndarray]) -> tuple:
-    """Groups of inputs backed by the same memory (by base buffer)."""
-    owners: dict[int, int] = {}
-    pattern = []
-    for i, a in enumerate(arrays):
-        base = a
-        while isinstance(base, np.ndarray) and base.base is not None:
-            base = base.base
-        pattern.append(owners.setdefault(id(base), i))
-    return tuple(pattern)
-
-
 class CacheInfo:
     def __init__(self, hits, misses, graphs, kernels, compile_time):
         self.hits, self.misses, self.graphs = hits, misses, graphs
@@ -223,8 +204,11 @@ class CompiledFunction:
             self._compile_time = 0.0
         self._inspect.clear()
 
-    def _program(self, graph: Graph, inputs: list[np.ndarray], trace: CompileTrace | None = None) -> Program:
-        key = structural_key(graph, inputs)
+    def _program(self, graph: Graph, inputs: list[np.ndarray], trace: CompileTrace | None = None,
+                 key: tuple | None = None) -> Program:
+        """The program of `graph` (built on a miss); `key` when the caller has it already."""
+        if key is None:
+            key = structural_key(graph, inputs)
         with self._lock:
             program = self._programs.get(key)
             if program is not None:
@@ -233,7 +217,9 @@ class CompiledFunction:
             compile_events.record_hit(trace, graph, key, program)
             return program
         start = time.perf_counter()
-        program = self._builder(optimize(graph))
+        pruned = _prune(graph)
+        program = self._builder(optimize(pruned))
+        program.feeds = pruned.feeds
         seconds = time.perf_counter() - start
         with self._lock:
             self._misses += 1
@@ -242,8 +228,12 @@ class CompiledFunction:
         compile_events.record_miss(self, trace, graph, key, program, seconds)
         return program
 
-    def _run(self, graph: Graph, inputs: list[np.ndarray], trace: CompileTrace | None = None) -> list[np.ndarray]:
-        return self._program(graph, inputs, trace).run(inputs)
+    def _run(self, graph: Graph, inputs: list[np.ndarray], trace: CompileTrace | None = None,
+             key: tuple | None = None) -> list[np.ndarray]:
+        """Run `graph` on `inputs` (one array per graph input; the program reads those its
+        pruned graph kept)."""
+        program = self._program(graph, inputs, trace, key)
+        return program.run([inputs[i] for i in program.feeds] if program.feeds is not None else inputs)
 
     def __call__(self, *args, **kwargs):
         if isinstance(MODE.tracer, CompileTrace):
@@ -304,10 +294,11 @@ def _finish(trace: CompileTrace) -> None:
             outputs.append(value)
     inputs_by_value = {id(v): t._data for t, v in trace.captured.values()}
     if outputs:
-        graph = Graph(trace.graph.inputs, trace.graph.nodes, outputs, trace.graph.name)
-        graph = _prune(graph)
+        traced = trace.graph
+        graph = Graph(traced.inputs, traced.nodes, outputs, traced.name)
         inputs = [inputs_by_value[id(v)] for v in graph.inputs]
-        arrays = [owned_array(np.asarray(a)) for a in trace.compiled._run(graph, inputs, trace)]
+        key = traced.key(outputs, inputs)
+        arrays = [owned_array(np.asarray(a)) for a in trace.compiled._run(graph, inputs, trace, key)]
     else:
         arrays = []
     for t in alive:
@@ -322,13 +313,16 @@ def _finish(trace: CompileTrace) -> None:
 
 
 def _prune(graph: Graph) -> Graph:
-    """Keep only the nodes and inputs the outputs depend on (dead-code elimination)."""
+    """Keep only the nodes and inputs the outputs depend on (dead-code elimination). The
+    pruned graph remembers which of the original inputs it kept (`feeds`)."""
     needed = Graph.from_outputs(graph.outputs, graph.name)
     kept_nodes = {id(n) for n in needed.nodes}
     nodes = [n for n in graph.nodes if id(n) in kept_nodes]
     kept_inputs = {id(v) for v in needed.inputs}
-    inputs = [v for v in graph.inputs if id(v) in kept_inputs]
-    return Graph(inputs, nodes, graph.outputs, graph.name)
+    feeds = tuple(i for i, v in enumerate(graph.inputs) if id(v) in kept_inputs)
+    pruned = Graph([graph.inputs[i] for i in feeds], nodes, graph.outputs, graph.name)
+    pruned.feeds = feeds if len(feeds) != len(graph.inputs) else None
+    return pruned
 
 
 def compile(fn=None, **options):  # noqa: A001 - the public name, as torch.compile

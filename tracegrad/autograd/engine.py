@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracegrad.autograd.grad_mode import MODE, enable_grad, no_grad
-from tracegrad.autograd import backward_cache
+from tracegrad.autograd import backward_cache, traced_backward
 from tracegrad.ir.autodiff import apply_hooks, reverse_mode
 from tracegrad.tensor import Tensor, owned_array
 
@@ -45,10 +45,15 @@ def _roots(outputs: list[Tensor], grad_outputs: list, what: str) -> list:
 
 
 def _run(roots, targets, retain_graph: bool, create_graph: bool):
-    if not create_graph and MODE.tracer is None:
+    tracer = MODE.tracer
+    if not create_graph and tracer is None:
         cached = backward_cache.run(roots, targets, retain_graph)
         if cached is not None:
             return {value: Tensor._make(array, value.type) for value, array in cached.items()}
+    elif not create_graph and getattr(tracer, "replays_backward", False):
+        replayed = traced_backward.run(tracer, roots, targets, retain_graph)
+        if replayed is not None:
+            return replayed
     mode = enable_grad() if create_graph else no_grad()
     with mode:
         return reverse_mode(roots, targets, retain_graph=retain_graph)

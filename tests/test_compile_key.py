@@ -1,0 +1,71 @@
+"""The compile cache key: the key a trace builds while recording equals the structural key
+of the graph it recorded, and programs of pruned graphs are fed the right inputs."""
+
+import numpy as np
+
+import tracegrad as tg
+from tracegrad.compile import CompiledFunction
+from tracegrad.compile_key import structural_key
+
+W = tg.randn(3, dtype=tg.float64, requires_grad=True)
+
+
+def _with_captures_and_backward(x):
+    y = (x * W).tanh()          # W is captured after x's first op
+    z = y.sum() * W.sum()
+    z.backward()                # gradient inputs (the seed) join the graph late
+    return z
+
+
+def _with_dead_code(x, unused):
+    _ = (unused * 2.0).exp()
+    return x.exp()
+
+
+def _with_realization(x):
+    if x.sum() > 0:
+        return x * 2.0
+    return x.sin()
+
+
+def _keys_checked(compiled: CompiledFunction) -> list:
+    checked = []
+
+    def program(graph, inputs, trace=None, key=None):
+        if key is not None:
+            assert key == structural_key(graph, inputs)
+            checked.append(key)
+        return CompiledFunction._program(compiled, graph, inputs, trace, key)
+
+    compiled._program = program
+    return checked
+
+
+def test_the_traced_key_equals_the_structural_key():
+    cases = [(_with_captures_and_backward, (tg.randn(3, dtype=tg.float64, requires_grad=True),)),
+             (_with_dead_code, (tg.randn(2), tg.randn(4))),
+             (_with_realization, (tg.ones(3),)),
+             (_with_realization, (-tg.ones(3),))]
+    for fn, args in cases:
+        compiled = tg.compile(fn)
+        checked = _keys_checked(compiled)
+        compiled(*args)
+        assert checked
+
+
+def test_inputs_that_only_feed_dead_code_are_not_read():
+    compiled = tg.compile(_with_dead_code)
+    x = tg.tensor([0.0, 1.0])
+    for unused in (tg.ones(4), tg.ones(5)):  # a new shape of a dead input: a new key, same answer
+        np.testing.assert_allclose(compiled(x, unused).numpy(), np.exp([0.0, 1.0]), rtol=1e-6)
+    program = next(iter(compiled._programs.values()))
+    assert program.feeds == (0,)
+    assert compiled.cache_info().misses == 2
+
+
+def test_equal_structure_with_other_aliasing_is_another_key():
+    compiled = tg.compile(lambda a, b: a + b)
+    x = tg.arange(4.0)
+    np.testing.assert_allclose(compiled(x, x).numpy(), 2 * np.arange(4.0))
+    np.testing.assert_allclose(compiled(x, x + 1).numpy(), 2 * np.arange(4.0) + 1)
+    assert compiled.cache_info().misses == 2

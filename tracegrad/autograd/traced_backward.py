@@ -1,0 +1,192 @@
+"""`backward()` / `autograd.grad` inside a compile trace, replayed from a template.
+
+`@tg.compile` re-runs the function on every call, so every call asks for the backward of
+a forward graph it has usually seen before. The nodes the reverse-mode transform appends
+to the trace depend only on the forward graph's structure (the key of
+`backward_cache._describe`) and on which seeds and saved tensors are lazy or alias each
+other. The first time a structure is seen the transform runs as usual, and the nodes it
+appended are recorded as a template over an environment: the seeds, the saved tensors,
+then the appended nodes' outputs (gradient rules see nothing else). Later calls replay the
+template into the trace: the same nodes, with no rule run.
+
+What the direct path does besides appending nodes happens on replay too: the saved tensors
+it unpacked are unpacked (version checks) and the nodes whose rules ran have their saved
+values freed unless `retain_graph`. Graphs the template cannot describe (hooks, custom
+Functions, a rule that captured a constant or needed a value) take the direct path.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from tracegrad.autograd.backward_cache import _describe
+from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.ir.autodiff import FREED, forward_order, reverse_mode
+from tracegrad.ir.graph import Node, Value, user_location
+
+CAPACITY = 256
+
+_lock = threading.Lock()
+_templates: OrderedDict[tuple, _Template | None] = OrderedDict()
+
+
+class _Template:
+    __slots__ = ("unpacked", "resolve", "nodes", "results", "freed")
+
+    def __init__(self, unpacked, resolve, nodes, results, freed):
+        self.unpacked = unpacked  # saved indices the direct path unpacked, in its order
+        self.resolve = resolve    # env indices (seeds, saved) that become IR values, first use first
+        self.nodes = nodes        # (op, attrs, input env indices, out_types) per appended node
+        self.results = results    # (canonical value index, env index, is the tensor itself)
+        self.freed = freed        # forward-order positions whose saved values get freed
+
+
+def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) -> dict | None:
+    """{value: gradient tensor} as `reverse_mode` returns it, appended to `tracer`'s graph;
+    None when the caller must take the direct path."""
+    root_values = [v for v, _ in roots]
+    if len(set(root_values)) != len(root_values):
+        return None
+    order = forward_order(root_values)
+    description = _describe(order, root_values, targets)
+    if description is None:
+        return None
+    key, values, saved = description
+    seeds = [seed for _, seed in roots]
+    key = (key, _alias_pattern(seeds, saved))
+    with _lock:
+        template = _templates.get(key, False)
+        if template is not False:
+            _templates.move_to_end(key)
+    if template is None:
+        return None
+    if template is not False:
+        return _replay(tracer, template, order, values, seeds, saved, retain_graph)
+    results, template = _record(tracer, order, roots, targets, retain_graph, values, saved)
+    with _lock:
+        _templates[key] = template
+        if len(_templates) > CAPACITY:
+            _templates.popitem(last=False)
+    return results
+
+
+def _alias_pattern(seeds: list, saved: list) -> tuple:
+    """Which seeds and saved tensors are the same IR value (lazy) or tensor (concrete), and
+    which are concrete: the template wires each use to the first of equal ones."""
+    first: dict = {}
+    pattern = []
+    for i, seed in enumerate(seeds):
+        identity = ("v", seed._value) if seed._data is None else ("t", id(seed))
+        pattern.append((seed._data is None, first.setdefault(identity, i)))
+    for k, (node, s) in enumerate(saved, start=len(seeds)):
+        if s.lazy is None:
+            pattern.append((False, k))  # unpacked into a new tensor each time: its own input
+            continue
+        value = s.lazy._value if s.output_index is None else node.output(s.output_index)
+        pattern.append((True, first.setdefault(("v", value), k)))
+    return tuple(pattern)
+
+
+def _replay(tracer, template: _Template, order, values, seeds, saved, retain_graph: bool) -> dict:
+    from tracegrad.tensor import Tensor
+
+    env: list = list(seeds) + [None] * len(saved)
+    n_seeds = len(seeds)
+    for k in template.unpacked:
+        node, s = saved[k]
+        env[n_seeds + k] = s.unpack(node)
+    tensors = list(env)
+    for index in template.resolve:
+        env[index] = tracer.value_of(env[index])
+    graph = tracer.graph
+    location = user_location()
+    for op, attrs, refs, out_types in template.nodes:
+        node = Node(op, tuple([env[r] for r in refs]), attrs, out_types, location)
+        graph.add_node(node)
+        for i in range(len(out_types)):
+            env.append(node.output(i))
+    results = {}
+    for canonical, ref, itself in template.results:
+        if itself:
+            results[values[canonical]] = tensors[ref]
+        else:
+            value = env[ref]
+            results[values[canonical]] = Tensor._make_lazy(value, value.type)
+    if not retain_graph:
+        for position in template.freed:
+            order[position].saved = FREED
+    return results
+
+
+def _record(tracer, order, roots, targets, retain_graph: bool, values, saved) -> tuple[dict, _Template | None]:
+    """Run the transform, and describe what it appended as a template (None when it
+    cannot be replayed)."""
+    saved_index = {id(s): k for k, (_, s) in enumerate(saved)}
+    unpacked: list[tuple[int, object]] = []
+
+    def unpack(s, node):
+        tensor = s.unpack(node)
+        unpacked.append((saved_index[id(s)], tensor))
+        return tensor
+
+    graph = tracer.graph
+    n_nodes, n_inputs = len(graph.nodes), len(graph.inputs)
+    realizations = tracer.realization_count
+    with no_grad():
+        results = reverse_mode(roots, targets, retain_graph=retain_graph, unpack=unpack)
+    if tracer.realization_count != realizations:
+        return results, None  # a rule needed a value: the structure may depend on data
+    seeds = [seed for _, seed in roots]
+    n_seeds = len(seeds)
+    tensors: list = list(seeds) + [None] * len(saved)
+    for k, tensor in unpacked:
+        tensors[n_seeds + k] = tensor
+    env: dict[Value, int] = {}
+    for index, tensor in enumerate(tensors):
+        if tensor is None:
+            continue
+        value = tensor._value if tensor._data is None else tracer.lookup(tensor)
+        if value is not None:
+            env.setdefault(value, index)
+    resolve: list[int] = []
+    nodes = []
+    next_index = len(tensors)
+    for node in graph.nodes[n_nodes:]:
+        refs = []
+        for value in node.inputs:
+            index = env.get(value)
+            if index is None:
+                return results, None  # a value from outside the seeds and saved tensors
+            if index < len(tensors) and index not in resolve:
+                resolve.append(index)
+            refs.append(index)
+        nodes.append((node.op, node.attrs, tuple(refs), node.out_types))
+        for i in range(len(node.out_types)):
+            env[node.output(i)] = next_index
+            next_index += 1
+    # Graph inputs the transform created are concrete seeds or saved tensors, created in
+    # order of first use, which the replay reproduces.
+    concrete = [tracer.lookup(tensors[i]) for i in resolve if tensors[i]._data is not None]
+    if graph.inputs[n_inputs:] != concrete:
+        return results, None
+    canonical = {v: i for i, v in enumerate(values)}
+    result_refs = []
+    for value, tensor in results.items():
+        position = canonical.get(value)
+        if position is None:
+            return results, None
+        itself = next((i for i, t in enumerate(tensors) if t is tensor), None)
+        if itself is not None:
+            result_refs.append((position, itself, True))
+        elif tensor._data is None and tensor._value in env:
+            index = env[tensor._value]
+            if index < len(tensors) and index not in resolve:
+                resolve.append(index)
+            result_refs.append((position, index, False))
+        else:
+            return results, None
+    positions = {id(node): i for i, node in enumerate(order)}
+    freed = tuple(dict.fromkeys(positions[id(saved[k][0])] for k, _ in unpacked))
+    template = _Template(tuple(k for k, _ in unpacked), tuple(resolve), nodes, result_refs, freed)
+    return results, template

@@ -1,0 +1,90 @@
+"""The compile cache's key: the exact structure of a graph, as a tuple.
+
+    (input types, one part per node..., output references, input aliasing)
+
+A node's part is (op name, attributes, input references); a reference to graph input k
+is -(k + 1) (inputs are numbered in the order they were added), the j-th node output
+is j. `structural_key` computes it for any graph; `KeyedGraph`, the graph a compile
+trace records into, builds the same key while ops are recorded ("hash as you build"), so
+looking a traced call up costs no walk over its graph.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracegrad.ir.graph import Graph, Node, Value, attr_key
+from tracegrad.ir.types import TensorType
+
+
+def _attrs_part(attrs: dict) -> tuple:
+    return attr_key(attrs) if attrs else ()
+
+
+def structural_key(graph: Graph, inputs: list[np.ndarray]) -> tuple:
+    """Everything that changes the program: ops, attributes, wiring, input types, which
+    inputs share memory, outputs. Used as the exact cache key (no hash-only matching)."""
+    number: dict[int, int] = {id(v): -(i + 1) for i, v in enumerate(graph.inputs)}
+    parts: list = [tuple((v.type.shape, v.type.dtype.name) for v in graph.inputs)]
+    serial = 0
+    for node in graph.nodes:
+        parts.append((node.op.name, _attrs_part(node.attrs), tuple([_reference(number, v) for v in node.inputs])))
+        number[id(node)] = serial
+        serial += len(node.out_types)
+    parts.append(tuple([_reference(number, v) for v in graph.outputs]))
+    parts.append(alias_pattern(inputs))
+    return tuple(parts)
+
+
+def _reference(number: dict[int, int], value: Value) -> int:
+    node = value.node
+    if node is None:
+        return number[id(value)]
+    return number[id(node)] + value.index
+
+
+def alias_pattern(arrays: list[np.ndarray]) -> tuple:
+    """Groups of inputs backed by the same memory (by base buffer)."""
+    owners: dict[int, int] = {}
+    pattern = []
+    for i, a in enumerate(arrays):
+        base = a
+        while isinstance(base, np.ndarray) and base.base is not None:
+            base = base.base
+        pattern.append(owners.setdefault(id(base), i))
+    return tuple(pattern)
+
+
+class KeyedGraph(Graph):
+    """A graph that keeps its structural key up to date as inputs and nodes are added.
+    Only `add_input` and `add_node` may grow it (the key would not see other changes)."""
+
+    def __init__(self, name: str = "graph"):
+        super().__init__(name=name)
+        self._input_types: list[tuple] = []
+        self._parts: list[tuple] = []
+        self._number: dict[int, int] = {}
+        self._serial = 0
+
+    def add_input(self, type: TensorType, name: str | None = None) -> Value:
+        value = super().add_input(type, name)
+        self._number[id(value)] = -len(self.inputs)
+        self._input_types.append((type.shape, type.dtype.name))
+        return value
+
+    def add_node(self, node: Node) -> None:
+        self.nodes.append(node)
+        number = self._number
+        refs = []
+        for value in node.inputs:
+            source = value.node
+            refs.append(number[id(value)] if source is None else number[id(source)] + value.index)
+        self._parts.append((node.op.name, _attrs_part(node.attrs), tuple(refs)))
+        number[id(node)] = self._serial
+        self._serial += len(node.out_types)
+
+    def key(self, outputs: list[Value], inputs: list[np.ndarray]) -> tuple:
+        """`structural_key` of this graph with these outputs, fed with `inputs`."""
+        number = self._number
+        return (tuple(self._input_types), *self._parts,
+                tuple([_reference(number, v) for v in outputs]), alias_pattern(inputs))
