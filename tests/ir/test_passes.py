@@ -98,3 +98,49 @@ def test_backward_graph_verifies_after_every_pass_and_computes_the_same(name):
     assert len(optimized.nodes) <= len(graph.nodes)
     for a, e in zip(actual, expected):
         np.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-14)
+
+
+def _values(graph, *arrays):
+    return [np.asarray(a) for a in interpret(graph, list(arrays))]
+
+
+def test_permute_back_and_forth_is_removed():
+    graph = optimize(_trace(lambda x: x.permute(1, 2, 0).permute(2, 0, 1).exp(), TensorType((2, 3, 4), tg.float64)))
+    assert "permute" not in _ops(graph)
+
+
+def test_transposed_product_is_computed_as_product_of_transposes():
+    a_type, b_type = TensorType((4, 3), tg.float64), TensorType((3, 5), tg.float64)
+    traced = _trace(lambda a, b: (a @ b).T.tanh(), a_type, b_type)
+    graph = optimize(traced)
+    matmul = next(n for n in graph.nodes if n.op.name == "matmul")
+    assert [v.type.shape for v in matmul.inputs] == [(5, 3), (3, 4)]
+    assert all(n.inputs[0].node is None for n in graph.nodes if n.op.name == "permute")
+    a, b = np.random.default_rng(0).standard_normal((4, 3)), np.random.default_rng(1).standard_normal((3, 5))
+    np.testing.assert_allclose(_values(graph, a, b)[0], np.tanh((a @ b).T), rtol=1e-12)
+
+
+def test_transposed_product_of_a_transposed_operand_reads_the_operand_directly():
+    traced = _trace(lambda a, b: (a.T @ b).T, TensorType((3, 4), tg.float64), TensorType((3, 5), tg.float64))
+    graph = optimize(traced)
+    matmul = next(n for n in graph.nodes if n.op.name == "matmul")
+    assert matmul.inputs[1] is graph.inputs[0]  # (a^T b)^T = b^T a: a is read as it is
+    a, b = np.random.default_rng(0).standard_normal((3, 4)), np.random.default_rng(1).standard_normal((3, 5))
+    np.testing.assert_allclose(_values(graph, a, b)[0], (a.T @ b).T, rtol=1e-12)
+
+
+def test_a_product_read_twice_is_not_recomputed_transposed():
+    traced = _trace(lambda a, b: ((a @ b).T, (a @ b).sum()), TensorType((4, 3), tg.float64),
+                    TensorType((3, 5), tg.float64))
+    graph = optimize(traced)
+    assert _ops(graph).count("matmul") == 1
+
+
+def test_batched_transposed_product_swaps_the_last_two_dims_only():
+    traced = _trace(lambda a, b: (a @ b).transpose(-1, -2), TensorType((2, 4, 3), tg.float64),
+                    TensorType((2, 3, 5), tg.float64))
+    graph = optimize(traced)
+    matmul = next(n for n in graph.nodes if n.op.name == "matmul")
+    assert matmul.out_types[0].shape == (2, 5, 4)
+    a, b = np.random.default_rng(0).standard_normal((2, 4, 3)), np.random.default_rng(1).standard_normal((2, 3, 5))
+    np.testing.assert_allclose(_values(graph, a, b)[0], np.swapaxes(a @ b, -1, -2), rtol=1e-12)

@@ -119,6 +119,13 @@ def _replay(tracer, template: _Template, order, values, seeds, saved, retain_gra
     return results
 
 
+def _without_base(tensor):
+    from tracegrad.tensor import Tensor
+    if tensor._data is not None or tensor._base is None:
+        return tensor
+    return Tensor._make_lazy(tensor._value, tensor._type)
+
+
 def _record(tracer, order, roots, targets, retain_graph: bool, values, saved) -> tuple[dict, _Template | None]:
     """Run the transform, and describe what it appended as a template (None when it
     cannot be replayed)."""
@@ -135,6 +142,10 @@ def _record(tracer, order, roots, targets, retain_graph: bool, values, saved) ->
     realizations = tracer.realization_count
     with no_grad():
         results = reverse_mode(roots, targets, retain_graph=retain_graph, unpack=unpack)
+    # A gradient that is a view (the weight gradient of a linear layer is a transposed
+    # product) would keep its base alive, and the trace would compute the base as an
+    # output; replayed gradients have no base, so neither do recorded ones.
+    results = {value: _without_base(tensor) for value, tensor in results.items()}
     if tracer.realization_count != realizations:
         return results, None  # a rule needed a value: the structure may depend on data
     seeds = [seed for _, seed in roots]

@@ -2,13 +2,17 @@
 elimination and dead-code elimination, in one forward sweep plus a backward sweep.
 
 Passes know no op by name: a primitive's entry may carry `simplify(inputs, attrs)`
-(returning an existing value that equals the node's result, or None) and `constant(attrs)`
+(returning an existing value that equals the node's result, or None), `rewrite(inputs,
+attrs, uses)` (returning new nodes whose last output equals the result, or None; `uses`
+counts a value's readers, so a rewrite can avoid duplicating work) and `constant(attrs)`
 (the scalar a constant node holds). Folding evaluates an elementwise op whose inputs are
 all constants with the op's own NumPy implementation. Rewrites are exact in IEEE
 arithmetic (x*1, x-0, x/1, neg(neg(x)), view-of-view); x+0 is not (it turns -0 into +0).
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 
@@ -76,6 +80,45 @@ def simplify(graph: Graph) -> Graph:
     return Graph(list(graph.inputs), nodes, outputs, graph.name)
 
 
+def rewrite(graph: Graph) -> Graph:
+    """Apply each op's `rewrite` rule (after `simplify`, so that equal nodes are merged and
+    reader counts are final); the nodes a rewrite replaces are left for DCE."""
+    readers: Counter[Value] | None = None
+    replaced: dict[Value, Value] = {}
+    origin: dict[Value, Value] = {}  # outputs of re-created nodes -> the originals (for readers)
+    nodes: list[Node] = []
+    for original in graph.nodes:
+        inputs = tuple(replaced.get(v, v) for v in original.inputs)
+        node = original
+        if inputs != original.inputs:
+            node = Node(original.op, inputs, original.attrs, original.out_types, original.location)
+            for i in range(len(node.out_types)):
+                replaced[original.output(i)] = node.output(i)
+                origin[node.output(i)] = original.output(i)
+        rule = getattr(node.op, "rewrite", None)
+        if rule is not None and len(node.out_types) == 1:
+            if readers is None:
+                readers = _readers(graph)
+            new_nodes = rule(inputs, node.attrs, lambda v: readers[origin.get(v, v)])  # noqa: B023
+            if new_nodes and new_nodes[-1].out_types[0] == node.out_types[0]:
+                nodes.extend(new_nodes)
+                replaced[original.output(0)] = new_nodes[-1].output(0)
+                continue
+        nodes.append(node)
+    if not replaced:
+        return graph
+    outputs = [replaced.get(v, v) for v in graph.outputs]
+    return Graph(list(graph.inputs), nodes, outputs, graph.name)
+
+
+def _readers(graph: Graph) -> Counter[Value]:
+    """How many node inputs and graph outputs read each value."""
+    readers: Counter[Value] = Counter(graph.outputs)
+    for node in graph.nodes:
+        readers.update(node.inputs)
+    return readers
+
+
 def dead_code_elimination(graph: Graph) -> Graph:
     """Drop nodes no output depends on (inputs stay: they are the program's signature)."""
     live: set[int] = set()
@@ -88,7 +131,7 @@ def dead_code_elimination(graph: Graph) -> Graph:
                  graph.name)
 
 
-PIPELINE = (simplify, dead_code_elimination)
+PIPELINE = (simplify, rewrite, dead_code_elimination)
 
 
 def optimize(graph: Graph, verify_each: bool = False) -> Graph:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracegrad.ir.graph import Node
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import reduction
 from tracegrad.ops.dispatch import bind
-from tracegrad.ops.primitive import MOVEMENT, Primitive
+from tracegrad.ops.primitive import MATMUL, MOVEMENT, Primitive
 
 
 def _numel(shape):
@@ -72,8 +73,51 @@ def _permute_vjp(ctx, g):
     return (permute(g, tuple(inverse)),)
 
 
+def _inverse_permutes(value, perm) -> bool:
+    node = value.node
+    return node is not None and node.op is PERMUTE and [node.attrs["perm"][p] for p in perm] == list(range(len(perm)))
+
+
+def _permute_simplify(inputs, attrs):
+    """permute(x, identity) -> x; permute(permute(x, p), inverse of p) -> x."""
+    (value,) = inputs
+    perm = list(attrs["perm"])
+    if perm == list(range(len(perm))):
+        return value
+    return value.node.inputs[0] if _inverse_permutes(value, perm) else None
+
+
+def _transpose_of_matmul(inputs, attrs, uses):
+    """(a @ b)^T -> b^T @ a^T when nothing else reads the product. The product is then
+    made in the layout its reader wants: a linear layer's weight gradient, read by the
+    optimizer, would otherwise be read transposed, one cache line per element."""
+    (value,) = inputs
+    node = value.node
+    perm = list(attrs["perm"])
+    n = len(perm)
+    if node is None or node.op.kind != MATMUL or n < 2 or perm != [*range(n - 2), n - 1, n - 2]:
+        return None
+    if uses(value) != 1:
+        return None
+    new_nodes = []
+
+    def transposed(operand):
+        if _inverse_permutes(operand, perm):
+            return operand.node.inputs[0]
+        swap = Node(PERMUTE, (operand,), {"perm": perm}, _permute_rule(operand.type, perm), node.location)
+        new_nodes.append(swap)
+        return swap.output(0)
+
+    a, b = node.inputs
+    operands = (transposed(b), transposed(a))
+    new_nodes.append(Node(node.op, operands, node.attrs, node.op.shape_rule(*(v.type for v in operands)),
+                          node.location))
+    return new_nodes
+
+
 PERMUTE = Primitive("permute", shape_rule=_permute_rule, kind=MOVEMENT, vjp=_permute_vjp,
                     impl=lambda x, perm: np.transpose(x, perm),
+                    simplify=_permute_simplify, rewrite=_transpose_of_matmul,
                 index_map=lambda b, index, src, dst, perm: [index[perm.index(d)] for d in range(len(perm))])
 
 

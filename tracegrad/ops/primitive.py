@@ -27,8 +27,8 @@ class Primitive:
 
     __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output",
                  "kind", "num_outputs", "backward_name", "lower", "index_map", "reduce_identity",
-                 "simplify", "constant", "aligned", "lower_indexed", "lowers", "index_checks",
-                 "__dict__")
+                 "simplify", "rewrite", "constant", "aligned", "lower_indexed", "lowers",
+                 "index_checks", "__dict__")
 
     def __init__(self, name: str, *, shape_rule: Callable[..., tuple[TensorType, ...]],
                  impl: Callable, vjp: Callable | None = None,
@@ -36,7 +36,7 @@ class Primitive:
                  kind: str = OTHER, num_outputs: int = 1, backward_name: str | None = None,
                  lower: Callable | None = None, index_map: Callable | None = None,
                  reduce_identity: Callable | None = None, simplify: Callable | None = None,
-                 constant: Callable | None = None, aligned: Callable | None = None,
+                 rewrite: Callable | None = None, constant: Callable | None = None, aligned: Callable | None = None,
                  lower_indexed: Callable | None = None, lowers: Callable | None = None,
                  index_checks: Callable | None = None):
         if name in REGISTRY:
@@ -59,8 +59,11 @@ class Primitive:
         self.index_map = index_map
         self.reduce_identity = reduce_identity
         # IR passes (tracegrad.ir.passes): `simplify(inputs, attrs)` returns an existing value
-        # equal to the result (or None); `constant(**attrs)` is the scalar a constant holds.
+        # equal to the result (or None); `rewrite(inputs, attrs, uses)` returns new nodes
+        # whose last output replaces the result (or None), where `uses(value)` counts the
+        # value's readers; `constant(**attrs)` is the scalar a constant holds.
         self.simplify = simplify
+        self.rewrite = rewrite
         self.constant = constant
         # Fusion of row loops: `aligned(src, dst)` says, for each dim of the view's source,
         # which dim of its result passes its index through unchanged (None: the dim is
