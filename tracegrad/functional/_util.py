@@ -80,6 +80,16 @@ def broadcast_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
 
 def prepare(name: str, *operands, dtype: types.DType | None = None) -> list[Tensor]:
     """Convert, promote and broadcast operands of an elementwise op."""
+    if dtype is None and len(operands) == 2:
+        # The common cases, decided without the general promotion (per-op cost matters
+        # when every call retraces): equal types, or a float tensor and a Python number.
+        a, b = operands
+        if isinstance(a, Tensor):
+            if isinstance(b, Tensor):
+                if a._type == b._type:
+                    return [a, b]
+            elif type(b) in (float, int) and a._type.dtype.is_floating:
+                return [a, scalar_tensor(b, a._type.dtype)]
     for operand in operands:
         check_operand(name, operand)
     dtype = dtype or result_dtype(*operands)
