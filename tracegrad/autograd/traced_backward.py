@@ -2,12 +2,13 @@
 
 `@tg.compile` re-runs the function on every call, so every call asks for the backward of
 a forward graph it has usually seen before. The nodes the reverse-mode transform appends
-to the trace depend only on the forward graph's structure (the key of
-`backward_cache._describe`) and on which seeds and saved tensors are lazy or alias each
-other. The first time a structure is seen the transform runs as usual, and the nodes it
-appended are recorded as a template over an environment: the seeds, the saved tensors,
-then the appended nodes' outputs (gradient rules see nothing else). Later calls replay the
-template into the trace: the same nodes, with no rule run.
+to the trace depend only on the forward graph's structure: the trace's own key so far
+(`compile_key.KeyedGraph`), which nodes need which input gradients, which saved tensors
+are concrete, and which values are the roots, targets and seeds. The first time a
+structure is seen the transform runs as usual, and the nodes it appended are recorded as
+a template over an environment: the seeds, the saved tensors, then the appended nodes'
+outputs (gradient rules see nothing else). Later calls replay the template into the
+trace: the same nodes, with no rule run.
 
 What the direct path does besides appending nodes happens on replay too: the saved tensors
 it unpacked are unpacked (version checks) and the nodes whose rules ran have their saved
@@ -20,7 +21,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from tracegrad.autograd.backward_cache import _describe
 from tracegrad.autograd.grad_mode import no_grad
 from tracegrad.ir.autodiff import FREED, forward_order, reverse_mode
 from tracegrad.ir.graph import Node, Value, user_location
@@ -48,13 +48,15 @@ def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) ->
     root_values = [v for v, _ in roots]
     if len(set(root_values)) != len(root_values):
         return None
+    graph = tracer.graph
     order = forward_order(root_values)
-    description = _describe(order, root_values, targets)
+    seeds = [seed for _, seed in roots]
+    description = _describe(graph, order, root_values, targets, seeds)
     if description is None:
         return None
-    key, values, saved = description
-    seeds = [seed for _, seed in roots]
-    key = (key, _alias_pattern(seeds, saved))
+    key, saved = description
+    # Results are keyed by target (autograd.grad) or by graph input (backward(): leaves).
+    values = targets if targets is not None else graph.inputs
     with _lock:
         template = _templates.get(key, False)
         if template is not False:
@@ -71,21 +73,62 @@ def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) ->
     return results
 
 
-def _alias_pattern(seeds: list, saved: list) -> tuple:
-    """Which seeds and saved tensors are the same IR value (lazy) or tensor (concrete), and
-    which are concrete: the template wires each use to the first of equal ones."""
+def _describe(graph, order: list[Node], roots: list[Value], targets: list[Value] | None, seeds: list):
+    """The template key and the saved tensors in order, or None for the direct path.
+
+    The trace's graph so far is keyed already (`KeyedGraph`), so a node is named by its
+    number there; what the graph key does not say is added per node of the backward: which
+    inputs need grad and which saved tensors are concrete. Saved lazy tensors must still be
+    the values the node read (an in-place op on a lazy tensor rebinds it), so that saved
+    tensors alias exactly as the node's inputs do."""
+    number = getattr(graph, "_number", None)
+    if number is None:
+        return None
+    parts: list = []
+    saved: list = []
+    for node in order:
+        serial = number.get(id(node))
+        if serial is None or node.hooks or node.saved is FREED or not getattr(node.op, "replayable", True):
+            return None
+        entries = node.saved
+        kinds = None
+        if entries:
+            kinds = []
+            n_inputs = len(node.inputs)
+            for i, s in enumerate(entries):
+                if s is None:
+                    kinds.append(None)
+                    continue
+                if s.lazy is not None and i < n_inputs and s.lazy._value != node.inputs[i]:
+                    return None
+                kinds.append(s.lazy is None)
+                saved.append((node, s))
+            kinds = tuple(kinds)
+        for value in node.inputs:
+            if value.node is None and value.leaf is not None:
+                tensor = value.leaf()
+                if tensor is not None and tensor._hooks:
+                    return None
+        parts.append((serial, node.needs_input_grad, kinds))
     first: dict = {}
-    pattern = []
+    seed_part = []
     for i, seed in enumerate(seeds):
-        identity = ("v", seed._value) if seed._data is None else ("t", id(seed))
-        pattern.append((seed._data is None, first.setdefault(identity, i)))
-    for k, (node, s) in enumerate(saved, start=len(seeds)):
-        if s.lazy is None:
-            pattern.append((False, k))  # unpacked into a new tensor each time: its own input
-            continue
-        value = s.lazy._value if s.output_index is None else node.output(s.output_index)
-        pattern.append((True, first.setdefault(("v", value), k)))
-    return tuple(pattern)
+        if seed._data is None:
+            seed_part.append(("lazy", _reference(number, seed._value)))
+        else:
+            seed_part.append(("concrete", first.setdefault(id(seed), i)))
+    root_part = tuple(_reference(number, v) for v in roots)
+    target_part = tuple(_reference(number, v) for v in targets) if targets is not None else None
+    key = (tuple(graph._input_types), tuple(graph._parts), tuple(parts), root_part, target_part, tuple(seed_part))
+    return key, saved
+
+
+def _reference(number: dict[int, int], value: Value):
+    node = value.node
+    if node is None:
+        return number.get(id(value))
+    serial = number.get(id(node))
+    return None if serial is None else serial + value.index
 
 
 def _replay(tracer, template: _Template, order, values, seeds, saved, retain_graph: bool) -> dict:
