@@ -1,5 +1,5 @@
 """TRACEGRAD_LOG / TRACEGRAD_DUMP_DIR (`tracegrad.inspect_log`): compile stages printed to
-stderr or written to one file per graph."""
+stderr or written to one file per graph, and per-step timings of compiled programs."""
 
 import os
 import re
@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 import tracegrad as tg
@@ -17,13 +18,14 @@ from tracegrad.codegen.program import build_numpy_program
 @pytest.fixture
 def log_stages():
     """Enable stages for one test; restore the settings afterwards."""
-    saved = (inspect_log.stages, inspect_log.dump_dir, inspect_log.ACTIVE)
+    saved = (inspect_log.stages, inspect_log.dump_dir, inspect_log.ACTIVE, inspect_log.TIMING)
 
     def enable(stages, directory=None):
         inspect_log.configure(stages, directory)
 
     yield enable
-    inspect_log.stages, inspect_log.dump_dir, inspect_log.ACTIVE = saved
+    inspect_log.stages, inspect_log.dump_dir, inspect_log.ACTIVE, inspect_log.TIMING = saved
+    inspect_log.reset_timings()  # nothing left for the report at exit
 
 
 def _branch(x):
@@ -200,3 +202,90 @@ def test_numpy_programs_log_their_steps(log_stages, capsys):
     log_stages("kernels")
     compiled(tg.ones(2))
     assert "0 LLVM kernels, 1 NumPy step" in capsys.readouterr().err
+
+
+def _timed_program(compiled):
+    (record,) = inspect_log.timings()
+    program = next(iter(compiled._programs.values()))
+    return record, program
+
+
+def test_timings_count_calls_and_the_bytes_each_kernel_reads_and_writes(log_stages):
+    log_stages("timings")
+    x = tg.from_numpy(np.arange(12, dtype=np.float32).reshape(3, 4))
+    y = tg.from_numpy(np.ones((3, 4), dtype=np.float32))
+    compiled = tg.compile(lambda x, y: (x * y + 1.0).exp())
+    for _ in range(3):
+        compiled(x, y)
+    record, program = _timed_program(compiled)
+    assert record.runs == 3 and record.title == "<lambda>(f32[3,4], f32[3,4], f32[])"
+    (step,) = record.steps
+    assert step.kind == "llvm" and step.label == "mul+add+exp" and step.calls == 3
+    assert step.bytes == 3 * (48 + 48 + 4 + 48)  # x, y, the scalar 1.0, the result
+    assert step.seconds > 0 and step.flops == 0
+    assert step.shapes == "f32[3,4] <- f32[3,4], f32[3,4], f32[]"
+
+
+def test_timings_count_matmul_flops(log_stages):
+    log_stages("timings")
+    a = tg.from_numpy(np.ones((8, 5)))
+    b = tg.from_numpy(np.ones((5, 3)))
+    compiled = tg.compile(lambda a, b: a @ b)
+    compiled(a, b)
+    compiled(a, b)
+    record, _ = _timed_program(compiled)
+    (step,) = [s for s in record.steps if s.label == "matmul"]
+    assert step.kind == "numpy" and step.flops == 2 * (2 * 8 * 5 * 3)
+    assert step.bytes == 2 * 8 * (8 * 5 + 5 * 3 + 8 * 3)
+
+
+def test_timings_report_lists_each_step_with_rates_and_shares(log_stages):
+    log_stages("timings")
+    compiled = tg.compile(lambda a, b: (a @ b).tanh().sum())
+    compiled(tg.ones(16, 8), tg.ones(8, 4))
+    report = inspect_log.timings_report()
+    lines = report.splitlines()
+    assert lines[0].startswith("[tracegrad] timings: 1 compiled graph(s), ")
+    assert lines[2].startswith("graph <lambda>(f32[16,8], f32[8,4]): 1 runs, ")
+    assert lines[3].split() == ["step", "kind", "label", "shapes", "(out", "<-", "in)", "calls", "mean", "µs",
+                                "GB/s", "GFLOP/s", "threads", "share"]
+    matmul, kernel = lines[4], lines[5]
+    assert "numpy  matmul" in matmul and "f32[16,4] <- f32[16,8], f32[8,4]" in matmul
+    assert "llvm   tanh+sum" in kernel and "f32[] <- f32[16,4]" in kernel
+    shares = [float(line.rsplit(None, 1)[1].rstrip("%")) for line in (matmul, kernel)]
+    assert abs(sum(shares) - 100) < 0.2
+
+
+def test_timings_are_not_recorded_when_the_stage_is_off(log_stages):
+    log_stages("kernels")
+    inspect_log.reset_timings()
+    compiled = tg.compile(lambda x: x.exp())
+    compiled(tg.ones(4))
+    assert not inspect_log.TIMING and inspect_log.timings() == []
+    assert "nothing recorded" in inspect_log.timings_report()
+
+
+def test_reset_timings_forgets_and_records_again(log_stages):
+    log_stages("timings")
+    compiled = tg.compile(lambda x: x.exp())
+    compiled(tg.ones(4))
+    inspect_log.reset_timings()
+    assert inspect_log.timings() == []
+    compiled(tg.ones(4))
+    (record,) = inspect_log.timings()
+    assert record.runs == 1
+
+
+def test_timings_report_is_printed_at_exit():
+    script = textwrap.dedent("""
+        import tracegrad as tg
+        f = tg.compile(lambda x: x.exp() * 2.0)
+        f(tg.ones(100))
+        f(tg.ones(100))
+    """)
+    env = {**os.environ, "TRACEGRAD_LOG": "timings"}
+    env.pop("TRACEGRAD_DUMP_DIR", None)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "graph <lambda>(f32[100], f32[]): 2 runs" in done.stderr
+    assert "exp+mul" in done.stderr

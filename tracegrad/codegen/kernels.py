@@ -1,9 +1,19 @@
-"""Lowering a `FusedKernel` to an LLVM function `void kernel(i8** buffers)`.
+"""Lowering a `FusedKernel` to an LLVM function `void kernel(i8** buffers, i64 start,
+i64 end)`, and `KernelStep`, which runs it inside a Program.
 
-buffers[0] is the output, buffers[1:] the leaves, all C-contiguous. The loop nest runs
-over the kernel's domain (the output shape, or a reduction's input shape with the
-reduced axes innermost). Each inlined node is emitted by its primitive's `lower` (a
-scalar) or `index_map` (an index transformation), so nothing here knows any op by name.
+buffers[:len(results)] are the buffers the kernel writes, the rest its leaves, all
+C-contiguous. The loop nest runs over the kernel's domain (the output shape, or a
+reduction's input shape with the reduced axes innermost). Each inlined node is emitted by
+its primitive's `lower` (a scalar) or `index_map` (an index transformation), so nothing
+here knows any op by name.
+
+[start, end) is the part of the outermost loop (`outer_extent`) to run: the elements of
+a flat map loop, the first dim of a nested one, the rows (all dims but the last,
+flattened) of a row group or row reduction. `KernelStep.run` splits a big kernel into
+chunks run on several threads (`codegen/threads.py`). Chunks write disjoint parts of
+every output, except folded reductions, which reduce across the split loop: every chunk
+but the first writes them into its own scratch buffers, and a small combine kernel (each
+reduction's own `lower`, applied to two partial results) adds those into the first's.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ import time
 import numpy as np
 from llvmlite import ir
 
+from tracegrad.codegen import threads
 from tracegrad.codegen.fusion import FusedKernel, RowGroup
 from tracegrad.codegen.llvm import I8, I64, ScalarBuilder, compile_kernel, memory_type, register_type
 from tracegrad.ir import types
@@ -23,7 +34,7 @@ from tracegrad.ops.indexing import check_bounds
 from tracegrad.ops.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
 
 _names = itertools.count()
-KERNEL_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+KERNEL_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
@@ -92,8 +103,8 @@ class _Emitter:
         return result
 
 
-def _loop(builder: ir.IRBuilder, count: int, body) -> None:
-    """for i in range(count): body(i)."""
+def _loop(builder: ir.IRBuilder, stop, body, start=None) -> None:
+    """for i in range(start, stop): body(i), with int or i64 bounds (start 0 by default)."""
     pre = builder.block
     header = builder.append_basic_block("loop")
     inner = builder.append_basic_block("body")
@@ -101,8 +112,8 @@ def _loop(builder: ir.IRBuilder, count: int, body) -> None:
     builder.branch(header)
     builder.position_at_end(header)
     i = builder.phi(I64)
-    i.add_incoming(I64(0), pre)
-    builder.cbranch(builder.icmp_signed("<", i, I64(count)), inner, done)
+    i.add_incoming(I64(0) if start is None else start, pre)
+    builder.cbranch(builder.icmp_signed("<", i, stop if isinstance(stop, ir.Value) else I64(stop)), inner, done)
     builder.position_at_end(inner)
     body(i)
     i.add_incoming(builder.add(i, I64(1)), builder.block)
@@ -117,9 +128,53 @@ def _nest(builder: ir.IRBuilder, shape: list[int], body, prefix=()) -> None:
     _loop(builder, shape[0], lambda i: _nest(builder, shape[1:], body, prefix + (i,)))
 
 
+def _unravel(builder: ir.IRBuilder, flat, shape: list[int]) -> list:
+    """The index of flat position `flat` in `shape` (row-major)."""
+    index = []
+    for size in reversed(shape[1:]):
+        index.append(builder.urem(flat, I64(size)))
+        flat = builder.udiv(flat, I64(size))
+    return [flat] + list(reversed(index))
+
+
+def _rows(builder: ir.IRBuilder, shape: list[int], start, end, body) -> None:
+    """for each index of `shape` at flat positions [start, end): body(index)."""
+    _loop(builder, end, lambda r: body(_unravel(builder, r, shape)), start)
+
+
+def _flat_map(kernel: FusedKernel) -> bool:
+    """Whether a map kernel loops over its elements in one flat loop: without index
+    remapping every buffer has the domain's shape (or is a scalar), and every folded
+    reduction is over every axis (in a register)."""
+    shape = kernel.domain
+    return (len(shape) > 1 and all(n.op.kind in (ELEMENTWISE, REDUCTION) for n in kernel.nodes)
+            and all(leaf.type.shape in (shape, ()) for leaf in kernel.leaves)
+            and all(len(n.attrs["axes"]) == len(shape) for n in kernel.folded))
+
+
+def outer_extent(kernel: FusedKernel) -> int:
+    """The trip count of the kernel's outermost (splittable) loop: the [start, end) range."""
+    shape = kernel.domain
+    if isinstance(kernel, RowGroup):
+        return int(np.prod(shape[:-1]))
+    if kernel.reduction is not None:
+        axes = kernel.reduction.attrs["axes"]
+        return int(np.prod([n for d, n in enumerate(shape) if d not in axes]))
+    if _flat_map(kernel):
+        return int(np.prod(shape))
+    return shape[0] if shape else 1
+
+
+def folded_reductions(kernel: FusedKernel) -> list[Node]:
+    """The reductions folded into the kernel's loops (their results span the split loop)."""
+    if isinstance(kernel, RowGroup):
+        return [node for member in kernel.members for node in member.folded]
+    return list(kernel.folded)
+
+
 def build_llvm(kernel: FusedKernel, name: str) -> ir.Module:
     module = ir.Module(name=name)
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer()]), name)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer(), I64, I64]), name)
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     b = ScalarBuilder(builder, module)
     pointers = {}
@@ -130,12 +185,40 @@ def build_llvm(kernel: FusedKernel, name: str) -> ir.Module:
     for leaf in kernel.leaves:
         if leaf.type.shape == ():  # a scalar argument: load it once, outside the loops
             emitter.scalars[leaf] = emitter.load(leaf, [])
+    start, end = fn.args[1], fn.args[2]
     if isinstance(kernel, RowGroup):
-        _row_group(builder, b, emitter, kernel)
+        _row_group(builder, b, emitter, kernel, start, end)
     elif kernel.reduction is None:
-        _map_loop(builder, b, emitter, kernel)
+        _map_loop(builder, b, emitter, kernel, start, end)
     else:
-        _reduce(builder, b, emitter, kernel)
+        _reduce(builder, b, emitter, kernel, start, end)
+    builder.ret_void()
+    return module
+
+
+def build_combine_llvm(folded: list[Node], name: str) -> ir.Module:
+    """`kernel(buffers, start, end)` (the range unused): for each folded reduction k,
+    buffers[2k][i] = combine(buffers[2k][i], buffers[2k+1][i]) over its whole result, the
+    combine being the reduction's own `lower` applied to two partial results."""
+    module = ir.Module(name=name)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer(), I64, I64]), name)
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    b = ScalarBuilder(builder, module)
+    for k, node in enumerate(folded):
+        result = node.output(0)
+        pointers = []
+        for position in (2 * k, 2 * k + 1):
+            raw = builder.load(builder.gep(fn.args[0], [I64(position)], inbounds=True))
+            pointers.append(builder.bitcast(raw, memory_type(result.type.dtype).as_pointer()))
+
+        def combine(i, node=node, result=result, pointers=pointers):
+            total, partial = (builder.gep(p, [i], inbounds=True) for p in pointers)
+            values = [builder.load(total), builder.load(partial)]
+            if result.type.dtype is types.bool_:
+                values = [builder.trunc(v, ir.IntType(1)) for v in values]
+            b.in_types, b.out_type = (result.type,), result.type
+            _store_at(builder, result, total, node.op.lower(b, *values, **node.attrs))
+        _loop(builder, int(np.prod(result.type.shape)), combine)
     builder.ret_void()
     return module
 
@@ -188,26 +271,25 @@ def _map_body(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel,
         _store_at(builder, result, target, node.op.lower(b, current, value, **node.attrs))
 
 
-def _map_loop(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel) -> None:
+def _map_loop(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, start, end) -> None:
     """One pass over the domain writing every output and folding every folded reduction."""
     shape = kernel.domain
     accumulators = _prepare_folded(builder, b, emitter, kernel.folded, shape)
-    # Without index remapping every buffer has the domain's shape (or is a scalar), so one
-    # flat loop over all elements does, and vectorizes best.
-    emitter.flat = (len(shape) > 1 and all(n.op.kind in (ELEMENTWISE, REDUCTION) for n in kernel.nodes)
-                    and all(leaf.type.shape in (shape, ()) for leaf in kernel.leaves)
-                    and all(slot is not None for slot in accumulators))
+    # A flat loop over all elements vectorizes best.
+    emitter.flat = _flat_map(kernel)
     body = lambda index: _map_body(builder, b, emitter, kernel, accumulators, index, shape)  # noqa: E731
     if emitter.flat:
-        _loop(builder, int(np.prod(shape)), lambda i: body([i]))
+        _loop(builder, end, lambda i: body([i]), start)
+    elif shape:
+        _loop(builder, end, lambda i: _nest(builder, list(shape[1:]), body, (i,)), start)
     else:
-        _nest(builder, list(shape), body)
+        body([])
     for node, slot in zip(kernel.folded, accumulators):
         if slot is not None:
             _store(builder, emitter, node.output(0), I64(0), builder.load(slot))
 
 
-def _row_group(builder, b: ScalarBuilder, emitter: _Emitter, group: RowGroup) -> None:
+def _row_group(builder, b: ScalarBuilder, emitter: _Emitter, group: RowGroup, start, end) -> None:
     """for each row: each member's loop over the row, in order."""
     shape = group.domain
     outer, inner = list(shape[:-1]), shape[-1]
@@ -238,7 +320,7 @@ def _row_group(builder, b: ScalarBuilder, emitter: _Emitter, group: RowGroup) ->
             _loop(builder, inner, step)
             _store(builder, emitter, result, emitter.flat_offset(outer_index, tuple(outer)), builder.load(slot))
 
-    _nest(builder, outer, row)
+    _rows(builder, outer, start, end, row)
     for member, folded in zip(group.members, accumulators):
         for node, slot in zip(member.folded, folded):
             if slot is not None:  # a reduction over every axis, kept in a register
@@ -252,7 +334,7 @@ def _store_at(builder, value: Value, pointer, result) -> None:
     builder.store(result, pointer)
 
 
-def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel) -> None:
+def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, start, end) -> None:
     node = kernel.reduction
     source = node.inputs[0]
     shape = source.type.shape
@@ -286,7 +368,7 @@ def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel) -
             offset = builder.add(offset, builder.mul(i, I64(stride)))
         _store(builder, emitter, result, offset, builder.load(accumulator))
 
-    _nest(builder, [shape[d] for d in kept], outer)
+    _rows(builder, [shape[d] for d in kept], start, end, outer)
 
 
 class KernelStep:
@@ -301,7 +383,6 @@ class KernelStep:
         # disk-cache entry); compile_kernel renames it after the hash.
         self.module = build_llvm(kernel, "kernel")
         address, self.symbol, self.from_disk = compile_kernel(self.module, "kernel")
-        self.compile_seconds = time.perf_counter() - start  # shown by fn.explain()
         self.function = KERNEL_SIGNATURE(address)
         self.inputs = inputs
         self.outputs = outputs
@@ -311,20 +392,93 @@ class KernelStep:
         # One ctypes array type per kernel, made once (making it per call costs time and
         # grows ctypes' type caches).
         self.pointer_array = ctypes.c_void_p * (len(self.out_specs) + len(inputs))
+        # Splitting the outermost loop over threads (see the module docstring).
+        self.extent = outer_extent(kernel)
+        self.elements = int(np.prod(kernel.domain))
+        # Chunks of a loop over elements start on a cache line (64 elements or more).
+        self.align = 64 if outer_extent(kernel) == self.elements and kernel.reduction is None else 1
+        self.folded = folded_reductions(kernel)
+        self.folded_positions = [kernel.results.index(node.output(0)) for node in self.folded]
+        self.folded_elements = sum(int(np.prod(node.out_types[0].shape)) for node in self.folded)
+        self._combine = None
+        if self.folded and self.chunk_count() > 1:
+            self.combine_function()  # compiled now rather than inside the first call
+        self.compile_seconds = time.perf_counter() - start  # shown by fn.explain()
 
     def llvm_ir(self) -> str:
         """The kernel's LLVM IR (before optimization), under its symbol."""
         return str(self.module).replace('@"kernel"', f'@"{self.symbol}"')
+
+    def chunk_count(self) -> int:
+        """How many chunks a call is split into under the current settings (1: one call)."""
+        count = threads.NUM_THREADS
+        if count < 2 or self.elements < threads.MIN_PARALLEL_ELEMENTS:
+            return 1
+        chunks = min(count * threads.CHUNKS_PER_THREAD, max(count, self.elements // threads.MIN_CHUNK_ELEMENTS))
+        if self.folded_elements:  # every chunk but the first fills partial results of its own
+            chunks = min(chunks, max(count, self.elements // (8 * self.folded_elements)))
+        return max(1, min(chunks, -(-self.extent // self.align)))
+
+    def thread_count(self) -> int:
+        """How many threads a call uses under the current settings."""
+        return min(threads.NUM_THREADS, self.chunk_count())
+
+    def combine_function(self):
+        """The kernel adding one chunk's partial folded results into another's."""
+        if self._combine is None:
+            module = build_combine_llvm(self.folded, "kernel")
+            address, _, _ = compile_kernel(module, "kernel")
+            self._combine = KERNEL_SIGNATURE(address)
+        return self._combine
 
     def run(self, slots: list, pool: dict | None = None) -> None:
         for position, size, name in self.index_checks:
             check_bounds(name, np.asarray(slots[self.inputs[position]]), size)
         outs = [_take(pool, shape, dtype) for shape, dtype in self.out_specs]
         arrays = outs + [np.ascontiguousarray(slots[i]) for i in self.inputs]
-        pointers = self.pointer_array(*[a.ctypes.data for a in arrays])
-        self.function(ctypes.addressof(pointers))
+        addresses = [_address(a) for a in arrays]
+        chunks = self.chunk_count()
+        if chunks == 1:
+            pointers = self.pointer_array(*addresses)  # alive until the call returns
+            self.function(ctypes.addressof(pointers), 0, self.extent)
+        else:
+            self._run_chunks(addresses, chunks)
         for slot, array in zip(self.outputs, outs):
             slots[slot] = array
+
+    def _run_chunks(self, addresses: list[int], chunks: int) -> None:
+        units = -(-self.extent // self.align)
+        cuts = [min(self.extent, units * k // chunks * self.align) for k in range(chunks + 1)]
+        shared = self.pointer_array(*addresses)
+        calls, partials, keep = [], [], [shared]  # keep: alive until every call returned
+        for k in range(chunks):
+            pointers = shared
+            if k > 0 and self.folded:
+                scratch = [np.empty(*self.out_specs[p]) for p in self.folded_positions]
+                mine = list(addresses)
+                for p, array in zip(self.folded_positions, scratch):
+                    mine[p] = _address(array)
+                pointers = self.pointer_array(*mine)
+                keep.append(pointers)
+                partials.append(scratch)
+            calls.append((self.function, ctypes.addressof(pointers), cuts[k], cuts[k + 1]))
+        threads.run_parallel(calls, min(threads.NUM_THREADS, chunks) - 1)
+        if partials:
+            combine = self.combine_function()
+            pairs = (ctypes.c_void_p * (2 * len(self.folded)))()
+            for scratch in partials:  # in chunk order: the result does not depend on timing
+                for k, (p, array) in enumerate(zip(self.folded_positions, scratch)):
+                    pairs[2 * k], pairs[2 * k + 1] = addresses[p], _address(array)
+                combine(ctypes.addressof(pairs), 0, 0)
+
+
+def _address(array: np.ndarray) -> int:
+    """The data address of a C-contiguous array: through the buffer protocol (a third of
+    the cost of `.ctypes.data`), which needs a writable, non-empty buffer."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+    except (TypeError, ValueError, BufferError):
+        return array.ctypes.data
 
 
 def _take(pool: dict | None, shape: tuple[int, ...], dtype) -> np.ndarray:

@@ -6,20 +6,28 @@ fused LLVM kernel when the code generator can lower its group, otherwise the pri
 NumPy implementation (never wrong, only slower). A buffer a kernel wrote is handed to a
 later kernel of the same run once nothing can read it any more (neither its slot nor a
 view of it, and it is not a result).
+
+With the `timings` stage of `TRACEGRAD_LOG` on (`inspect_log.TIMING`, tested once per
+run), `run` times every step and records calls, time, bytes and matmul FLOPs in
+`inspect_log` (see `timings_report()`).
 """
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
+from tracegrad import inspect_log
 from tracegrad.ir.graph import Graph, Value
-from tracegrad.ops.primitive import MOVEMENT
+from tracegrad.ir.types import TensorType, from_numpy
+from tracegrad.ops.primitive import MATMUL, MOVEMENT
 
 
 class NumpyStep:
     """One node run by its primitive's NumPy implementation."""
 
-    __slots__ = ("impl", "attrs", "inputs", "outputs", "label", "may_view")
+    __slots__ = ("impl", "attrs", "inputs", "outputs", "label", "may_view", "op_kind")
 
     def __init__(self, node, inputs: tuple[int, ...], outputs: tuple[int, ...]):
         self.impl = node.op.impl
@@ -28,6 +36,7 @@ class NumpyStep:
         self.outputs = outputs
         self.label = node.op.name
         self.may_view = node.op.kind == MOVEMENT  # NumPy may return a view of the input
+        self.op_kind = node.op.kind
 
     def run(self, slots: list, pool: dict | None = None) -> None:
         result = self.impl(*(slots[i] for i in self.inputs), **self.attrs)
@@ -41,6 +50,8 @@ class NumpyStep:
 class Program:
     def __init__(self, graph: Graph, steps: list, slot_of: dict[Value, int], n_slots: int):
         self.steps = steps
+        self.name = graph.name
+        self.input_types = tuple(v.type for v in graph.inputs)
         self.n_inputs = len(graph.inputs)
         self.output_slots = tuple(slot_of[v] for v in graph.outputs)
         self.n_slots = n_slots
@@ -53,6 +64,8 @@ class Program:
         self.kernel_count = sum(1 for s in steps if not isinstance(s, NumpyStep))
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        if inspect_log.TIMING:
+            return self._run_timed(inputs)
         slots: list = list(inputs) + [None] * (self.n_slots - len(inputs))
         pool: dict = {}  # (shape, dtype) -> buffers free for reuse in this run
         for step, frees, recycles in zip(self.steps, self.frees, self.recycles):
@@ -63,6 +76,61 @@ class Program:
             for slot in frees:
                 slots[slot] = None
         return [slots[i] for i in self.output_slots]
+
+    def _run_timed(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """`run`, timing each step and recording it in `inspect_log`."""
+        record = inspect_log.program_timings(self, self._describe)
+        count = len(self.steps)
+        seconds, moved, flops, threads = [0.0] * count, [0] * count, [0] * count, [1] * count
+        describe_shapes = record.runs == 0
+        clock = time.perf_counter
+        slots: list = list(inputs) + [None] * (self.n_slots - len(inputs))
+        pool: dict = {}
+        for index, (step, frees, recycles) in enumerate(zip(self.steps, self.frees, self.recycles)):
+            used = getattr(step, "thread_count", None)
+            threads[index] = used() if used is not None else 1
+            start = clock()
+            step.run(slots, pool)
+            seconds[index] = clock() - start
+            moved[index], flops[index] = _traffic(step, slots)
+            if describe_shapes:
+                record.steps[index].shapes = _shapes(step, slots)
+            for slot in recycles:
+                array = slots[slot]
+                pool.setdefault((array.shape, array.dtype), []).append(array)
+            for slot in frees:
+                slots[slot] = None
+        record.add_run(seconds, moved, flops, threads)
+        return [slots[i] for i in self.output_slots]
+
+    def _describe(self) -> tuple[str, list[tuple[str, str]]]:
+        title = f"{self.name}({', '.join(map(str, self.input_types))})"
+        return title, [("numpy" if isinstance(s, NumpyStep) else "llvm", s.label) for s in self.steps]
+
+
+def _traffic(step, slots: list) -> tuple[int, int]:
+    """Bytes a step read and wrote (a view it made moves none), and its FLOPs if a matmul."""
+    reads = [slots[i] for i in dict.fromkeys(step.inputs)]
+    writes = [slots[i] for i in step.outputs]
+    if getattr(step, "may_view", False) and all(np.may_share_memory(w, r) for w in writes for r in reads[:1]):
+        return 0, 0
+    moved = sum(getattr(a, "nbytes", 0) for a in reads + writes)
+    if getattr(step, "op_kind", None) == MATMUL:
+        a, out = np.asarray(reads[0]), np.asarray(writes[0])
+        return moved, 2 * out.size * a.shape[-1]
+    return moved, 0
+
+
+def _shapes(step, slots: list) -> str:
+    def describe(array) -> str:
+        array = np.asarray(array)
+        try:
+            return str(TensorType(array.shape, from_numpy(array.dtype)))
+        except (KeyError, TypeError, ValueError):
+            return f"{array.dtype}{list(array.shape)}"
+    written = ", ".join(describe(slots[i]) for i in step.outputs)
+    read = ", ".join(describe(slots[i]) for i in step.inputs)
+    return f"{written} <- {read}"
 
 
 def _recyclable_buffers(steps, results: tuple[int, ...]) -> list[tuple[int, ...]]:

@@ -1,0 +1,119 @@
+"""Worker threads for big kernels: how many, from what size, and the persistent pool.
+
+A big kernel's outermost loop is split into chunks (`KernelStep.run`): the calling thread
+runs the first chunk and each other chunk goes to a persistent worker thread. A kernel is a
+ctypes foreign call, which releases the GIL, so the chunks run in parallel; the pool's
+only Python work per chunk is a queue put and a lock release.
+
+    TRACEGRAD_NUM_THREADS=n   threads per kernel (default: os.cpu_count(), at most
+                              MAX_THREADS); 1 runs every kernel in the calling thread.
+
+`NUM_THREADS` and `MIN_PARALLEL_ELEMENTS` are read at each kernel call, so tests and
+users may change them at run time. Below `MIN_PARALLEL_ELEMENTS` elements in its loop nest
+a kernel is one call: handing a chunk to another thread costs tens of microseconds
+(measured on the 2-core host: see `tests/codegen/test_threads.py` and docs).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import threading
+import warnings
+
+MAX_THREADS = 8
+
+
+def _threads_from_environment() -> int:
+    text = os.environ.get("TRACEGRAD_NUM_THREADS", "").strip()
+    if text:
+        try:
+            return max(1, int(text))
+        except ValueError:
+            warnings.warn(f"TRACEGRAD_NUM_THREADS={text!r} is not an integer; using the default",
+                          stacklevel=2)
+    return max(1, min(os.cpu_count() or 1, MAX_THREADS))
+
+
+NUM_THREADS = _threads_from_environment()
+# A kernel whose loop nest has fewer elements runs in one call.
+MIN_PARALLEL_ELEMENTS = 1 << 20
+# A split kernel runs in about this many chunks per thread, each of at least
+# MIN_CHUNK_ELEMENTS elements: small enough that a thread left without a core holds up
+# little, big enough that the Python work per chunk (a few µs) does not count.
+CHUNKS_PER_THREAD = 8
+MIN_CHUNK_ELEMENTS = 1 << 15
+
+
+class _Worker:
+    def __init__(self):
+        self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name="tracegrad-kernel-worker", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            self.tasks.get()()
+
+
+_workers: list[_Worker] = []
+_workers_lock = threading.Lock()
+
+
+def _reset_after_fork() -> None:
+    global _workers_lock
+    _workers.clear()  # the child has only the forking thread
+    _workers_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _ensure_workers(count: int) -> list[_Worker]:
+    if len(_workers) < count:
+        with _workers_lock:
+            while len(_workers) < count:
+                _workers.append(_Worker())
+    return _workers
+
+
+class _Chunks:
+    """Calls shared by the threads of one kernel run: each thread takes the next call
+    until none is left, so a thread that gets no CPU (the host's cores are shared) delays
+    the run by at most the chunk it holds."""
+
+    def __init__(self, calls: list[tuple]):
+        self.calls = calls
+        self.take = itertools.count().__next__  # atomic under the GIL
+        self.left = len(calls)
+        self.lock = threading.Lock()
+        self.finished = threading.Lock()
+        self.finished.acquire()
+        self.errors: list[BaseException] = []
+
+    def work(self) -> None:
+        count = len(self.calls)
+        while (k := self.take()) < count:
+            function, *args = self.calls[k]
+            try:
+                function(*args)
+            except BaseException as error:  # raised in the calling thread
+                self.errors.append(error)
+            with self.lock:
+                self.left -= 1
+                if self.left == 0:
+                    self.finished.release()
+
+
+def run_parallel(calls: list[tuple], helpers: int) -> None:
+    """Run every `(function, *args)` on the calling thread and up to `helpers` worker
+    threads; return when all have returned. The calls must be independent."""
+    chunks = _Chunks(calls)
+    for worker in _ensure_workers(helpers)[:helpers]:
+        worker.tasks.put(chunks.work)
+    chunks.work()
+    chunks.finished.acquire()  # the last call to finish, on whichever thread, releases it
+    if chunks.errors:
+        raise chunks.errors[0]
