@@ -1,0 +1,197 @@
+"""The generated GEMM (`tracegrad.codegen.gemm.matmul`) against NumPy: every layout of A and
+B (row-major, transposed views, strided slices), edge tiles in M, N and K, one and two
+threads, float32 and float64; and the errors it raises for bad operands."""
+
+import numpy as np
+import pytest
+
+from tracegrad.codegen import gemm
+
+# Sizes around the tile and block edges (MR = 12 or 6, NR = 2 vectors, KC <= 256), primes,
+# 1, and the MLP benchmark's shapes.
+SHAPES = [
+    (1, 1, 1), (1, 7, 1), (7, 1, 5), (2, 3, 4), (12, 16, 32), (13, 17, 33), (11, 15, 31),
+    (5, 300, 3), (31, 257, 47), (97, 101, 103), (24, 1, 64), (64, 512, 10), (256, 10, 64),
+    (37, 16, 17), (200, 260, 70), (6, 513, 8), (193, 64, 65), (3, 20, 2100),
+]
+LAYOUTS = ["rr", "rc", "cr", "cc"]
+
+
+def _operand(rng, rows: int, cols: int, dtype, layout: str) -> np.ndarray:
+    """A (rows, cols) array that is row-major ('r') or a transposed view ('c')."""
+    if layout == "r":
+        return rng.standard_normal((rows, cols)).astype(dtype)
+    return rng.standard_normal((cols, rows)).astype(dtype).T
+
+
+def _check(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    k = a.shape[1]
+    if got.dtype == np.float64:
+        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10 * np.sqrt(k))
+    else:
+        # The worst-case rounding error of a length-k float32 dot product: k * eps * sum |a_i b_i|.
+        bound = k * np.finfo(np.float32).eps * (np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64))
+        assert np.all(np.abs(got - expected) <= bound + 1e-30), np.max(np.abs(got - expected) - bound)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("m, k, n", SHAPES)
+def test_matches_numpy_for_every_layout(m, k, n, layout, dtype):
+    rng = np.random.default_rng(m * 10007 + k * 101 + n)
+    a = _operand(rng, m, k, dtype, layout[0])
+    b = _operand(rng, k, n, dtype, layout[1])
+    got = gemm.matmul(a, b, threads=1)
+    assert got.shape == (m, n) and got.dtype == dtype
+    _check(got, a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, k, n", [(256, 784, 512), (784, 256, 512), (97, 300, 131), (300, 64, 7), (5, 40, 600)])
+def test_two_threads_match_one(m, k, n, dtype):
+    rng = np.random.default_rng(1)
+    a = _operand(rng, m, k, dtype, "r")
+    b = _operand(rng, k, n, dtype, "c")
+    two = gemm.matmul(a, b, threads=2)
+    _check(two, a, b)
+    np.testing.assert_array_equal(two, gemm.matmul(a, b, threads=1))
+
+
+@pytest.fixture
+def host_tile(monkeypatch):
+    """Set the tile shape (MR, NR, V) `matmul` compiles for, as on another host."""
+    def set_tile(tile):
+        monkeypatch.setattr(gemm, "_tile_shape", lambda dtype: tile)
+        monkeypatch.setattr(gemm, "_kernels", {})
+        monkeypatch.setattr(gemm, "_plans", {})
+        monkeypatch.setattr(gemm, "_local", type(gemm._local)())
+        monkeypatch.setattr(gemm._get_helper(), "workspaces", {})
+    return set_tile
+
+
+@pytest.mark.parametrize("tile", [(6, 16, 8), (6, 8, 4), (4, 4, 2), (1, 2, 1), (8, 48, 16)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_other_hosts_tile_shapes_match_numpy(host_tile, tile, layout, dtype):
+    # The tiles of an AVX2 host (6 x 16 of <8 x float>), of SSE, and odd ones: the packing
+    # and edge handling must not depend on MR, NR or V being the AVX-512 ones.
+    host_tile(tile)
+    rng = np.random.default_rng(7)
+    for m, k, n in [(13, 37, 21), (50, 300, 7), (3, 5, 60)]:
+        a = _operand(rng, m, k, dtype, layout[0])
+        b = _operand(rng, k, n, dtype, layout[1])
+        _check(gemm.matmul(a, b, threads=1), a, b)
+        _check(gemm.matmul(a, b, threads=2), a, b)
+
+
+def test_mlp_benchmark_shapes_match_numpy():
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((256, 784), np.float32), rng.standard_normal((784, 512), np.float32)
+    dy = rng.standard_normal((256, 512), np.float32)
+    _check(gemm.matmul(x, w), x, w)
+    _check(gemm.matmul(x.T, dy), x.T, dy)           # weight gradient: a transposed view of A
+    _check(gemm.matmul(dy, w.T), dy, w.T)           # input gradient: a transposed view of B
+    head = rng.standard_normal((512, 10), np.float32)
+    _check(gemm.matmul(dy, head), dy, head)         # a narrow C
+    _check(gemm.matmul(dy @ head, head.T), dy @ head, head.T)
+
+
+def test_strided_slices_are_read_in_place_or_copied():
+    rng = np.random.default_rng(3)
+    big = rng.standard_normal((90, 80))
+    a = big[5:45:2, 3:60]            # row stride 160, unit column stride: read in place
+    b = big[1:58, ::3]               # no unit stride: copied
+    c = big[::-1, 10:70].T[:, :57]   # negative stride along K
+    _check(gemm.matmul(a, b), a, b)
+    _check(gemm.matmul(b.T, c.T), b.T, c.T)
+
+
+def test_broadcast_operand_with_zero_stride():
+    a = np.broadcast_to(np.arange(1.0, 8.0), (30, 7))
+    b = np.arange(21.0).reshape(7, 3)
+    _check(gemm.matmul(a, b), a, b)
+
+
+def test_out_is_written_and_returned():
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((20, 30)), rng.standard_normal((30, 40))
+    out = np.full((20, 40), np.nan)
+    assert gemm.matmul(a, b, out=out) is out
+    _check(out, a, b)
+
+
+def test_out_with_row_padding_and_transposed_out():
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((20, 30)), rng.standard_normal((30, 40))
+    padded = np.full((20, 48), np.nan)[:, :40]
+    gemm.matmul(a, b, out=padded)
+    _check(padded, a, b)
+    transposed = np.full((40, 20), np.nan).T
+    gemm.matmul(a, b, out=transposed)
+    _check(transposed, a, b)
+
+
+def test_out_overlapping_an_operand_gives_the_product_of_the_old_values():
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((30, 30)), rng.standard_normal((30, 30))
+    expected = a @ b
+    gemm.matmul(a, b, out=a)
+    np.testing.assert_allclose(a, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_empty_inner_dimension_gives_zeros():
+    out = gemm.matmul(np.ones((3, 0), np.float32), np.ones((0, 4), np.float32))
+    np.testing.assert_array_equal(out, np.zeros((3, 4), np.float32))
+
+
+def test_empty_output():
+    assert gemm.matmul(np.ones((0, 5)), np.ones((5, 4))).shape == (0, 4)
+    assert gemm.matmul(np.ones((3, 5)), np.ones((5, 0))).shape == (3, 0)
+
+
+def test_nan_and_inf_propagate():
+    a = np.ones((13, 20))
+    b = np.ones((20, 33))
+    a[3, 7] = np.nan
+    b[2, 30] = np.inf
+    _check_same_nonfinite(gemm.matmul(a, b), a @ b)
+
+
+def _check_same_nonfinite(got, expected):
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(expected))
+
+
+def test_is_supported():
+    assert gemm.is_supported((256, 784), (784, 512), np.float32)
+    assert gemm.is_supported((3, 4), (4, 5), "float64")
+    assert not gemm.is_supported((3, 4), (5, 5), np.float32)
+    assert not gemm.is_supported((2, 3, 4), (4, 5), np.float32)
+    assert not gemm.is_supported((3, 4), (4, 5), np.int64)
+
+
+def test_mismatched_inner_dimension_raises_naming_shapes():
+    with pytest.raises(ValueError, match=r"matmul.*\(3, 4\).*\(5, 6\).*float32"):
+        gemm.matmul(np.ones((3, 4), np.float32), np.ones((5, 6), np.float32))
+
+
+def test_wrong_ndim_raises():
+    with pytest.raises(ValueError, match=r"matmul.*2-D.*\(2, 3, 4\)"):
+        gemm.matmul(np.ones((2, 3, 4)), np.ones((4, 5)))
+    with pytest.raises(ValueError, match=r"matmul.*2-D.*\(4,\)"):
+        gemm.matmul(np.ones((3, 4)), np.ones(4))
+
+
+def test_unsupported_or_mixed_dtype_raises_naming_dtypes():
+    with pytest.raises(ValueError, match=r"matmul.*int64"):
+        gemm.matmul(np.ones((3, 4), np.int64), np.ones((4, 5), np.int64))
+    with pytest.raises(ValueError, match=r"matmul.*float32.*float64"):
+        gemm.matmul(np.ones((3, 4), np.float32), np.ones((4, 5), np.float64))
+
+
+def test_wrong_out_raises():
+    with pytest.raises(ValueError, match=r"matmul: out must be a \(3, 5\) float64"):
+        gemm.matmul(np.ones((3, 4)), np.ones((4, 5)), out=np.empty((5, 3)))
+    with pytest.raises(ValueError, match=r"matmul: out"):
+        gemm.matmul(np.ones((3, 4)), np.ones((4, 5)), out=np.empty((3, 5), np.float32))
