@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from tracegrad.compile_events import CacheEvent, Realization
 from tracegrad.ir.printer import format_graph, format_node, value_names
+from tracegrad.ops.primitive import MATMUL
 
 
 def _milliseconds(seconds: float) -> str:
@@ -67,8 +68,12 @@ class KernelInfo:
             self.bytes_read, self.bytes_written = _size(node.inputs), _size(outputs)
             self.elements = sum(v.type.numel for v in outputs)
             self.line = format_node(node, names)
-            self.why = ("a view of a buffer (NumPy makes it without copying)" if lowerable(node)
-                        else f"no LLVM lowering for `{node.op.name}`")
+            if node.op.kind == MATMUL:
+                self.why = "NumPy's BLAS or the generated GEMM, whichever measured faster (codegen/matmul_step.py)"
+            elif lowerable(node):
+                self.why = "a view of a buffer (NumPy makes it without copying)"
+            else:
+                self.why = f"no LLVM lowering for `{node.op.name}`"
 
     def timing(self) -> str:
         seconds = getattr(self.step, "compile_seconds", None)

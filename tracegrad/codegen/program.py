@@ -27,6 +27,8 @@ from tracegrad.ops.primitive import MATMUL, MOVEMENT
 class NumpyStep:
     """One node run by its primitive's NumPy implementation."""
 
+    owns_outputs = False  # True: outputs are fresh or pooled buffers (recyclable), never views
+
     __slots__ = ("impl", "attrs", "inputs", "outputs", "label", "may_view", "op_kind")
 
     def __init__(self, node, inputs: tuple[int, ...], outputs: tuple[int, ...]):
@@ -143,7 +145,7 @@ def _recyclable_buffers(steps, results: tuple[int, ...]) -> list[tuple[int, ...]
             if slot in owner:
                 last[owner[slot]] = index
         for slot in step.outputs:
-            if isinstance(step, NumpyStep):
+            if isinstance(step, NumpyStep) and not step.owns_outputs:
                 if step.may_view and step.inputs and step.inputs[0] in owner:
                     owner[slot] = owner[step.inputs[0]]
             else:
@@ -176,6 +178,7 @@ def build_program(graph: Graph, fuse: bool = True) -> Program:
     `fuse=False`, every op) run as NumPy steps."""
     from tracegrad.codegen.fusion import FusedKernel, Unfused, plan
     from tracegrad.codegen.kernels import KernelStep
+    from tracegrad.codegen.matmul_step import MatmulStep
 
     slot_of: dict[Value, int] = {v: i for i, v in enumerate(graph.inputs)}
 
@@ -193,7 +196,8 @@ def build_program(graph: Graph, fuse: bool = True) -> Program:
         node = item.node
         inputs = tuple(slot_of[v] for v in node.inputs)
         outputs = new_slots([node.output(i) for i in range(len(node.out_types))])
-        steps.append(NumpyStep(node, inputs, outputs))
+        step_type = MatmulStep if fuse and node.op.kind == MATMUL else NumpyStep
+        steps.append(step_type(node, inputs, outputs))
     return Program(graph, steps, slot_of, len(slot_of))
 
 

@@ -1,0 +1,81 @@
+"""Matmuls in compiled programs: NumPy's BLAS or the generated GEMM, chosen by measurement
+per signature; either way the results equal eager ones and buffers are reused."""
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad.codegen import matmul_step
+from tracegrad.codegen.matmul_step import GENERATED, NUMPY, MatmulStep
+
+
+@pytest.fixture(params=[NUMPY, GENERATED])
+def forced(request, monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_MATMUL", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("dtype,rtol", [(tg.float32, 1e-5), (tg.float64, 1e-12)])
+def test_compiled_products_and_their_gradients_equal_eager(forced, dtype, rtol):
+    rng = np.random.default_rng(0)
+    a = tg.tensor(rng.standard_normal((37, 50)), dtype=dtype, requires_grad=True)
+    b = tg.tensor(rng.standard_normal((50, 29)), dtype=dtype, requires_grad=True)
+
+    def fn(a, b):
+        loss = ((a @ b).tanh() @ b.T).sum()
+        return (loss, *tg.autograd.grad(loss, [a, b]))
+
+    compiled = tg.compile(fn)
+    for got, want in zip(compiled(a, b), fn(a, b)):
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=rtol, atol=rtol)
+    steps = [s for p in compiled._programs.values() for s in p.steps if isinstance(s, MatmulStep)]
+    assert len(steps) >= 3
+
+
+def test_the_choice_is_measured_once_per_signature(monkeypatch):
+    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    measured = []
+    original = matmul_step._measure
+
+    def spy(a, b, out):
+        measured.append((a.shape, b.shape))
+        return original(a, b, out)
+
+    monkeypatch.setattr(matmul_step, "_measure", spy)
+    monkeypatch.setattr(matmul_step, "_choices", {})
+    compiled = tg.compile(lambda a, b: (a @ b) * 2.0)
+    a, b = tg.randn(40, 30), tg.randn(30, 20)
+    for _ in range(3):
+        np.testing.assert_allclose(compiled(a, b).numpy(), 2 * (a.numpy() @ b.numpy()), rtol=1e-5)
+    assert measured == [((40, 30), (30, 20))]
+    assert set(matmul_step.choices().values()) <= {NUMPY, GENERATED}
+
+
+def test_transposed_operands_are_another_signature(monkeypatch):
+    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    monkeypatch.setattr(matmul_step, "_choices", {})
+    compiled = tg.compile(lambda a, b: a @ b)
+    a, b = tg.randn(30, 40), tg.randn(30, 20)
+    np.testing.assert_allclose(compiled(a.T, b).numpy(), a.numpy().T @ b.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(compiled(a.T.contiguous(), b).numpy(), a.numpy().T @ b.numpy(), rtol=1e-5,
+                               atol=1e-5)
+    layouts = {key[3] for key in matmul_step.choices()}
+    assert layouts == {"row", "col"}
+
+
+def test_batched_products_run_through_numpy(forced):
+    a, b = tg.randn(3, 4, 5, dtype=tg.float64), tg.randn(3, 5, 2, dtype=tg.float64)
+    compiled = tg.compile(lambda a, b: a @ b)
+    np.testing.assert_allclose(compiled(a, b).numpy(), a.numpy() @ b.numpy(), rtol=1e-12)
+
+
+def test_a_product_buffer_is_reused_within_a_run(forced):
+    x = tg.randn(64, 64)
+
+    def fn(x):
+        return ((x @ x).relu() @ x).relu() @ x
+
+    compiled = tg.compile(fn)
+    np.testing.assert_allclose(compiled(x).numpy(), fn(x).numpy(), rtol=1e-4, atol=1e-4)
+    program = next(iter(compiled._programs.values()))
+    assert any(program.recycles), "a dead product's buffer goes back to the run's pool"
