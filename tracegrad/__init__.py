@@ -1,7 +1,10 @@
 """tracegrad: PyTorch-style tensors and autograd on NumPy, recorded as one IR.
 
-This module only re-exports the public API.
+This module re-exports the public API (and applies the allocator tuning of
+`tracegrad.memory` once).
 """
+
+from tracegrad import memory as _memory
 
 from tracegrad.ir.types import bool_ as bool  # noqa: A001,F401
 from tracegrad.ir.types import DType as dtype  # noqa: F401
@@ -29,5 +32,7 @@ from tracegrad import autograd, ir  # noqa: F401
 from tracegrad import nn, optim  # noqa: F401
 from tracegrad.compile import compile  # noqa: F401,A004
 from tracegrad.serialization import load, save  # noqa: F401
+
+_memory.tune_allocator()
 
 __version__ = "0.1.0"
