@@ -66,7 +66,6 @@ def host_tile(monkeypatch):
         monkeypatch.setattr(gemm, "_kernels", {})
         monkeypatch.setattr(gemm, "_plans", {})
         monkeypatch.setattr(gemm, "_local", type(gemm._local)())
-        monkeypatch.setattr(gemm._get_helper(), "workspaces", {})
     return set_tile
 
 

@@ -1,8 +1,9 @@
 """A generated matrix multiply (GEMM) for 2-D float32/float64 arrays: `matmul`, `is_supported`.
 
 What lives here: the LLVM IR generator of one BLIS/Goto-style GEMM function per
-(dtype, layout of A, layout of B), the per-thread packing workspaces, and a one-helper
-thread pool that splits a product in two halves. What does not: choosing between this
+(dtype, layout of A, layout of B) and the per-thread packing workspaces; a product on two
+threads is two calls sharing one chunk counter, run by the kernels' pool
+(`codegen/threads.py`). What does not: choosing between this
 kernel and numpy.matmul (the compiler does that per shape, from measurements), and any
 graph or autograd logic.
 
@@ -32,7 +33,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-import queue
 import threading
 from collections.abc import Callable
 
@@ -40,6 +40,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
+from tracegrad.codegen import threads as kernel_threads
 from tracegrad.codegen.llvm import F32, F64, I1, I64, compile_kernel
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -443,50 +444,18 @@ class _Workspace:
         return self.address
 
 
-class _Helper:
-    """A persistent worker thread that calls the kernel alongside the calling thread:
-    ctypes releases the GIL for the call, so both run at once, claiming chunks."""
-
-    def __init__(self):
-        self.lock = threading.Lock()  # one product at a time shares the helper
-        self.workspaces: dict[np.dtype, _Workspace] = {}
-        self.tasks: queue.SimpleQueue = queue.SimpleQueue()
-        self.finished: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="tracegrad-gemm", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            function, address = self.tasks.get()
-            function(address)
-            self.finished.put(None)
-
-    def workspace(self, dtype: np.dtype) -> _Workspace:
-        if dtype not in self.workspaces:
-            self.workspaces[dtype] = _Workspace(dtype)
-        return self.workspaces[dtype]
-
-
 _local = threading.local()
-_helper: _Helper | None = None
-_helper_lock = threading.Lock()
 
 
-def _own_workspace(dtype: np.dtype) -> _Workspace:
+def _own_workspaces(dtype: np.dtype, count: int) -> list[_Workspace]:
+    """The calling thread's `count` workspaces for `dtype` (one per call of a product)."""
     workspaces = getattr(_local, "workspaces", None)
     if workspaces is None:
         workspaces = _local.workspaces = {}
-    if dtype not in workspaces:
-        workspaces[dtype] = _Workspace(dtype)
-    return workspaces[dtype]
-
-
-def _get_helper() -> _Helper:
-    global _helper
-    if _helper is None:
-        with _helper_lock:
-            if _helper is None:
-                _helper = _Helper()
-    return _helper
+    mine = workspaces.setdefault(dtype, [])
+    while len(mine) < count:
+        mine.append(_Workspace(dtype))
+    return mine[:count]
 
 
 _plans: dict[tuple, tuple] = {}
@@ -599,16 +568,16 @@ def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int) -> None:
     function = _kernel(dtype, a_layout[0], b_layout[0])
     operands = (a.__array_interface__["data"][0], a_layout[1], b.__array_interface__["data"][0], b_layout[1],
                 c.__array_interface__["data"][0], c.strides[0] // c.itemsize if m > 1 else n)
-    workspace = _own_workspace(dtype)
-    workspace.counter[0] = 0
-    helper = _get_helper() if threads > 1 else None
-    if helper is None or not helper.lock.acquire(blocking=False):
-        function(workspace.fill(operands, _plan(m, n, k, dtype, 1), workspace.counter_address))
+    threads = min(threads, kernel_threads.NUM_THREADS)
+    workspaces = _own_workspaces(dtype, threads)
+    counter = workspaces[0]
+    counter.counter[0] = 0
+    plan = _plan(m, n, k, dtype, threads)
+    calls = [(function, w.fill(operands, plan, counter.counter_address)) for w in workspaces]
+    if threads == 1:
+        function(calls[0][1])
         return
-    try:
-        plan = _plan(m, n, k, dtype, 2)
-        helper.tasks.put((function, helper.workspace(dtype).fill(operands, plan, workspace.counter_address)))
-        function(workspace.fill(operands, plan, workspace.counter_address))
-        helper.finished.get()
-    finally:
-        helper.lock.release()
+    # Both calls claim chunks from one counter until none is left; the pool returns when
+    # both calls have returned, and a worker that wakes late finds its call already taken
+    # by the calling thread (whose second call then only finds the counter exhausted).
+    kernel_threads.run_parallel(calls, threads - 1)
