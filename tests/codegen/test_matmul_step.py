@@ -32,8 +32,8 @@ def test_compiled_products_and_their_gradients_equal_eager(forced, dtype, rtol):
     assert len(steps) >= 3
 
 
-def test_the_choice_is_measured_once_per_signature(monkeypatch):
-    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+def test_the_choice_is_measured_once_per_signature_when_asked(monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_MATMUL", "measure")
     measured = []
     original = matmul_step._measure
 
@@ -51,8 +51,19 @@ def test_the_choice_is_measured_once_per_signature(monkeypatch):
     assert set(matmul_step.choices().values()) <= {NUMPY, GENERATED}
 
 
-def test_transposed_operands_are_another_signature(monkeypatch):
+def test_by_default_wide_products_run_generated_and_narrow_ones_numpy(monkeypatch):
     monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    monkeypatch.setattr(matmul_step, "_choices", {})
+    monkeypatch.setattr(matmul_step, "_measure", lambda *args: pytest.fail("measured without being asked"))
+    compiled = tg.compile(lambda a, b, c: ((a @ b) @ c).sum())
+    a, b, c = tg.randn(64, 48), tg.randn(48, 40), tg.randn(40, 10)
+    np.testing.assert_allclose(compiled(a, b, c).item(), ((a.numpy() @ b.numpy()) @ c.numpy()).sum(), rtol=1e-4)
+    assert matmul_step.choices() == {((64, 48), 40, np.dtype(np.float32), "row", "row"): GENERATED,
+                                     ((64, 40), 10, np.dtype(np.float32), "row", "row"): NUMPY}
+
+
+def test_transposed_operands_are_another_signature(monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_MATMUL", "measure")
     monkeypatch.setattr(matmul_step, "_choices", {})
     compiled = tg.compile(lambda a, b: a @ b)
     a, b = tg.randn(30, 40), tg.randn(30, 20)
@@ -79,3 +90,20 @@ def test_a_product_buffer_is_reused_within_a_run(forced):
     np.testing.assert_allclose(compiled(x).numpy(), fn(x).numpy(), rtol=1e-4, atol=1e-4)
     program = next(iter(compiled._programs.values()))
     assert any(program.recycles), "a dead product's buffer goes back to the run's pool"
+
+
+def test_a_kernel_not_compiled_yet_waits_for_the_steps_third_run(monkeypatch, tmp_path):
+    from tracegrad.codegen import gemm
+    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(gemm, "_kernels", {})
+    monkeypatch.setattr(matmul_step, "_choices", {})
+    monkeypatch.setattr(gemm, "_SOURCE_HASH", "test-" + tmp_path.name)  # a key nothing has compiled
+    used = []
+    original = gemm.matmul
+    monkeypatch.setattr(gemm, "matmul", lambda *args, **kwargs: used.append(1) or original(*args, **kwargs))
+    compiled = tg.compile(lambda a, b: a @ b)
+    a, b = tg.ones(40, 48), tg.ones(48, 36)
+    for expected in (0, 0, 1, 2):
+        np.testing.assert_allclose(compiled(a, b).numpy(), np.full((40, 36), 48.0))
+        assert len(used) == expected

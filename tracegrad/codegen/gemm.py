@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import math
 import threading
 from collections.abc import Callable
@@ -41,7 +42,7 @@ import numpy as np
 from llvmlite import ir
 
 from tracegrad.codegen import threads as kernel_threads
-from tracegrad.codegen.llvm import F32, F64, I1, I64, compile_kernel
+from tracegrad.codegen.llvm import F32, F64, I1, I64, compile_kernel_keyed, load_keyed
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 ROW, COL = "row", "col"  # operand layouts: unit stride along axis 1 (row-major) or axis 0
@@ -409,10 +410,43 @@ def _kernel(dtype: np.dtype, a_layout: str, b_layout: str) -> Callable[[int], No
     key = (dtype, a_layout, b_layout)
     function = _kernels.get(key)
     if function is None:
-        emitter = _GemmEmitter(dtype, a_layout, b_layout, _tile_shape(dtype))
-        address, _, _ = compile_kernel(emitter.module, "gemm")
+        tile = _tile_shape(dtype)
+        build = lambda: _GemmEmitter(dtype, a_layout, b_layout, tile).module  # noqa: E731
+        address, _, _ = compile_kernel_keyed(_description(dtype, a_layout, b_layout), "gemm", build)
         function = _kernels.setdefault(key, KERNEL_SIGNATURE(address))
     return function
+
+
+def _description(dtype: np.dtype, a_layout: str, b_layout: str) -> str:
+    # The disk-cache key: this file's source and the parameters instead of the IR text, so
+    # a kernel in the disk cache loads without generating its ~6,000 instructions.
+    return f"gemm {_SOURCE_HASH} {dtype} {a_layout} {b_layout} tile={_tile_shape(dtype)} kc={KC_MAX}"
+
+
+def ready(a: np.ndarray, b: np.ndarray, compile: bool = False) -> bool:  # noqa: A002
+    """Whether `matmul(a, b)` runs without compiling now: its kernel is in memory or in
+    the disk cache (loaded now). With `compile`, a missing kernel is compiled first."""
+    _check_operands(a, b)
+    a_layout, b_layout = (_operand_layout(x) or (ROW, 0) for x in (a, b))
+    key = (a.dtype, a_layout[0], b_layout[0])
+    if key in _kernels:
+        return True
+    address = load_keyed(_description(*key))
+    if address is not None:
+        _kernels.setdefault(key, KERNEL_SIGNATURE(address))
+        return True
+    if compile:
+        _kernel(*key)
+        return True
+    return False
+
+
+def _source_hash() -> str:
+    with open(__file__, "rb") as source:
+        return hashlib.sha256(source.read()).hexdigest()[:16]
+
+
+_SOURCE_HASH = _source_hash()
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -10,6 +10,7 @@ loop and SLP vectorization on.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -34,16 +35,34 @@ def memory_type(dtype: types.DType) -> ir.Type:
     return I8 if dtype is types.bool_ else register_type(dtype)
 
 
+def _new_target_machine():
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+                                        opt=3, codemodel="jitdefault")
+
+
 def target_machine():
+    """The engine's target machine (also used for data layouts and inspection)."""
     global _target_machine
     if _target_machine is None:
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        target = llvm.Target.from_triple(llvm.get_process_triple())
-        _target_machine = target.create_target_machine(
-            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-            opt=3, codemodel="jitdefault")
+        _target_machine = _new_target_machine()
     return _target_machine
+
+
+_threads = threading.local()
+
+
+def _thread_tools():
+    """This thread's LLVM context and target machine. Neither may be used by two threads
+    at once, and kernels are compiled on several: user threads calling compiled
+    functions, and the background compiles of `codegen/gemm.py`."""
+    tools = getattr(_threads, "tools", None)
+    if tools is None:
+        target_machine()  # initializes the native target first
+        tools = _threads.tools = (llvm.create_context(), _new_target_machine())
+    return tools
 
 
 def _get_engine():
@@ -60,11 +79,11 @@ def host_description() -> str:
             f"{llvm.get_host_cpu_features().flatten()}")
 
 
-def optimize(module_ref) -> None:
+def optimize(module_ref, machine=None) -> None:
     tuning = llvm.create_pipeline_tuning_options(speed_level=2)
     tuning.loop_vectorization = True
     tuning.slp_vectorization = True
-    builder = llvm.create_pass_builder(target_machine(), tuning)
+    builder = llvm.create_pass_builder(machine or target_machine(), tuning)
     builder.getModulePassManager().run(module_ref, builder)
 
 
@@ -76,33 +95,69 @@ def compile_kernel(module: ir.Module, name: str) -> tuple[int, str, bool]:
 
     The symbol is renamed after the hash of the IR, so identical kernels share one symbol
     and the disk cache can be keyed by it. Returns (address, symbol, loaded_from_disk)."""
-    from tracegrad.codegen import cache
-
     module.triple = llvm.get_process_triple()
     module.data_layout = str(target_machine().target_data)
     text = str(module)
+    return _compile(text, name, lambda: text)
+
+
+def compile_kernel_keyed(description: str, name: str, build: Callable[[], ir.Module]) -> tuple[int, str, bool]:
+    """`compile_kernel` for a module that is costly to generate: keyed by `description`
+    (which must name everything the IR depends on, such as a hash of the generator's
+    source), so that a kernel in memory or in the disk cache is found without building it."""
+    def text() -> str:
+        module = build()
+        module.triple = llvm.get_process_triple()
+        module.data_layout = str(target_machine().target_data)
+        return str(module)
+    return _compile(description, name, text)
+
+
+def _compile(key_text: str, name: str, ir_text: Callable[[], str]) -> tuple[int, str, bool]:
+    from tracegrad.codegen import cache
+
     host = host_description()
-    key = cache.kernel_key(text, host)
+    key = cache.kernel_key(key_text, host)
     symbol = f"tg_{key[:24]}"
     with _lock:
         if symbol in _loaded:
             return _loaded[symbol], symbol, False
-    text = text.replace(f'@"{name}"', f'@"{symbol}"')
     obj = cache.load(key, host)
     from_disk = obj is not None
     if obj is None:
-        module_ref = llvm.parse_assembly(text)
+        context, machine = _thread_tools()
+        module_ref = llvm.parse_assembly(ir_text().replace(f'@"{name}"', f'@"{symbol}"'), context=context)
         module_ref.verify()
-        optimize(module_ref)
-        obj = target_machine().emit_object(module_ref)
+        optimize(module_ref, machine)
+        obj = machine.emit_object(module_ref)
+        del module_ref  # before its context could go
         cache.store(key, host, obj)
+    return _add_object(symbol, obj), symbol, from_disk
+
+
+def load_keyed(description: str) -> int | None:
+    """The address of a `compile_kernel_keyed` kernel if it is in memory or in the disk
+    cache (loaded now), else None; never compiles."""
+    from tracegrad.codegen import cache
+
+    host = host_description()
+    key = cache.kernel_key(description, host)
+    symbol = f"tg_{key[:24]}"
+    with _lock:
+        if symbol in _loaded:
+            return _loaded[symbol]
+    obj = cache.load(key, host)
+    return None if obj is None else _add_object(symbol, obj)
+
+
+def _add_object(symbol: str, obj: bytes) -> int:
     with _lock:
         if symbol not in _loaded:
             engine = _get_engine()
             engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             engine.finalize_object()
             _loaded[symbol] = engine.get_function_address(symbol)
-        return _loaded[symbol], symbol, from_disk
+        return _loaded[symbol]
 
 
 def optimized_ir(module: ir.Module | str) -> str:

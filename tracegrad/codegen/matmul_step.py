@@ -1,12 +1,19 @@
 """`MatmulStep`: a 2-D float matmul inside a compiled program, run by NumPy's BLAS or by
-the generated GEMM (`codegen/gemm.py`), whichever measured faster.
+the generated GEMM (`codegen/gemm.py`).
 
-The choice is made per signature (M, K, N, dtype, and whether each operand is row-major,
-transposed or neither), the first time the signature runs in the process: after one
-warm-up call of each (which also compiles the GEMM), each is timed `ROUNDS` times,
-alternating, and the one with the smaller best time wins; later runs of any program reuse
-the decision. `TRACEGRAD_MATMUL=numpy` or `=generated` skips the measurement.
-Batched (3-D and up) products always run through NumPy.
+Which one runs is decided per signature (M, K, N, dtype, and whether each operand is
+row-major, transposed or neither). By default a rule measured offline decides
+(`benchmarks/gemm_probe.py` on the 2-core AVX-512 host): the generated kernel for products
+whose output is at least `MIN_SIDE` on both sides and whose K is at least `MIN_K` (for
+the W4 shapes it matched or beat OpenBLAS; this NumPy's OpenBLAS runs Haswell kernels on
+Zen 5), NumPy for narrow products, where a GEMM tile is mostly padding.
+
+A product whose generated kernel is neither in memory nor in the disk cache runs through
+NumPy for the step's first `COMPILE_AFTER` runs and compiles it then (~0.3 s per kernel:
+a function called once or twice never pays it, and a first call stays fast).
+`TRACEGRAD_MATMUL=measure` instead times both on the first run of each signature (one
+warm-up call each, then `ROUNDS` alternating timed calls; the smaller best time wins);
+`=numpy` or `=generated` forces one. Batched (3-D and up) products run through NumPy.
 """
 
 from __future__ import annotations
@@ -21,7 +28,10 @@ from tracegrad.codegen import gemm
 from tracegrad.codegen.program import NumpyStep
 
 ROUNDS = 3
-NUMPY, GENERATED = "numpy", "generated"
+MIN_SIDE = 32
+MIN_K = 16
+COMPILE_AFTER = 2  # runs of a step through NumPy before its generated kernel is compiled
+NUMPY, GENERATED, MEASURE = "numpy", "generated", "measure"
 
 _choices: dict[tuple, str] = {}
 _lock = threading.Lock()
@@ -35,11 +45,14 @@ def _layout(x: np.ndarray) -> str:
     return "strided"
 
 
-def _forced() -> str | None:
-    forced = os.environ.get("TRACEGRAD_MATMUL", "").strip().lower()
-    if forced in (NUMPY, GENERATED):
-        return forced
-    return None
+def _mode() -> str | None:
+    mode = os.environ.get("TRACEGRAD_MATMUL", "").strip().lower()
+    return mode if mode in (NUMPY, GENERATED, MEASURE) else None
+
+
+def _rule(a: np.ndarray, b: np.ndarray) -> str:
+    (m, k), n = a.shape, b.shape[1]
+    return GENERATED if min(m, n) >= MIN_SIDE and k >= MIN_K else NUMPY
 
 
 def _measure(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str:
@@ -58,19 +71,19 @@ def _measure(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str:
 
 
 def choose(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str:
-    """Which implementation runs `a @ b` (measured once per signature)."""
+    """Which implementation runs `a @ b` (decided once per signature)."""
     if not gemm.is_supported(a.shape, b.shape, a.dtype) or b.dtype != a.dtype:
         return NUMPY
-    forced = _forced()
-    if forced is not None:
-        return forced
+    mode = _mode()
+    if mode in (NUMPY, GENERATED):
+        return mode
     signature = (a.shape, b.shape[1], a.dtype, _layout(a), _layout(b))
     choice = _choices.get(signature)
     if choice is None:
         with _lock:  # one measurement at a time: two would disturb each other
             choice = _choices.get(signature)
             if choice is None:
-                choice = _choices[signature] = _measure(a, b, out)
+                choice = _choices[signature] = _measure(a, b, out) if mode == MEASURE else _rule(a, b)
     return choice
 
 
@@ -82,13 +95,22 @@ def choices() -> dict[tuple, str]:
 class MatmulStep(NumpyStep):
     """A matmul node; writes into a buffer from the run's pool when one is free."""
 
-    __slots__ = ("out_shape", "out_dtype")
+    __slots__ = ("out_shape", "out_dtype", "runs")
     owns_outputs = True
 
     def __init__(self, node, inputs: tuple[int, ...], outputs: tuple[int, ...]):
         super().__init__(node, inputs, outputs)
         out_type = node.out_types[0]
         self.out_shape, self.out_dtype = out_type.shape, out_type.dtype.np
+        self.runs = 0
+
+    def _generated_ready(self, a: np.ndarray, b: np.ndarray) -> bool:
+        """A kernel in memory or on disk runs at once; one that would compile now waits
+        for this step's COMPILE_AFTER-th run (NumPy runs it until then), unless forced."""
+        if self.runs < COMPILE_AFTER and _mode() != GENERATED:
+            self.runs += 1
+            return gemm.ready(a, b)
+        return gemm.ready(a, b, compile=True)
 
     def run(self, slots: list, pool: dict | None = None) -> None:
         a, b = slots[self.inputs[0]], slots[self.inputs[1]]
@@ -97,7 +119,7 @@ class MatmulStep(NumpyStep):
             return
         free = pool.get((self.out_shape, np.dtype(self.out_dtype))) if pool else None
         out = free.pop() if free else np.empty(self.out_shape, self.out_dtype)
-        if choose(a, b, out) == GENERATED:
+        if choose(a, b, out) == GENERATED and self._generated_ready(a, b):
             gemm.matmul(a, b, out=out)
         else:
             np.matmul(a, b, out=out)
