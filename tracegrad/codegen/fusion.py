@@ -6,6 +6,10 @@ by several kernels and too big to recompute. Every other value is inlined where 
 read, so chains of elementwise ops, broadcasts and views become one loop, a reduction
 absorbs the elementwise ops that produce its input, and a backward kernel recomputes the
 forward values it needs instead of reading them back from memory.
+
+A view read by a NumPy step (`permute(dY)` as a matmul operand) is not written by a
+kernel in the view's layout: its source gets the buffer, in its own layout, and NumPy
+takes the view for free (BLAS reads transposed operands in place).
 """
 
 from __future__ import annotations
@@ -122,6 +126,7 @@ def materialized_values(graph: Graph) -> set[Value]:
         for value in node.inputs:
             consumers.setdefault(value, []).append(node)
     result: set[Value] = set(graph.inputs) | set(graph.outputs)
+    result |= _sources_of_numpy_views(graph, consumers)
     size: dict[Value, int] = {}
     for node in graph.nodes:
         if lowerable(node):
@@ -139,6 +144,36 @@ def materialized_values(graph: Graph) -> set[Value]:
             if len({id(u) for u in users}) > 1 and size[value] > RECOMPUTE_LIMIT:
                 result.add(value)
     return result
+
+
+def _sources_of_numpy_views(graph: Graph, consumers: dict[Value, list[Node]]) -> set[Value]:
+    """Values materialized so that the views NumPy steps read are NumPy views of them.
+
+    A view read by an op without lowering needs a buffer. Written by a kernel, it would be
+    written in the view's layout (a transpose: one cache line per element stored); the
+    view's source, materialized in its own layout, is written in order, and NumPy makes
+    the view without copying. So the buffer goes to the source, through a chain of views
+    each of which holds at least as many elements as its source (a slice's source would
+    be a bigger write than the slice). Graph outputs keep their own buffers: their layout
+    is the caller's."""
+    outputs = set(graph.outputs)
+    sources: set[Value] = set()
+    for node in graph.nodes:
+        if node.op.kind != MOVEMENT or not lowerable(node):
+            continue
+        view = node.output(0)
+        if view in outputs or all(lowerable(reader) for reader in consumers.get(view, [])):
+            continue
+        while (_is_lowerable_view(view) and view.node.inputs[0].type.numel <= view.type.numel
+               and view.node.inputs[0] not in outputs):
+            view = view.node.inputs[0]
+            sources.add(view)
+    return sources
+
+
+def _is_lowerable_view(value: Value) -> bool:
+    node = value.node
+    return node is not None and node.op.kind == MOVEMENT and lowerable(node)
 
 
 # How far back a kernel looks for an earlier kernel over the same domain to join.

@@ -1,0 +1,125 @@
+"""Fusion plans: which values kernels write, and in which layout.
+
+A view read by a NumPy step (a transposed matmul operand) is a NumPy view of its source,
+and the kernel writes the source in its own layout.
+"""
+
+import numpy as np
+
+import tracegrad as tg
+from tracegrad.codegen.fusion import FusedKernel, plan
+from tracegrad.codegen.program import NumpyStep
+
+_RNG = np.random.default_rng(0)
+
+
+def _tensor(*shape):
+    return tg.from_numpy(_RNG.standard_normal(shape))
+
+
+def _program(compiled):
+    (program,) = compiled._programs.values()
+    return program
+
+
+def _kernel_result_shapes(program) -> list[tuple[int, ...]]:
+    return [shape for step in program.steps if not isinstance(step, NumpyStep)
+            for shape, _ in step.out_specs]
+
+
+def _numpy_labels(program) -> list[str]:
+    return [step.label for step in program.steps if isinstance(step, NumpyStep)]
+
+
+def _check_equal_to_eager(fn, *inputs):
+    compiled = tg.compile(fn)
+    expected = fn(*inputs)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    for _ in range(2):  # the second run reuses buffers from the pool
+        results = compiled(*inputs)
+        results = results if isinstance(results, tuple) else (results,)
+        for result, eager in zip(results, expected):
+            np.testing.assert_allclose(result.numpy(), eager.numpy(), rtol=1e-12, atol=1e-12)
+    return _program(compiled)
+
+
+def _relu_backward(h, g):
+    return tg.where(h > 0, g, tg.zeros_like(g))
+
+
+def _weight_gradient(h, g, x):
+    return _relu_backward(h, g).T @ x
+
+
+def test_kernel_result_read_transposed_by_matmul_is_written_in_its_own_layout():
+    program = _check_equal_to_eager(_weight_gradient, _tensor(16, 8), _tensor(16, 8), _tensor(16, 3))
+    assert _kernel_result_shapes(program) == [(16, 8)]
+    assert "permute" in _numpy_labels(program)
+    assert all("permute" not in step.label for step in program.steps if not isinstance(step, NumpyStep))
+
+
+def _first_layer_backward(h, g, x):
+    dy = _relu_backward(h, g)
+    return dy.T @ x, dy.sum(0)
+
+
+def test_value_read_transposed_by_matmul_and_by_reduction_is_computed_in_one_loop():
+    program = _check_equal_to_eager(_first_layer_backward, _tensor(16, 8), _tensor(16, 8), _tensor(16, 3))
+    assert program.kernel_count == 1
+    assert _kernel_result_shapes(program) == [(16, 8), (8,)]
+
+
+def _linear_backward(h, g, x, w):
+    dy = _relu_backward(h, g)
+    return dy.T @ x, dy @ w, dy.sum(0)
+
+
+def test_value_read_plain_and_transposed_by_matmuls_is_written_once():
+    program = _check_equal_to_eager(_linear_backward, _tensor(16, 8), _tensor(16, 8), _tensor(16, 3),
+                                    _tensor(8, 5))
+    # dY and its column sums come out of one loop; the transposed operand is a view
+    assert _kernel_result_shapes(program) == [(16, 8), (8,)]
+
+
+def _batched_weight_gradient(h, g, x):
+    dy = _relu_backward(h, g).reshape(16, 4)
+    return dy.T @ x
+
+
+def test_chain_of_views_read_by_matmul_is_taken_from_the_source_buffer():
+    program = _check_equal_to_eager(_batched_weight_gradient, _tensor(2, 8, 4), _tensor(2, 8, 4), _tensor(16, 3))
+    assert _kernel_result_shapes(program) == [(2, 8, 4)]
+    assert _numpy_labels(program) == ["reshape", "permute", "matmul"]
+
+
+def _broadcast_operand(v, w):
+    return (v * 2.0).expand(16, 8) @ w
+
+
+def test_broadcast_read_by_matmul_writes_only_its_source():
+    program = _check_equal_to_eager(_broadcast_operand, _tensor(1, 8), _tensor(8, 3))
+    assert _kernel_result_shapes(program) == [(1, 8)]
+
+
+def _sliced_operand(x, w):
+    return (x * 2.0)[:4] @ w
+
+
+def test_slice_read_by_matmul_is_written_without_the_rest_of_its_source():
+    program = _check_equal_to_eager(_sliced_operand, _tensor(16, 8), _tensor(8, 3))
+    assert _kernel_result_shapes(program) == [(4, 8)]
+
+
+_TRANSPOSED_OUTPUT = """\
+graph g(%x: f32[16,8]) {
+  %0: f32[16,8] = mul(%x, %x)
+  %1: f32[8,16] = permute(%0, perm=[1,0])
+  return (%1)
+}"""
+
+
+def test_transposed_graph_output_is_written_by_the_kernel_in_its_own_layout():
+    graph = tg.ir.parse(_TRANSPOSED_OUTPUT)
+    (step,) = plan(graph)
+    assert isinstance(step, FusedKernel)
+    assert step.results == graph.outputs
