@@ -2,11 +2,13 @@
 the generated GEMM (`codegen/gemm.py`).
 
 Which one runs is decided per signature (M, K, N, dtype, and whether each operand is
-row-major, transposed or neither). By default a rule measured offline decides
-(`benchmarks/gemm_probe.py` on the 2-core AVX-512 host): the generated kernel for products
-whose output is at least `MIN_SIDE` on both sides and whose K is at least `MIN_K` (for
-the W4 shapes it matched or beat OpenBLAS; this NumPy's OpenBLAS runs Haswell kernels on
-Zen 5), NumPy for narrow products, where a GEMM tile is mostly padding.
+row-major, transposed or neither). By default the generated kernel runs every 2-D float
+product. Measured on the 2-core AVX-512 host (`benchmarks/gemm_probe.py`, W4): on a quiet
+machine it matches or beats this NumPy's OpenBLAS (which runs Haswell kernels on Zen 5)
+on the W4 shapes and is ~0.03 ms slower on narrow ones (N = 10, a tile mostly padding);
+with one core busy elsewhere, OpenBLAS's threads wait for that core on every call (a
+(256,512)@(512,10) product took 7-16 ms; the W4 step 35.9 ms against 6.9 ms generated),
+while the generated kernel's second thread only takes chunks when it gets to run.
 
 A product whose generated kernel is neither in memory nor in the disk cache runs through
 NumPy for the step's first `COMPILE_AFTER` runs and compiles it then (~0.3 s per kernel:
@@ -28,8 +30,6 @@ from tracegrad.codegen import gemm
 from tracegrad.codegen.program import NumpyStep
 
 ROUNDS = 3
-MIN_SIDE = 32
-MIN_K = 16
 COMPILE_AFTER = 2  # runs of a step through NumPy before its generated kernel is compiled
 NUMPY, GENERATED, MEASURE = "numpy", "generated", "measure"
 
@@ -48,11 +48,6 @@ def _layout(x: np.ndarray) -> str:
 def _mode() -> str | None:
     mode = os.environ.get("TRACEGRAD_MATMUL", "").strip().lower()
     return mode if mode in (NUMPY, GENERATED, MEASURE) else None
-
-
-def _rule(a: np.ndarray, b: np.ndarray) -> str:
-    (m, k), n = a.shape, b.shape[1]
-    return GENERATED if min(m, n) >= MIN_SIDE and k >= MIN_K else NUMPY
 
 
 def _measure(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str:
@@ -83,7 +78,7 @@ def choose(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str:
         with _lock:  # one measurement at a time: two would disturb each other
             choice = _choices.get(signature)
             if choice is None:
-                choice = _choices[signature] = _measure(a, b, out) if mode == MEASURE else _rule(a, b)
+                choice = _choices[signature] = _measure(a, b, out) if mode == MEASURE else GENERATED
     return choice
 
 
