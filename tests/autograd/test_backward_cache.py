@@ -118,3 +118,18 @@ def test_cached_autograd_grad_frees_only_the_part_it_differentiated(monkeypatch)
         tg.autograd.grad((e1 + e2).sum(), [x1])
         e2.sum().backward()  # e2's graph was not differentiated by grad(): still usable
     np.testing.assert_allclose(x2.grad.numpy(), 3 * np.exp(x2.detach().numpy()), rtol=1e-6)
+
+
+def test_a_saved_broadcast_view_enters_the_program_as_its_source(monkeypatch):
+    monkeypatch.setattr(backward_cache, "NUMPY_AFTER", 1)
+    rng = np.random.default_rng(0)
+    x = tg.tensor(rng.standard_normal((6, 5)), dtype=tg.float64, requires_grad=True)
+    w = tg.tensor(rng.standard_normal(5), dtype=tg.float64, requires_grad=True)
+    for _ in range(2):
+        x.grad = w.grad = None
+        ((x * w) * (x * w)).sum().backward()  # mul saves expand(w), a broadcast view
+    expected_w = (2 * (x * w) * x).sum(0).detach().numpy()
+    np.testing.assert_allclose(w.grad.numpy(), expected_w, rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), (2 * (x * w) * w).detach().numpy(), rtol=1e-12)
+    (plan,) = [p for p in backward_cache._plans.values() if p is not None]
+    assert any(t.shape == (1, 5) for t in plan.program.input_types)

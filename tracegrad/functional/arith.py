@@ -9,6 +9,7 @@ from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
 from tracegrad.tensor import Tensor
 from tracegrad.functional._util import as_operand, check_operand, prepare, result_dtype
+from tracegrad.functional.eager_fusion import fused
 
 
 def _binary(prim_fn, name):
@@ -19,9 +20,10 @@ def _binary(prim_fn, name):
     return op
 
 
-add_same = _binary(ew.add, "add")
-sub_same = _binary(ew.sub, "sub")
-mul = _binary(ew.mul, "mul")
+# Arithmetic on millions of elements runs as one threaded kernel (with its broadcast).
+add_same = fused(_binary(ew.add, "add"), single_op=True)
+sub_same = fused(_binary(ew.sub, "sub"), single_op=True)
+mul = fused(_binary(ew.mul, "mul"), single_op=True)
 maximum = _binary(ew.maximum, "maximum")
 minimum = _binary(ew.minimum, "minimum")
 lt = _binary(ew.lt, "lt")

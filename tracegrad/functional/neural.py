@@ -14,6 +14,7 @@ from tracegrad.ops import reduction as red
 from tracegrad.tensor import Tensor
 from tracegrad.functional import arith, reduce
 from tracegrad.functional._util import normalize_dim, scalar_tensor
+from tracegrad.functional.eager_fusion import fused
 from tracegrad.functional.linalg import matmul
 from tracegrad.functional.arith import relu  # noqa: F401  (re-exported)
 
@@ -29,6 +30,7 @@ def _shifted(input: Tensor, axis: int) -> Tensor:
     return ew.sub(input, mv.expand(shift, input.shape))
 
 
+@fused
 def softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
     x = _float(input if dtype is None else ew.convert(input, dtype))
     axis = normalize_dim("softmax", dim, x.ndim)
@@ -36,6 +38,7 @@ def softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
     return ew.div(e, mv.expand(red.sum_(e, (axis,), keepdim=True), x.shape))
 
 
+@fused
 def log_softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
     x = _float(input if dtype is None else ew.convert(input, dtype))
     axis = normalize_dim("log_softmax", dim, x.ndim)
@@ -44,21 +47,29 @@ def log_softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
     return ew.sub(shifted, mv.expand(total, x.shape))
 
 
+@fused
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    # Written to save few full-size tensors for backward: constants are 0-d, and the tanh
+    # form uses 0.5 * (1 + tanh(z)) = sigmoid(2 z), so it saves x*x, the polynomial and
+    # the sigmoid (and has no cancellation in 1 + tanh for negative x).
     x = input
-    half = ew.full_like(x, 0.5)
-    one = ew.full_like(x, 1.0)
     if approximate == "none":
-        inner = ew.erf(ew.mul(x, ew.full_like(x, 1.0 / math.sqrt(2.0))))
-    elif approximate == "tanh":
-        cube = ew.mul(ew.mul(x, x), x)
-        poly = ew.add(x, ew.mul(ew.full_like(x, 0.044715), cube))
-        inner = ew.tanh(ew.mul(ew.full_like(x, math.sqrt(2.0 / math.pi)), poly))
-    else:
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return ew.mul(ew.mul(half, x), ew.add(one, inner))
+        half = _constant(x, 0.5)
+        inner = ew.erf(ew.mul(x, _constant(x, 1.0 / math.sqrt(2.0))))
+        return ew.mul(x, ew.add(half, ew.mul(half, inner)))
+    if approximate == "tanh":
+        scale = 2.0 * math.sqrt(2.0 / math.pi)
+        poly = ew.add(_constant(x, scale), ew.mul(_constant(x, scale * 0.044715), ew.mul(x, x)))
+        return ew.mul(x, ew.sigmoid(ew.mul(x, poly)))
+    raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
+def _constant(like: Tensor, value: float) -> Tensor:
+    """A 0-d constant of `like`'s dtype (0-d operands broadcast without a full-size array)."""
+    return ew.full((), value, like.dtype)
+
+
+@fused
 def silu(input: Tensor) -> Tensor:
     return ew.mul(input, ew.sigmoid(input))
 
@@ -71,6 +82,7 @@ def tanh(input: Tensor) -> Tensor:
     return arith.tanh(input)
 
 
+@fused
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     if isinstance(normalized_shape, int):
@@ -119,6 +131,7 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return _reduce_loss("mse_loss", ew.mul(diff, diff), reduction)
 
 
+@fused
 def cross_entropy(input: Tensor, target: Tensor, weight=None, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """Cross-entropy of logits `input` (N, C) or (C,) against class indices `target`."""

@@ -1,0 +1,201 @@
+"""Eager composites run fused (`functional/eager_fusion.py`) give what op-by-op eager gives:
+the same values, the same recorded graph and saved tensors, so backward, PyTorch's errors,
+hooks, retain_graph and create_graph behave alike."""
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+import tracegrad.nn.functional as F
+from tracegrad.functional import eager_fusion
+
+
+@pytest.fixture(autouse=True)
+def _fuse_everything(monkeypatch):
+    """Fuse from the first call and whatever the size; fresh caches."""
+    monkeypatch.delenv("TRACEGRAD_EAGER_COMPILE", raising=False)
+    monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(eager_fusion, "FUSE_AFTER", 1)
+    monkeypatch.setattr(eager_fusion, "_seen", type(eager_fusion._seen)())
+    monkeypatch.setattr(eager_fusion, "_programs", {})
+
+
+def _op_by_op(monkeypatch):
+    monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 1 << 62)
+
+
+COMPOSITES = {  # name -> (function of (x, weight, bias, labels), whether weight/bias are used)
+    "gelu": lambda x, w, b, y: F.gelu(x),
+    "gelu_tanh": lambda x, w, b, y: F.gelu(x, approximate="tanh"),
+    "silu": lambda x, w, b, y: F.silu(x),
+    "softmax": lambda x, w, b, y: F.softmax(x, 1),
+    "log_softmax": lambda x, w, b, y: F.log_softmax(x, 0),
+    "layer_norm": lambda x, w, b, y: F.layer_norm(x, (5,), w, b, 1e-5),
+    "cross_entropy": lambda x, w, b, y: F.cross_entropy(x, y),
+}
+
+
+def _inputs(dtype):
+    rng = np.random.default_rng(0)
+    return (tg.tensor(rng.standard_normal((4, 5)) * 2, dtype=dtype, requires_grad=True),
+            tg.tensor(rng.uniform(0.5, 1.5, 5), dtype=dtype, requires_grad=True),
+            tg.tensor(rng.standard_normal(5), dtype=dtype, requires_grad=True),
+            tg.tensor([0, 4, 2, 1]))
+
+
+def _forward_and_grads(fn, dtype):
+    x, w, b, y = _inputs(dtype)
+    out = fn(x, w, b, y)
+    (out * out).sum().backward()
+    grads = [t.grad.numpy() if t.grad is not None else None for t in (x, w, b)]
+    return out, grads
+
+
+@pytest.mark.parametrize("dtype", [tg.float64, tg.float32])
+@pytest.mark.parametrize("name", COMPOSITES)
+def test_fused_composite_matches_op_by_op(name, dtype, monkeypatch):
+    fused_out, fused_grads = _forward_and_grads(COMPOSITES[name], dtype)
+    assert eager_fusion._programs, "the call did not run fused"
+    _op_by_op(monkeypatch)
+    plain_out, plain_grads = _forward_and_grads(COMPOSITES[name], dtype)
+    tol = dict(rtol=1e-12, atol=1e-14) if dtype is tg.float64 else dict(rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(fused_out.detach().numpy(), plain_out.detach().numpy(), **tol)
+    assert fused_out.dtype is plain_out.dtype
+    assert fused_out.grad_fn.name() == plain_out.grad_fn.name()
+    for ours, theirs in zip(fused_grads, plain_grads):
+        assert (ours is None) == (theirs is None)
+        if ours is not None:
+            np.testing.assert_allclose(ours, theirs, **tol)
+
+
+def test_fused_result_owns_its_buffer_and_is_a_plain_eager_tensor():
+    x = tg.randn(4, 5)
+    out = F.gelu(x)
+    assert eager_fusion._programs
+    assert out.grad_fn is None and not out.requires_grad
+    assert out.numpy().flags.owndata
+    assert not np.shares_memory(out.numpy(), x.numpy())
+
+
+def test_fused_call_under_no_grad_records_nothing():
+    x = tg.randn(4, 5, requires_grad=True)
+    with tg.no_grad():
+        out = F.softmax(x, 1)
+    assert out.grad_fn is None and not out.requires_grad
+
+
+def test_input_modified_in_place_after_a_fused_call_raises_on_backward():
+    a = tg.randn(4, 5, requires_grad=True)
+    h = a * 1.0
+    out = F.gelu(h, approximate="tanh")
+    with tg.no_grad():
+        h.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+def test_second_backward_through_a_fused_composite_raises():
+    x = tg.randn(4, 5, requires_grad=True)
+    loss = F.log_softmax(x, 1).sum()
+    loss.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+
+
+def test_retain_graph_through_a_fused_composite_accumulates_twice():
+    x = tg.randn(4, 5, dtype=tg.float64, requires_grad=True)
+    loss = (F.softmax(x, 1) * tg.arange(5.0, dtype=tg.float64)).sum()
+    loss.backward(retain_graph=True)
+    once = x.grad.numpy().copy()
+    loss.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * once, rtol=1e-12)
+
+
+def test_second_order_gradient_through_a_fused_composite(monkeypatch):
+    def second_derivative():
+        x = tg.tensor([-1.5, -0.2, 0.3, 2.0], dtype=tg.float64, requires_grad=True)
+        (g,) = tg.autograd.grad(F.gelu(x, approximate="tanh").sum(), x, create_graph=True)
+        (gg,) = tg.autograd.grad(g.sum(), x)
+        return gg.numpy()
+
+    fused = second_derivative()
+    _op_by_op(monkeypatch)
+    np.testing.assert_allclose(fused, second_derivative(), rtol=1e-12)
+
+
+def test_hook_on_a_fused_result_sees_its_gradient():
+    x = tg.randn(4, 5, requires_grad=True)
+    out = F.silu(x)
+    seen = []
+    out.register_hook(lambda g: seen.append(g.numpy().copy()))
+    (out * 3.0).sum().backward()
+    np.testing.assert_array_equal(seen[0], np.full((4, 5), 3.0, dtype=np.float32))
+
+
+def test_errors_of_bad_arguments_are_the_op_by_op_errors():
+    with pytest.raises(TypeError, match="expected target of class indices"):
+        F.cross_entropy(tg.randn(4, 5), tg.randn(4))
+    with pytest.raises(IndexError, match="out of bounds"):
+        F.cross_entropy(tg.randn(4, 5), tg.tensor([0, 1, 7, 2]))
+
+
+def test_small_tensors_and_first_sightings_run_op_by_op(monkeypatch):
+    monkeypatch.setattr(eager_fusion, "FUSE_AFTER", 2)
+    x = tg.randn(4, 5)
+    F.gelu(x)
+    assert not eager_fusion._programs  # first sighting
+    monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 21)
+    F.gelu(x)
+    assert not eager_fusion._programs  # 20 elements: below the threshold
+    monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 20)
+    F.gelu(x)
+    assert eager_fusion._programs
+
+
+def test_composites_inside_a_compiled_function_are_traced_not_fused():
+    f = tg.compile(lambda x: F.gelu(x).sum())
+    x = tg.randn(4, 5)
+    np.testing.assert_allclose(f(x).item(), F.gelu(x).sum().item(), rtol=1e-5)
+    assert len(eager_fusion._programs) == 1  # the eager call only
+
+
+def test_weight_updated_in_place_before_backward_raises():
+    x = tg.randn(4, 5, requires_grad=True)
+    weight = tg.ones(5, requires_grad=True)
+    out = F.layer_norm(x, (5,), weight)
+    with tg.no_grad():
+        weight.mul_(2.0)  # as an optimizer step between forward and backward would
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+def test_weight_updated_in_place_before_the_call_is_fine():
+    x = tg.randn(4, 5, requires_grad=True)
+    weight = tg.ones(5, requires_grad=True)
+    with tg.no_grad():
+        weight.mul_(2.0)  # version 1 before the forward: not a modification after saving
+    F.layer_norm(x, (5,), weight).sum().backward()
+    assert weight.grad is not None
+
+
+def test_fused_broadcast_arithmetic_matches_op_by_op(monkeypatch):
+    def run():
+        x, w, b, _ = _inputs(tg.float64)
+        out = (x * w + b) * 0.5 - x
+        out.sum().backward()
+        return out.detach().numpy(), [t.grad.numpy() for t in (x, w, b)]
+
+    fused_out, fused_grads = run()
+    assert eager_fusion._programs
+    _op_by_op(monkeypatch)
+    plain_out, plain_grads = run()
+    np.testing.assert_allclose(fused_out, plain_out, rtol=1e-15)
+    for ours, theirs in zip(fused_grads, plain_grads):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-13)
+
+
+def test_arithmetic_on_bool_tensors_keeps_numpys_error():
+    a = tg.tensor([True, False] * 8)
+    for _ in range(2):
+        with pytest.raises(TypeError, match="boolean subtract"):
+            a - a

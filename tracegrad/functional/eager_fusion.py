@@ -1,0 +1,267 @@
+"""Eager composites run as one fused program: `@fused` on a composite (gelu, layer_norm,
+softmax, cross_entropy, ...) makes its eager calls on large tensors run as fused LLVM
+kernels instead of one NumPy pass (and one temporary) per primitive. Arithmetic
+(`add`, `sub`, `mul` with their broadcast) is fused the same way from a larger size,
+where the gain is the kernel's threads (NumPy's elementwise loops use one core).
+
+The composite is still recorded exactly as op-by-op eager execution records it: it runs
+under a `FusionTrace`, so `bind` makes the same nodes, wired to the arguments' autograd
+identities, with the same saved tensors, and computes nothing. One program then computes
+what the caller and the gradient rules will read (the results and the saved tensors); a
+saved view (an `expand` of a row statistic) is taken with NumPy from its source, as
+eager would. Backward, hooks, version checks, `retain_graph` and `create_graph` see an
+ordinary recorded graph.
+
+Calls that take the op-by-op path: inside a trace (the compiler and the backward cache
+inline composites into their own graphs), inference mode, volatile or small tensors
+(below `MIN_ELEMENTS`, where a kernel launch costs more than it saves), the first sighting
+of a call signature (a one-off call does not pay for code generation), and everything
+when `TRACEGRAD_EAGER_COMPILE=0`. What lives elsewhere: the backward of these graphs
+(`autograd/backward_cache.py`), code generation (`codegen/`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from tracegrad.autograd.grad_mode import MODE
+from tracegrad.ir.graph import Graph, Node, Value
+from tracegrad.ir.tracer import Tracer
+from tracegrad.ops.primitive import MOVEMENT
+from tracegrad.tensor import Tensor
+
+MIN_ELEMENTS = 1 << 16  # the largest tensor argument must have this many elements
+SINGLE_OP_FACTOR = 16   # ... times this for one elementwise op (1M elements by default)
+FUSE_AFTER = 2          # sightings of a call signature before it runs fused
+CAPACITY = 256
+
+_lock = threading.Lock()
+_seen: OrderedDict[tuple, int] = OrderedDict()
+_programs: dict[tuple, object] = {}  # structural key -> Program, or None (not fusable)
+
+
+class _NotFusable(Exception):
+    """The composite needs a value while it is traced (`.item()`, `bool()`)."""
+
+
+class FusionTrace(Tracer):
+    """Records like eager `bind` (nodes read the arguments' autograd identities) but
+    computes nothing; concrete tensors read become program inputs."""
+
+    def __init__(self, name: str):
+        super().__init__(Graph(name=name))
+        self.read: dict[int, tuple[Tensor, Value]] = {}
+
+    def value_of(self, tensor) -> Value:
+        if tensor._data is None:
+            return tensor._value
+        entry = self.read.get(id(tensor))
+        if entry is None:
+            entry = self.read[id(tensor)] = (tensor, tensor._autograd_value())
+        return entry[1]
+
+    def realize(self, tensor):
+        raise _NotFusable
+
+    def write(self, target, result) -> None:
+        raise _NotFusable
+
+
+def fused(composite=None, *, single_op: bool = False):
+    """Run `composite` fused on large eager tensors (see the module docstring). A
+    `single_op` function (an elementwise op with its broadcast) gains only its kernel's
+    threads over NumPy, so it is fused from SINGLE_OP_FACTOR times more elements, and only
+    on floating-point tensors (NumPy's errors for bool or integer operands stay)."""
+    if composite is None:
+        return lambda fn: fused(fn, single_op=single_op)
+    factor = SINGLE_OP_FACTOR if single_op else 1
+
+    @functools.wraps(composite)
+    def run(*args, **kwargs):
+        signature = _signature(composite, args, kwargs, MIN_ELEMENTS * factor, single_op)
+        if signature is None or not _sighted_enough(signature):
+            return composite(*args, **kwargs)
+        result = _run_fused(composite, args, kwargs)
+        return composite(*args, **kwargs) if result is None else result
+    return run
+
+
+def _signature(composite, args: tuple, kwargs: dict, min_elements: int,
+               floating_only: bool) -> tuple | None:
+    """The call's types and options, or None when the call takes the op-by-op path."""
+    largest = 0
+    for item in (*args, *kwargs.values()):
+        if isinstance(item, Tensor):
+            if floating_only and not item._type.dtype.is_floating:
+                return None
+            largest = max(largest, item._type.numel)
+    if largest < min_elements:
+        return None
+    mode = MODE
+    if mode.tracer is not None or mode.inference or os.environ.get("TRACEGRAD_EAGER_COMPILE", "1") == "0":
+        return None
+    parts: list = [composite, mode.grad_enabled]
+    for key, item in (*enumerate(args), *sorted(kwargs.items())):
+        if isinstance(item, Tensor):
+            if item._data is None or item._volatile:
+                return None
+            item = (item._type, item._requires_grad)
+        parts.append((key, item))
+    signature = tuple(parts)
+    try:
+        hash(signature)
+    except TypeError:
+        return None
+    return signature
+
+
+def _sighted_enough(signature: tuple) -> bool:
+    with _lock:
+        count = _seen.pop(signature, 0) + 1
+        _seen[signature] = count
+        if len(_seen) > CAPACITY:
+            _seen.popitem(last=False)
+    return count >= FUSE_AFTER
+
+
+def _run_fused(composite, args: tuple, kwargs: dict):
+    """The composite's result, computed by one program, or None to run it op by op."""
+    trace = FusionTrace(composite.__name__)
+    try:
+        with trace:
+            result = composite(*args, **kwargs)
+    except _NotFusable:
+        return None
+    outputs = result if isinstance(result, tuple) else (result,)
+    if not all(isinstance(t, Tensor) for t in outputs):
+        return None
+    wanted: list[Tensor] = []  # lazy tensors that need data: results and saved tensors
+    for t in outputs:
+        if t._data is None:
+            if t._value.node is None or t._value.node.op.kind == MOVEMENT:
+                return None  # a result that is a view would need its base materialized too
+            wanted.append(t)
+    for node in trace.graph.nodes:
+        for saved in node.saved or ():
+            if saved is not None and saved.lazy is not None:
+                wanted.append(saved.lazy)
+    arrays = _compute(trace, [t._value for t in wanted])
+    if arrays is None:
+        return None
+    for t in wanted:
+        t._data = arrays[t._value]
+        _share_counter_with_source(trace, t)
+        if t._grad_fn is None:
+            t._value = None
+    for node in trace.graph.nodes:
+        for saved in node.saved or ():
+            if saved is not None and saved.lazy is not None:
+                saved.data = saved.lazy._data
+                saved.counter = saved.lazy._version_counter
+                saved.version = saved.counter.value
+                saved.lazy = None
+    return result
+
+
+def _share_counter_with_source(trace: FusionTrace, tensor: Tensor) -> None:
+    """A view of an argument (`expand(weight)`, saved by a mul) shares the argument's
+    version counter, as eager views do, so an in-place update of the argument before
+    backward is detected. (While tracing, the view had no memory to share.)"""
+    read = {value: source for source, value in trace.read.values()}
+    value = tensor._value
+    while value not in read and value.node is not None and value.node.op.kind == MOVEMENT:
+        value = value.node.inputs[0]
+    source = read.get(value) if value is not tensor._value else None
+    if source is not None and np.may_share_memory(tensor._data, source._data):
+        tensor._version_counter = source._version_counter
+
+
+def _compute(trace: FusionTrace, values: list[Value]) -> dict[Value, np.ndarray] | None:
+    """Arrays of `values`: views by NumPy from their sources, the rest by one program."""
+    given = {value: tensor._data for tensor, value in trace.read.values()}
+    views: list[Value] = []
+    computed: list[Value] = []
+    pending = list(values)
+    placed: set[Value] = set()
+    while pending:
+        value = pending.pop()
+        if value in placed or value in given:
+            continue
+        placed.add(value)
+        if value.node.op.kind == MOVEMENT:
+            views.append(value)
+            pending.extend(value.node.inputs)
+        else:
+            computed.append(value)
+    arrays = dict(given)
+    if computed:
+        graph, inputs = _program_graph(trace, computed, given)
+        program = _program(graph, inputs)
+        if program is None:
+            return None
+        owned = {id(a) for a in inputs}
+        for value, array in zip(computed, program.run(inputs)):
+            if id(array) in owned or not array.flags.owndata:
+                array = np.array(array, copy=True)  # a simplification returned an input or a view
+            arrays[value] = array
+    for value in reversed(views):  # sources before the views taken of them
+        node = value.node
+        result = node.op.impl(*(arrays[v] for v in node.inputs), **node.attrs)
+        arrays[value] = result if node.op.num_outputs == 1 else result[value.index]
+    return arrays
+
+
+def _program_graph(trace: FusionTrace, outputs: list[Value], given: dict) -> tuple[Graph, list]:
+    """A copy of the traced nodes `outputs` need, reading the given arrays as inputs."""
+    needed: set[int] = set()
+    stack = [v.node for v in outputs]
+    while stack:
+        node = stack.pop()
+        if id(node) in needed:
+            continue
+        needed.add(id(node))
+        stack.extend(v.node for v in node.inputs if v not in given)
+    mapped: dict[Value, Value] = {}
+    inputs: list[Value] = []
+    arrays: list[np.ndarray] = []
+    nodes: list[Node] = []
+    for node in trace.graph.nodes:
+        if id(node) not in needed:
+            continue
+        for v in node.inputs:
+            if v not in mapped and v in given:
+                mapped[v] = Value(v.type, name=f"in{len(inputs)}")
+                inputs.append(mapped[v])
+                arrays.append(given[v])
+        clone = Node(node.op, tuple(mapped[v] for v in node.inputs), node.attrs, node.out_types,
+                     node.location)
+        nodes.append(clone)
+        for i in range(len(node.out_types)):
+            mapped[node.output(i)] = clone.output(i)
+    graph = Graph(inputs, nodes, [mapped[v] for v in outputs], f"eager_{trace.graph.name}")
+    return graph, arrays
+
+
+def _program(graph: Graph, inputs: list[np.ndarray]):
+    from tracegrad.codegen.program import build_program
+    from tracegrad.compile import structural_key
+    from tracegrad.ir.passes import optimize
+
+    key = structural_key(graph, inputs)
+    with _lock:
+        if key in _programs:
+            return _programs[key]
+    try:
+        program = build_program(optimize(graph))
+    except Exception:  # noqa: BLE001 - a graph the code generator rejects runs op by op
+        program = None
+    with _lock:
+        if len(_programs) >= CAPACITY:
+            _programs.pop(next(iter(_programs)))
+        _programs[key] = program
+    return program
