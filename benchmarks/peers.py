@@ -6,9 +6,10 @@ thread pools); `setup` runs first in the child, imports the library and applies 
 runtime thread settings; `to_numpy` converts a library array for the correctness check.
 
 Threads (the machine has 2 cores; every row may use both):
-- OPENBLAS_NUM_THREADS=2 for every child, so NumPy's matmul (used by the numpy and both
-  tracegrad rows) runs on 2 threads; NumPy's elementwise ops and tracegrad's LLVM
-  kernels are single-threaded by design, so those rows use one core outside matmul.
+- OPENBLAS_NUM_THREADS=2 for every child, so NumPy's matmul (the numpy and
+  tracegrad-eager rows) runs on 2 threads; NumPy's elementwise ops are single-threaded.
+  tracegrad-compiled splits big kernels and its generated matmul over both cores
+  (TRACEGRAD_NUM_THREADS defaults to the core count); fused eager composites too.
 - torch: torch.set_num_threads(2), one inter-op thread (OMP_NUM_THREADS=2).
 - jax: XLA's CPU client uses all cores (2) by default; nothing is changed.
 """
@@ -36,9 +37,9 @@ class Peer:
 PEERS: dict[str, Peer] = {p.name: p for p in [
     Peer("numpy", "numpy", f"OpenBLAS {THREADS} threads (matmul); elementwise ops single-threaded"),
     Peer("tracegrad-eager", "tracegrad",
-         f"NumPy ops; OpenBLAS {THREADS} threads (matmul); elementwise single-threaded"),
+         f"NumPy ops; OpenBLAS {THREADS} threads (matmul); fused composites on {THREADS} threads"),
     Peer("tracegrad-compiled", "tracegrad",
-         f"LLVM kernels single-threaded; NumPy steps with OpenBLAS {THREADS} threads (matmul)", compiled=True),
+         f"LLVM kernels and generated matmul on up to {THREADS} threads", compiled=True),
     Peer("torch", "torch", f"torch.set_num_threads({THREADS}), CPU build"),
     Peer("torch-compile", "torch", f"torch.set_num_threads({THREADS}), inductor C++ backend", compiled=True),
     Peer("jax", "jax", f"jax.jit, XLA CPU client (uses all {THREADS} cores by default)", compiled=True),
