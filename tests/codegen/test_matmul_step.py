@@ -107,3 +107,24 @@ def test_a_kernel_not_compiled_yet_waits_for_the_steps_third_run(monkeypatch, tm
     for expected in (0, 0, 1, 2):
         np.testing.assert_allclose(compiled(a, b).numpy(), np.full((40, 36), 48.0))
         assert len(used) == expected
+
+
+def test_eager_products_use_the_generated_kernel_from_the_third_of_a_kind(monkeypatch, tmp_path):
+    from tracegrad.codegen import gemm
+    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(gemm, "_kernels", {})
+    monkeypatch.setattr(matmul_step, "_choices", {})
+    monkeypatch.setattr(matmul_step, "_sightings", {})
+    monkeypatch.setattr(gemm, "_SOURCE_HASH", "eager-" + tmp_path.name)
+    used = []
+    original = gemm.matmul
+    monkeypatch.setattr(gemm, "matmul", lambda *args, **kwargs: used.append(1) or original(*args, **kwargs))
+    rng = np.random.default_rng(3)
+    a, b = tg.tensor(rng.standard_normal((128, 96))), tg.tensor(rng.standard_normal((96, 100)))
+    for expected in (0, 0, 1, 2):
+        np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-10)
+        assert len(used) == expected
+    small = tg.ones(4, 5) @ tg.ones(5, 3)  # below EAGER_MIN_WORK: always NumPy
+    np.testing.assert_allclose(small.numpy(), np.full((4, 3), 5.0))
+    assert len(used) == 2

@@ -33,7 +33,10 @@ ROUNDS = 3
 COMPILE_AFTER = 2  # runs of a step through NumPy before its generated kernel is compiled
 NUMPY, GENERATED, MEASURE = "numpy", "generated", "measure"
 
+EAGER_MIN_WORK = 1 << 20  # multiply-adds from which an eager product may use the GEMM
+
 _choices: dict[tuple, str] = {}
+_sightings: dict[tuple, int] = {}
 _lock = threading.Lock()
 
 
@@ -119,3 +122,23 @@ class MatmulStep(NumpyStep):
         else:
             np.matmul(a, b, out=out)
         slots[self.outputs[0]] = out
+
+
+def eager_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The matmul primitive's NumPy implementation: `numpy.matmul`, or for a 2-D float
+    product of at least EAGER_MIN_WORK multiply-adds the generated GEMM, as a compiled
+    program would choose it (its kernel compiled at the COMPILE_AFTER-th product of the
+    same kind; NumPy's BLAS until then)."""
+    if (a.ndim != 2 or b.ndim != 2 or a.shape[0] * a.shape[1] * b.shape[1] < EAGER_MIN_WORK
+            or not gemm.is_supported(a.shape, b.shape, a.dtype) or b.dtype != a.dtype):
+        return np.matmul(a, b)
+    out = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    if choose(a, b, out) != GENERATED:
+        return np.matmul(a, b, out=out)
+    kind = (a.dtype, _layout(a), _layout(b))
+    seen = _sightings.get(kind, 0)
+    if seen < COMPILE_AFTER:
+        _sightings[kind] = seen + 1
+    if gemm.ready(a, b, compile=seen >= COMPILE_AFTER or _mode() == GENERATED):
+        return gemm.matmul(a, b, out=out)
+    return np.matmul(a, b, out=out)

@@ -32,7 +32,12 @@ def _matmul_vjp(ctx, g):
             matmul(transpose_last(a), g) if ctx.needs_input_grad[1] else None)
 
 
-MATMUL_PRIM = Primitive("matmul", shape_rule=_matmul_rule, impl=np.matmul, kind=MATMUL,
+def _matmul_impl(a, b):
+    from tracegrad.codegen.matmul_step import eager_matmul  # the compiler's matmul choice, lazily
+    return eager_matmul(np.asarray(a), np.asarray(b))
+
+
+MATMUL_PRIM = Primitive("matmul", shape_rule=_matmul_rule, impl=_matmul_impl, kind=MATMUL,
                         saves_inputs=(0, 1), vjp=_matmul_vjp, backward_name="MmBackward")
 
 
