@@ -1,5 +1,6 @@
 """Accuracy of the vectorizable math library against NumPy: within 4 ulp on large sampled
-ranges, special values (0, -0, inf, -inf, nan, subnormals) exactly as NumPy."""
+ranges, special values (0, -0, inf, -inf, nan, subnormals) exactly as NumPy. sin and cos
+also against mpmath where NumPy itself is wrong: near multiples of pi/2 at huge magnitudes."""
 
 import math
 
@@ -39,6 +40,8 @@ FUNCTIONS = [
     ("erf", _erf_reference, lambda rng, dt, n: rng.uniform(-7, 7, n // 8).astype(dt)),
     ("sqrt", np.sqrt, _log_samples),
     ("sigmoid", lambda x: 1 / (1 + np.exp(-x)), lambda rng, dt, n: rng.uniform(-80, 80, n).astype(dt)),
+    ("sin", np.sin, lambda rng, dt, n: rng.uniform(-10, 10, n).astype(dt)),
+    ("cos", np.cos, lambda rng, dt, n: rng.uniform(-10, 10, n).astype(dt)),
 ]
 SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 1.0, -1.0]
 
@@ -77,3 +80,89 @@ def test_math_function_special_values_match_numpy_exactly(name, reference, dtype
     np.testing.assert_array_equal(np.signbit(got[finite]), np.signbit(expected[finite]))
     errors = _ulp_error(got, expected, dtype)
     assert errors.max() <= 1, f"{name}: {dict(zip(x.tolist(), got.tolist()))}"
+
+
+def _signed_log_uniform(rng, dtype, n):
+    return (_log_samples(rng, dtype, n) * rng.choice([-1, 1], n)).astype(dtype)
+
+
+def _near_multiples_of_pi_over_2(rng, dtype, n):
+    """k*pi/2 rounded to the dtype, and its neighbours: the hard cases of range reduction."""
+    k = rng.integers(-10**6, 10**6, n // 3).astype(np.float64)
+    nearest = (k * (np.pi / 2)).astype(dtype)
+    return np.concatenate([nearest, np.nextafter(nearest, dtype(np.inf)), np.nextafter(nearest, dtype(-np.inf))])
+
+
+SIN_COS_RANGES = {
+    "uniform_10": lambda rng, dt, n: rng.uniform(-10, 10, n).astype(dt),
+    "uniform_1e4": lambda rng, dt, n: rng.uniform(-1e4, 1e4, n).astype(dt),
+    "log_uniform_to_max": _signed_log_uniform,  # up to 1.8e308 (float64), 3.4e38 (float32)
+    "near_k_pi_over_2": _near_multiples_of_pi_over_2,
+    "subnormal": lambda rng, dt, n: (rng.uniform(-1, 1, n) * np.finfo(dt).tiny).astype(dt),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("range_name", list(SIN_COS_RANGES))
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_sin_cos_within_4_ulp_of_numpy_on_each_range(name, range_name, dtype):
+    x = SIN_COS_RANGES[range_name](np.random.default_rng(1), dtype, SAMPLES)
+    got = _compiled(name)(tg.from_numpy(x)).numpy()
+    errors = _ulp_error(got, _reference(getattr(np, name), x, dtype), dtype)
+    worst = int(np.argmax(errors))
+    assert errors[worst] <= MAX_ULP, f"{name}({x[worst]!r}) = {got[worst]!r}: {errors[worst]} ulp"
+
+
+def _hardest_mantissas(mpmath, exponent: int, mantissa_bits: int) -> list[int]:
+    """Integers M of `mantissa_bits` bits for which M * 2**exponent is nearest a multiple of
+    pi/2: multiples of the continued-fraction denominators of frac(2**exponent * 2/pi)."""
+    low, high = 1 << (mantissa_bits - 1), 1 << mantissa_bits
+    with mpmath.workprec(max(exponent, 0) + 4 * mantissa_bits + 64):
+        value = (mpmath.mpf(2) ** exponent * 2 / mpmath.pi) % 1
+        found, previous, denominator = [], 0, 1
+        for _ in range(4 * mantissa_bits):
+            if value == 0:
+                break
+            term = int(mpmath.floor(1 / value))
+            value = 1 / value - term
+            previous, denominator = denominator, term * denominator + previous
+            if denominator >= high:
+                break
+            found += [m for m in ((low // denominator + 1) * denominator, (high - 1) // denominator * denominator)
+                      if low <= m < high]
+    return found[-2:]
+
+
+def _hard_cases(mpmath, dtype) -> np.ndarray:
+    """The two hardest mantissas of every binade from 1 to the largest finite value."""
+    mantissa_bits = np.finfo(dtype).nmant + 1
+    max_exponent = np.finfo(dtype).maxexp - mantissa_bits
+    cases = [math.ldexp(m, e) for e in range(1 - mantissa_bits, max_exponent + 1)
+             for m in _hardest_mantissas(mpmath, e, mantissa_bits)]
+    if dtype == np.float64:
+        cases.append(6381956970095103 * 2.0 ** 797)  # the closest of all doubles: 2**-60.9 away
+    return np.array(cases, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_sin_cos_within_4_ulp_of_exact_near_multiples_of_pi_over_2_at_every_magnitude(name, dtype):
+    # NumPy (and glibc's libm) are off by up to 1.4e5 ulp on some of these float64 inputs,
+    # e.g. sin(1.2853022199154463e174) is -4.970732575237069e-18, not NumPy's
+    # -4.970732575157856e-18: the oracle is mpmath, which reduces exactly.
+    mpmath = pytest.importorskip("mpmath")
+    x = _hard_cases(mpmath, dtype)
+    got = _compiled(name)(tg.from_numpy(x)).numpy()
+    exact = np.array([float(getattr(mpmath, name)(mpmath.mpf(float(v)))) for v in x]).astype(dtype)
+    errors = _ulp_error(got, exact, dtype)
+    worst = int(np.argmax(errors))
+    assert errors[worst] <= MAX_ULP, f"{name}({x[worst]!r}) = {got[worst]!r}, not {exact[worst]!r}"
+
+
+def test_compiled_sin_and_cos_fuse_into_one_llvm_kernel():
+    f = lambda x: (x.sin() * x.cos() + 1.0).exp()
+    x = tg.from_numpy(np.random.default_rng(2).uniform(-1e3, 1e3, 1000))
+    report = tg.compile(f).explain(x)
+    kernels = [k for graph in report.graphs for k in graph.kernels]
+    assert len(kernels) == 1 and kernels[0].is_llvm
+    np.testing.assert_allclose(report.result.numpy(), f(x).numpy(), rtol=1e-14)

@@ -7,7 +7,11 @@ Accuracy is tested against NumPy in tests/codegen/test_mathlib.py. Each function
 
 from __future__ import annotations
 
+import functools
 import math
+from fractions import Fraction
+
+from llvmlite import ir
 
 from tracegrad.codegen.llvm import F32, F64, I32, I64
 
@@ -147,3 +151,247 @@ def _erf64(b, x):
 
 def erf(b, x):
     return _in_f64(b, x, _erf64)
+
+
+
+# -- sin and cos --------------------------------------------------------------------------
+# Both reduce a = |x| to a = n*pi/2 + r with |r| <= pi/4 (a hair more at the edges), evaluate
+# sin(r) and cos(r), and pick one by n mod 4. There are two reductions, both always computed
+# (the loop stays branch-free so that it vectorizes) and chosen by a select:
+# - Cody-Waite below REDUCTION_SPLIT: n = rint(a * 2/pi), r = a - n*pi/2 with pi/2 split
+#   into doubles, one fma each. The first step is exact (a - n*C1 is a multiple of 2**-52
+#   below 2); the others round once each at about the size of r.
+# - Payne-Hanek above it: a = M * 2**E with M an integer, and a table holds, for each E,
+#   F = (2**E * 2/pi) mod 4 in doubles at fixed binary positions. a*2/pi = M*F (mod 4);
+#   each M*f is split exactly by fma and integer parts are dropped as they appear, so the
+#   fraction comes out with an absolute error near 2**-150. For doubles it can be as small
+#   as 2**-62 (at a = 6381956970095103 * 2**797) and all 53 of its bits must be right.
+# float32 runs in float64 with shorter polynomials and a lighter Payne-Hanek (7 table rows
+# chosen by selects instead of a gather: `_reduce_payne_hanek_single`).
+
+REDUCTION_SPLIT = 2.0 ** 30
+# Chunk i of a table row holds the bits of F from 2**-(_CHUNK_ENDS[i-1] + 1) (from 2**1 for
+# the first) to 2**-_CHUNK_ENDS[i]: 53 bits each, so that every chunk is an exact double.
+_CHUNK_ENDS = (51, 104, 157, 210)
+
+
+@functools.cache
+def _pi_scaled(scale: int) -> int:
+    """pi * 2**scale to within a few units, from Machin's formula in integer arithmetic."""
+    def arccot(n):
+        total = term = (1 << scale) // n
+        k, sign = 3, -1
+        while term:
+            term //= n * n
+            total += sign * (term // k)
+            k, sign = k + 2, -sign
+        return total
+    return 4 * (4 * arccot(5) - arccot(239))
+
+
+def _pi_over_2_parts(count: int) -> list[float]:
+    """pi/2 as a sum of `count` doubles, each the rounded remainder of those before."""
+    remainder = Fraction(_pi_scaled(400), 1 << 401)
+    parts = []
+    for _ in range(count):
+        parts.append(float(remainder))
+        remainder -= Fraction(parts[-1])
+    return parts
+
+
+PI_OVER_2_PARTS = _pi_over_2_parts(3)
+
+
+@functools.cache
+def _reduction_table(e_low: int, e_high: int, chunks: int, stride: int) -> tuple[tuple[float, ...], ...]:
+    """For E = e_low, e_low + stride, ... up to e_high: (2**E * 2/pi) mod 4, truncated, as
+    `chunks` doubles."""
+    window_end = _CHUNK_ENDS[chunks - 1]
+    precision = e_high + window_end + 64  # 64 guard bits below the last one kept
+    pi_scale = precision + 64
+    two_over_pi = (1 << (precision + 1 + pi_scale)) // _pi_scaled(pi_scale)  # * 2**precision
+    rows = []
+    for e in range(e_low, e_high + 1, stride):
+        # F * 2**window_end, as an integer below 4 * 2**window_end.
+        window = (two_over_pi >> (precision - e - window_end)) & ((1 << (window_end + 2)) - 1)
+        rows.append(tuple(math.ldexp((window >> (window_end - end)) & ((1 << 53) - 1), -end)
+                          for end in _CHUNK_ENDS[:chunks]))
+    return tuple(rows)
+
+
+def _table_row(b, rows, index, name: str) -> list:
+    """Row `index` of `rows`: by a tree of selects from a few rows (cheaper than a vector
+    gather), else loaded from a constant global (index clamped into the table)."""
+    if len(rows) <= 8:
+        level = [[ir.Constant(F64, v) for v in row] for row in rows]
+        bit = 0
+        while len(level) > 1:
+            level += level[-1:] * (len(level) % 2)
+            odd = b.ir.icmp_unsigned("!=", b.ir.and_(index, I64(1 << bit)), I64(0))
+            level = [[b.select(odd, high, low) for low, high in zip(level[i], level[i + 1])]
+                     for i in range(0, len(level), 2)]
+            bit += 1
+        return level[0]
+    table = b.module.globals.get(name)
+    if table is None:
+        row_type = ir.ArrayType(F64, len(rows[0]))
+        table_type = ir.ArrayType(row_type, len(rows))
+        table = ir.GlobalVariable(b.module, table_type, name)
+        table.linkage = "internal"
+        table.global_constant = True
+        table.initializer = ir.Constant(table_type, [ir.Constant(row_type, list(row)) for row in rows])
+    index = b.intrinsic("smin", b.intrinsic("smax", index, I64(0)), I64(len(rows) - 1))
+    return [b.ir.load(b.ir.gep(table, [I64(0), index, I32(column)], inbounds=True))
+            for column in range(len(rows[0]))]
+
+
+def _split_integer(b, x):
+    """(rint(x), x - rint(x)); the difference is exact for every double."""
+    n = b.intrinsic("rint", x)
+    return n, b.sub(x, n)
+
+
+def _two_product(b, x, y):
+    """x*y = hi + lo exactly."""
+    hi = b.mul(x, y)
+    return hi, b.intrinsic("fma", x, y, b.neg(hi))
+
+
+def _two_sum(b, x, y):
+    """x + y = s + e exactly (Knuth)."""
+    s = b.add(x, y)
+    v = b.sub(s, x)
+    return s, b.add(b.sub(x, b.sub(s, v)), b.sub(y, v))
+
+
+def _reduce_cody_waite(b, a, parts: int):
+    """(n, r) with a = n*pi/2 + r for 0 <= a < REDUCTION_SPLIT."""
+    # Clamped so that n converts to an integer on the lanes that take the other path.
+    a = b.intrinsic("minnum", a, b.like(REDUCTION_SPLIT, a))
+    k = b.intrinsic("rint", b.mul(a, b.like(2 / math.pi, a)))
+    minus_k = b.neg(k)
+    r = a
+    for part in PI_OVER_2_PARTS[:parts]:
+        r = b.intrinsic("fma", minus_k, b.like(part, a), r)
+    return b.ir.fptosi(k, I64), r
+
+
+def _scaled_mantissa(b, a, mantissa_bits: int, e_low: int, stride: int):
+    """(M * 2**shift, row) with a = (M * 2**shift) * 2**(e_low + stride*row), where a = M * 2**E
+    with M an integer of `mantissa_bits` bits and 0 <= shift < stride."""
+    exponent_bias = 1023 + mantissa_bits - 1  # a = M * 2**(biased exponent - exponent_bias)
+    bits = b.ir.bitcast(a, I64)
+    offset = b.ir.sub(b.ir.lshr(bits, I64(52)), I64(exponent_bias + e_low))  # E - e_low
+    shift = b.ir.and_(offset, I64(stride - 1))
+    m = b.ir.bitcast(b.ir.or_(b.ir.and_(bits, I64((1 << 52) - 1)),
+                              b.ir.shl(b.ir.add(shift, I64(exponent_bias)), I64(52))), F64)
+    return m, b.ir.ashr(offset, I64(stride.bit_length() - 1))
+
+
+def _reduce_payne_hanek(b, a):
+    """(n, r) with a = n*pi/2 + r (mod 2*pi) for REDUCTION_SPLIT <= a < inf. The steps
+    marked exact are proved in the notes above `REDUCTION_SPLIT` from where each value's
+    lowest bit can lie."""
+    e_low = math.frexp(REDUCTION_SPLIT)[1] - 53
+    rows = _reduction_table(e_low, 1024 - 53, 4, 1)
+    m, row = _scaled_mantissa(b, a, 53, e_low, 1)
+    f = _table_row(b, rows, row, "tracegrad.two_over_pi")
+    # M*f0 (a multiple of 2**-51 below 2**55) mod 1: h0's fraction and l0 add exactly.
+    h0, l0 = _two_product(b, m, f[0])
+    q0, fraction = _split_integer(b, h0)
+    q1, fraction = _split_integer(b, b.add(fraction, l0))
+    # M*f1 (a multiple of 2**-104 below 4) mod 1, and the sum of the two fractions.
+    h1, l1 = _two_product(b, m, f[1])
+    q2, fraction1 = _split_integer(b, h1)
+    s, error = _two_sum(b, fraction, fraction1)
+    q3, s = _split_integer(b, s)
+    tail = b.add(error, l1)  # exact: multiples of 2**-104 below 2**-51
+    # M*f2 and M*f3 (below 2**-51 and 2**-104) into a double-double tail, then into s.
+    h2, l2 = _two_product(b, m, f[2])
+    tail, tail_low = _two_sum(b, tail, h2)
+    tail_low = b.add(tail_low, b.add(l2, b.mul(m, f[3])))
+    s, low = _two_sum(b, s, tail)
+    tail = b.add(low, tail_low)
+    # a * 2/pi = n + s + tail (mod 4), |s + tail| <= 1/2 + 2**-50.
+    n = b.ir.add(b.ir.fptosi(q0, I64), b.ir.fptosi(b.add(b.add(q1, q2), q3), I64))
+    hi, lo = (b.like(part, a) for part in PI_OVER_2_PARTS[:2])
+    r = b.intrinsic("fma", s, hi, b.intrinsic("fma", tail, hi, b.mul(s, lo)))
+    return n, r
+
+
+def _reduce_payne_hanek_single(b, a):
+    """The same for `a` the float64 of a float32 (E from 7 to 104), with much less work:
+    the fraction is never below 2**-29.8 here (by continued fractions of each F), so an
+    absolute error of 2**-62 is harmless. With a = (M*2**shift) * 2**(7 + 16*row), M*2**shift
+    < 2**39 and two chunks of F leave an error below 2**-64."""
+    e_low, stride = math.frexp(REDUCTION_SPLIT)[1] - 24, 16
+    rows = _reduction_table(e_low, 128 - 24, 2, stride)
+    m, row = _scaled_mantissa(b, a, 24, e_low, stride)
+    f = _table_row(b, rows, row, "tracegrad.two_over_pi_single")
+    h0, l0 = _two_product(b, m, f[0])  # M*f0: a multiple of 2**-51 below 2**42
+    q0, fraction = _split_integer(b, h0)
+    q1, fraction = _split_integer(b, b.add(fraction, l0))  # exact, |l0| <= 2**-11
+    # M*f1 < 2**-11 (rounded, error 2**-64): |fraction + M*f1| <= 1/2 + 2**-11.
+    v = b.add(fraction, b.mul(m, f[1]))
+    n = b.ir.add(b.ir.fptosi(q0, I64), b.ir.fptosi(q1, I64))
+    return n, b.mul(v, b.like(math.pi / 2, a))
+
+
+# fdlibm's __kernel_sin/__kernel_cos on [-pi/4, pi/4] (Sun Microsystems, freely
+# redistributable), and FreeBSD's float kernels __kernel_sindf/__kernel_cosdf, which are
+# evaluated in double and good to 2**-33 there.
+_SIN64 = (-1.66666666666666324348e-01, 8.33333333332248946124e-03, -1.98412698298579493134e-04,
+          2.75573137070700676789e-06, -2.50507602534068634195e-08, 1.58969099521155010221e-10)
+_COS64 = (4.16666666666666019037e-02, -1.38888888888741095749e-03, 2.48015872894767294178e-05,
+          -2.75573143513906633035e-07, 2.08757232129817482790e-09, -1.13596475577881948265e-11)
+_SIN32 = (-0x15555554cbac77 * 2.0 ** -55, 0x111110896efbb2 * 2.0 ** -59,
+          -0x1a00f9e2cae774 * 2.0 ** -65, 0x16cd878c3b46a7 * 2.0 ** -71)
+_COS32 = (-0x1ffffffd0c5e81 * 2.0 ** -54, 0x155553e1053a42 * 2.0 ** -57,
+          -0x16c087e80f1e27 * 2.0 ** -62, 0x199342e0ee5069 * 2.0 ** -68)
+
+
+def _sin_cos_kernels(b, r, single: bool):
+    """(sin r, cos r) for |r| <= pi/4 (in double)."""
+    z = b.mul(r, r)
+    w = b.mul(z, z)
+    s = b.mul(z, r)
+    if single:
+        sin_r = b.add(b.add(r, b.mul(s, _horner(b, z, _SIN32[:2]))), b.mul(b.mul(s, w), _horner(b, z, _SIN32[2:])))
+        cos_r = b.add(b.add(b.add(b.like(1.0, r), b.mul(z, b.like(_COS32[0], r))), b.mul(w, b.like(_COS32[1], r))),
+                      b.mul(b.mul(w, z), _horner(b, z, _COS32[2:])))
+        return sin_r, cos_r
+    # The arrangement of musl's __sin and __cos.
+    p = b.add(_horner(b, z, _SIN64[1:4]), b.mul(b.mul(z, w), _horner(b, z, _SIN64[4:])))
+    sin_r = b.add(r, b.mul(s, b.add(b.like(_SIN64[0], r), b.mul(z, p))))
+    q = b.add(b.mul(z, _horner(b, z, _COS64[:3])), b.mul(b.mul(w, w), _horner(b, z, _COS64[3:])))
+    half_z = b.mul(b.like(0.5, r), z)
+    one = b.like(1.0, r)
+    w = b.sub(one, half_z)
+    cos_r = b.add(w, b.add(b.sub(b.sub(one, w), half_z), b.mul(z, q)))
+    return sin_r, cos_r
+
+
+def _sin_or_cos(b, x, cosine: bool, single: bool):
+    """sin or cos of a double `x` (the float64 of a float32 if `single`)."""
+    a = b.intrinsic("fabs", x)
+    n_small, r_small = _reduce_cody_waite(b, a, parts=2 if single else 3)
+    n_large, r_large = (_reduce_payne_hanek_single if single else _reduce_payne_hanek)(b, a)
+    large = b.compare(">=", a, b.like(REDUCTION_SPLIT, a))
+    n = b.select(large, n_large, n_small)
+    sin_r, cos_r = _sin_cos_kernels(b, b.select(large, r_large, r_small), single)
+    if cosine:  # cos(a) = sin(a + pi/2)
+        n = b.ir.add(n, I64(1))
+    value = b.select(b.ir.trunc(n, ir.IntType(1)), cos_r, sin_r)
+    negate = b.ir.icmp_unsigned("!=", b.ir.and_(n, I64(2)), I64(0))
+    if not cosine:  # sin(x) = -sin(|x|) when x's sign bit is set, -0.0 included
+        negate = b.ir.xor(negate, b.ir.icmp_signed("<", b.ir.bitcast(x, I64), I64(0)))
+    value = b.select(negate, b.neg(value), value)
+    return b.select(b.compare("<", a, b.like(math.inf, a)), value, b.sub(x, x))  # inf, nan: nan
+
+
+def sin(b, x):
+    return _in_f64(b, x, functools.partial(_sin_or_cos, cosine=False, single=x.type == F32))
+
+
+def cos(b, x):
+    return _in_f64(b, x, functools.partial(_sin_or_cos, cosine=True, single=x.type == F32))

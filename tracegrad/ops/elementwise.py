@@ -103,9 +103,11 @@ SQRT = Primitive("sqrt", shape_rule=_unary_float_rule("sqrt"), impl=_quiet(np.sq
                  vjp=lambda ctx, g: (div(g, mul(ctx.out, full_like(ctx.out, 2.0))),),
                 lower=lambda b, x: b.math("sqrt", x))
 SIN = Primitive("sin", shape_rule=_unary_float_rule("sin"), impl=_quiet(np.sin), kind=ELEMENTWISE,
-                saves_inputs=(0,), vjp=lambda ctx, g: (mul(g, cos(ctx.inputs[0])),))
+                saves_inputs=(0,), vjp=lambda ctx, g: (mul(g, cos(ctx.inputs[0])),),
+                lower=lambda b, x: b.math("sin", x))
 COS = Primitive("cos", shape_rule=_unary_float_rule("cos"), impl=_quiet(np.cos), kind=ELEMENTWISE,
-                saves_inputs=(0,), vjp=lambda ctx, g: (neg(mul(g, sin(ctx.inputs[0]))),))
+                saves_inputs=(0,), vjp=lambda ctx, g: (neg(mul(g, sin(ctx.inputs[0]))),),
+                lower=lambda b, x: b.math("cos", x))
 TANH = Primitive("tanh", shape_rule=_unary_float_rule("tanh"), impl=_quiet(np.tanh),
                  kind=ELEMENTWISE, saves_output=True,
                  vjp=lambda ctx, g: (mul(g, sub(full_like(ctx.out, 1.0), mul(ctx.out, ctx.out))),),
