@@ -190,11 +190,17 @@ def test_environment_variable_enables_logging_for_a_whole_program():
         f(tg.ones(2))
         f(tg.ones(5))
     """)
-    env = {**os.environ, "TRACEGRAD_LOG": "recompiles"}
+    stderr = _run_with_log(script, "recompiles")
+    assert stderr.strip().endswith("shape of input %x changed: f32[5] (cached graph: f32[2])")
+
+
+def _run_with_log(script: str, stages: str) -> str:
+    """Run `script` in a fresh interpreter with TRACEGRAD_LOG=stages; its stderr."""
+    env = {**os.environ, "TRACEGRAD_LOG": stages}
     env.pop("TRACEGRAD_DUMP_DIR", None)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.strip().endswith("shape of input %x changed: f32[5] (cached graph: f32[2])")
+    return done.stderr
 
 
 def test_numpy_programs_log_their_steps(log_stages, capsys):
@@ -283,9 +289,6 @@ def test_timings_report_is_printed_at_exit():
         f(tg.ones(100))
         f(tg.ones(100))
     """)
-    env = {**os.environ, "TRACEGRAD_LOG": "timings"}
-    env.pop("TRACEGRAD_DUMP_DIR", None)
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert "graph <lambda>(f32[100], f32[]): 2 runs" in done.stderr
-    assert "exp+mul" in done.stderr
+    stderr = _run_with_log(script, "timings")
+    assert "graph <lambda>(f32[100], f32[]): 2 runs" in stderr
+    assert "exp+mul" in stderr

@@ -42,7 +42,7 @@ import numpy as np
 from llvmlite import ir
 
 from tracegrad.codegen import threads as kernel_threads
-from tracegrad.codegen.llvm import F32, F64, I1, I64, compile_kernel_keyed, load_keyed
+from tracegrad.codegen.llvm import F32, F64, I1, I64, compile_kernel_keyed, emit_loop as _loop, load_keyed
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 ROW, COL = "row", "col"  # operand layouts: unit stride along axis 1 (row-major) or axis 0
@@ -92,36 +92,6 @@ def _tile_shape(dtype: np.dtype) -> tuple[int, int, int]:
 
 
 # ----------------------------------------------------------------------------- IR helpers
-
-def _loop(b: ir.IRBuilder, start, stop, step, carried: list, body: Callable) -> list:
-    """Emit `for i in range(start, stop, step)` carrying `carried` values through phis.
-
-    `body(i, values)` emits the loop body and returns the next values; the values after
-    the loop are returned."""
-    before = b.block
-    head = b.append_basic_block("loop.head")
-    body_block = b.append_basic_block("loop.body")
-    done = b.append_basic_block("loop.done")
-    b.branch(head)
-    b.position_at_end(head)
-    index = b.phi(I64)
-    index.add_incoming(start, before)
-    phis = []
-    for value in carried:
-        phi = b.phi(value.type)
-        phi.add_incoming(value, before)
-        phis.append(phi)
-    b.cbranch(b.icmp_signed("<", index, stop), body_block, done)
-    b.position_at_end(body_block)
-    updated = body(index, phis)
-    latch = b.block
-    index.add_incoming(b.add(index, step if isinstance(step, ir.Value) else I64(step)), latch)
-    for phi, value in zip(phis, updated):
-        phi.add_incoming(value, latch)
-    b.branch(head)
-    b.position_at_end(done)
-    return phis
-
 
 def _for(b: ir.IRBuilder, start, stop, step, body: Callable[[ir.Value], None]) -> None:
     def body_without_values(index, _values):

@@ -27,7 +27,7 @@ from llvmlite import ir
 
 from tracegrad.codegen import threads
 from tracegrad.codegen.fusion import FusedKernel, RowGroup
-from tracegrad.codegen.llvm import I8, I64, ScalarBuilder, compile_kernel, memory_type, register_type
+from tracegrad.codegen.llvm import I8, I64, ScalarBuilder, compile_kernel, emit_loop, memory_type, register_type
 from tracegrad.ir import types
 from tracegrad.ir.graph import Node, Value
 from tracegrad.ops.indexing import check_bounds
@@ -105,20 +105,8 @@ class _Emitter:
 
 def _loop(builder: ir.IRBuilder, stop, body, start=None) -> None:
     """for i in range(start, stop): body(i), with int or i64 bounds (start 0 by default)."""
-    pre = builder.block
-    header = builder.append_basic_block("loop")
-    inner = builder.append_basic_block("body")
-    done = builder.append_basic_block("done")
-    builder.branch(header)
-    builder.position_at_end(header)
-    i = builder.phi(I64)
-    i.add_incoming(I64(0) if start is None else start, pre)
-    builder.cbranch(builder.icmp_signed("<", i, stop if isinstance(stop, ir.Value) else I64(stop)), inner, done)
-    builder.position_at_end(inner)
-    body(i)
-    i.add_incoming(builder.add(i, I64(1)), builder.block)
-    builder.branch(header)
-    builder.position_at_end(done)
+    emit_loop(builder, I64(0) if start is None else start, stop if isinstance(stop, ir.Value) else I64(stop), 1, [],
+              lambda i, carried: body(i) or [])
 
 
 def _nest(builder: ir.IRBuilder, shape: list[int], body, prefix=()) -> None:

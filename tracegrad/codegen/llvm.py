@@ -1,10 +1,12 @@
 """LLVM plumbing: one long-lived MCJIT engine for the host CPU, module optimization with
-the new pass manager, and `ScalarBuilder`, the typed IR builder that primitives' `lower`
-functions use to express one element of their result.
+the new pass manager, compilation with an IR-hash (or caller-given) disk-cache key,
+`emit_loop` (the counted loop every generator emits), and `ScalarBuilder`, the typed IR
+builder that primitives' `lower` functions use to express one element of their result.
 
 llvmlite notes (measured here): an engine owns its TargetMachine, so one engine lives for
 the process and every kernel module is added to it; optimization at speed level 2 with
-loop and SLP vectorization on.
+loop and SLP vectorization on. llvmlite serializes every LLVM call behind one lock, so
+compiling kernels on several threads does not overlap (tried for W4's 15 kernels: no gain).
 """
 
 from __future__ import annotations
@@ -170,6 +172,36 @@ def optimized_ir(module: ir.Module | str) -> str:
 def assembly(llvm_ir: str) -> str:
     """Machine code of optimized IR text, as assembly."""
     return target_machine().emit_assembly(llvm.parse_assembly(llvm_ir))
+
+
+def emit_loop(b: ir.IRBuilder, start, stop, step, carried: list, body: Callable) -> list:
+    """Emit `for i in range(start, stop, step)` carrying `carried` values through phis.
+
+    `body(i, values)` emits the loop body and returns the next values; the values after
+    the loop are returned."""
+    before = b.block
+    head = b.append_basic_block("loop.head")
+    body_block = b.append_basic_block("loop.body")
+    done = b.append_basic_block("loop.done")
+    b.branch(head)
+    b.position_at_end(head)
+    index = b.phi(I64)
+    index.add_incoming(start, before)
+    phis = []
+    for value in carried:
+        phi = b.phi(value.type)
+        phi.add_incoming(value, before)
+        phis.append(phi)
+    b.cbranch(b.icmp_signed("<", index, stop), body_block, done)
+    b.position_at_end(body_block)
+    updated = body(index, phis)
+    latch = b.block
+    index.add_incoming(b.add(index, step if isinstance(step, ir.Value) else I64(step)), latch)
+    for phi, value in zip(phis, updated):
+        phi.add_incoming(value, latch)
+    b.branch(head)
+    b.position_at_end(done)
+    return phis
 
 
 class ScalarBuilder:
