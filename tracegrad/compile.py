@@ -217,9 +217,9 @@ class CompiledFunction:
             compile_events.record_hit(trace, graph, key, program)
             return program
         start = time.perf_counter()
-        pruned = _prune(graph)
+        pruned, feeds = _prune(graph)
         program = self._builder(optimize(pruned))
-        program.feeds = pruned.feeds
+        program.feeds = feeds
         seconds = time.perf_counter() - start
         with self._lock:
             self._misses += 1
@@ -312,17 +312,16 @@ def _finish(trace: CompileTrace) -> None:
         np.copyto(target._data, array, casting="unsafe")
 
 
-def _prune(graph: Graph) -> Graph:
-    """Keep only the nodes and inputs the outputs depend on (dead-code elimination). The
-    pruned graph remembers which of the original inputs it kept (`feeds`)."""
+def _prune(graph: Graph) -> tuple[Graph, tuple[int, ...] | None]:
+    """Keep only the nodes and inputs the outputs depend on (dead-code elimination), and
+    say which of the original inputs were kept (None: all)."""
     needed = Graph.from_outputs(graph.outputs, graph.name)
     kept_nodes = {id(n) for n in needed.nodes}
     nodes = [n for n in graph.nodes if id(n) in kept_nodes]
     kept_inputs = {id(v) for v in needed.inputs}
     feeds = tuple(i for i, v in enumerate(graph.inputs) if id(v) in kept_inputs)
     pruned = Graph([graph.inputs[i] for i in feeds], nodes, graph.outputs, graph.name)
-    pruned.feeds = feeds if len(feeds) != len(graph.inputs) else None
-    return pruned
+    return pruned, (feeds if len(feeds) != len(graph.inputs) else None)
 
 
 def compile(fn=None, **options):  # noqa: A001 - the public name, as torch.compile

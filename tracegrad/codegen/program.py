@@ -64,6 +64,9 @@ class Program:
         self.frees = [tuple(slot for slot in frees if slot not in recycled) + recycles
                       for frees, recycles in zip(_last_uses(steps, self.output_slots, n_slots), self.recycles)]
         self.kernel_count = sum(1 for s in steps if not isinstance(s, NumpyStep))
+        # Which of its caller's arrays the program reads, when the caller's graph had inputs
+        # the program's (pruned) graph dropped; None: all of them (set by tracegrad.compile).
+        self.feeds: tuple[int, ...] | None = None
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         if inspect_log.TIMING:
