@@ -45,14 +45,19 @@ class _Plan:
 
 
 def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None):
-    """The structural key, the canonical list of values, and the saved tensors in order."""
-    number: dict[Value, int] = {}
+    """The structural key, the canonical list of values, and the saved tensors in order.
+
+    Runs on every eager backward, so it avoids Python-level hashing: values are numbered
+    by (id(node), output index) or id(input value), types enter the key as (shape, dtype)."""
+    number: dict = {}
     values: list[Value] = []
 
     def index_of(value: Value) -> int:
-        found = number.get(value)
+        node = value.node
+        ident = id(value) if node is None else (id(node), value.index)
+        found = number.get(ident)
         if found is None:
-            found = number[value] = len(values)
+            found = number[ident] = len(values)
             values.append(value)
         return found
 
@@ -61,24 +66,26 @@ def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None
     for node in order:
         if node.hooks or node.saved is FREED or not getattr(node.op, "replayable", True):
             return None
-        wiring = tuple(index_of(v) if needed else -1 for v, needed in zip(node.inputs, node.needs_input_grad))
+        wiring = tuple([index_of(v) if needed else -1 for v, needed in zip(node.inputs, node.needs_input_grad)])
         slots = ()
         if node.saved:
-            slots = tuple(i for i, s in enumerate(node.saved) if s is not None)
-            saved.extend((node, node.saved[i]) for i in slots)
-        parts.append((node.op.name, attr_key(node.attrs), wiring, slots,
-                      tuple(v.type for v in node.inputs)))
+            slots = tuple([i for i, s in enumerate(node.saved) if s is not None])
+            saved.extend([(node, node.saved[i]) for i in slots])
+        parts.append((node.op.name, attr_key(node.attrs) if node.attrs else (), wiring, slots,
+                      tuple([(v.type.shape, v.type.dtype) for v in node.inputs])))
+        node_id = id(node)
         for i in range(len(node.out_types)):
-            index_of(node.output(i))
+            number[(node_id, i)] = len(values)
+            values.append(node.output(i))
     for value in values:
         if value.node is None and value.leaf is not None:
             tensor = value.leaf()
             if tensor is not None and tensor._hooks:
                 return None
-    root_part = tuple((index_of(v), v.type) for v in roots)
-    target_part = tuple(index_of(v) for v in targets) if targets is not None else None
-    leaf_part = tuple(i for i, v in enumerate(values) if v.node is None)
-    broadcast_part = tuple(_broadcast_axes(s.data) for _, s in saved)
+    root_part = tuple([(index_of(v), v.type.shape, v.type.dtype) for v in roots])
+    target_part = tuple([index_of(v) for v in targets]) if targets is not None else None
+    leaf_part = tuple([i for i, v in enumerate(values) if v.node is None])
+    broadcast_part = tuple([_broadcast_axes(s.data) for _, s in saved])
     key = (tuple(parts), root_part, target_part, leaf_part, broadcast_part)
     return key, values, saved
 
