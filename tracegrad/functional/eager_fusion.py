@@ -249,7 +249,7 @@ def _program_graph(trace: FusionTrace, outputs: list[Value], given: dict) -> tup
 
 def _program(graph: Graph, inputs: list[np.ndarray]):
     from tracegrad.codegen.program import build_program
-    from tracegrad.compile import structural_key
+    from tracegrad.compile_key import structural_key
     from tracegrad.ir.passes import optimize
 
     key = structural_key(graph, inputs)
