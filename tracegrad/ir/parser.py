@@ -151,8 +151,9 @@ def _check_new(name: str, values: dict[str, Value], number: int) -> None:
         raise IRParseError(f"line {number}: %{name} is defined twice (the IR is SSA)")
 
 
-def _closing_paren(text: str, start: int, number: int) -> int:
-    """Index of the ')' matching the '(' at `start`, skipping brackets and strings."""
+def _scan(text: str, start: int, number: int):
+    """(position, char, depth) for each character from `start` outside strings, with the
+    bracket depth after the character (strings are skipped whole)."""
     depth, position = 0, start
     while position < len(text):
         char = text[position]
@@ -162,9 +163,15 @@ def _closing_paren(text: str, start: int, number: int) -> int:
             depth += 1
         elif char in ")]":
             depth -= 1
-            if depth == 0:
-                return position
+        yield position, char, depth
         position += 1
+
+
+def _closing_paren(text: str, start: int, number: int) -> int:
+    """Index of the ')' matching the '(' at `start`, skipping brackets and strings."""
+    for position, char, depth in _scan(text, start, number):
+        if char in ")]" and depth == 0:
+            return position
     raise IRParseError(f"line {number}: unbalanced parentheses in {text!r}")
 
 
@@ -182,19 +189,11 @@ def _string_end(text: str, start: int, number: int) -> int:
 
 def _split_top_level(text: str, number: int, separator: str = ",") -> list[str]:
     """Split on `separator` outside brackets and strings; parts are stripped."""
-    parts, depth, start, position = [], 0, 0, 0
-    while position < len(text):
-        char = text[position]
-        if char == '"':
-            position = _string_end(text, position, number)
-        elif char in "([":
-            depth += 1
-        elif char in ")]":
-            depth -= 1
-        elif char == separator and depth == 0:
+    parts, start = [], 0
+    for position, char, depth in _scan(text, 0, number):
+        if char == separator and depth == 0:
             parts.append(text[start:position].strip())
             start = position + 1
-        position += 1
     last = text[start:].strip()
     if last or parts:
         parts.append(last)
