@@ -151,3 +151,18 @@ def test_a_bad_thread_count_warns_and_keeps_the_default():
     done = _threads_in_child("many")
     assert "TRACEGRAD_NUM_THREADS='many' is not an integer" in done.stderr
     assert int(done.stdout) >= 1
+
+
+def test_a_one_iteration_kernel_has_constant_bounds_and_honours_an_empty_range():
+    # With the range's runtime bounds, LLVM's loop vectorizer ran for minutes on a loop
+    # whose every access is at index 0 (a random graph of (1,)-shaped values).
+    x = tg.tensor([0.3], dtype=tg.float64)
+    compiled = tg.compile(lambda x: ((x * x + 1).log().sin() * x).clamp(-0.5, 0.5))
+    np.testing.assert_allclose(compiled(x).numpy(), np.clip(np.sin(np.log(0.09 + 1)) * 0.3, -0.5, 0.5), rtol=1e-12)
+    (step,) = [s for p in compiled._programs.values() for s in p.steps if isinstance(s, KernelStep)]
+    assert step.extent == 1
+    assert "loop.head" not in step.llvm_ir().split("br i1")[0]  # the guard comes before any loop
+    out = np.full(1, 7.0)
+    pointers = step.pointer_array(out.ctypes.data, *[0] * (len(step.inputs)))
+    step.function(__import__("ctypes").addressof(pointers), 0, 0)  # an empty range writes nothing
+    assert out[0] == 7.0

@@ -174,14 +174,25 @@ def build_llvm(kernel: FusedKernel, name: str) -> ir.Module:
         if leaf.type.shape == ():  # a scalar argument: load it once, outside the loops
             emitter.scalars[leaf] = emitter.load(leaf, [])
     start, end = fn.args[1], fn.args[2]
+    if outer_extent(kernel) == 1:
+        # One iteration at most: emitted with constant bounds under `start < end`. With
+        # the range's runtime bounds, a loop whose every access is at index 0 made LLVM
+        # 22's loop vectorizer run for minutes (seen on a random graph of (1,)-shaped values).
+        with builder.if_then(builder.icmp_signed("<", start, end)):
+            _emit_loops(builder, b, emitter, kernel, I64(0), I64(1))
+    else:
+        _emit_loops(builder, b, emitter, kernel, start, end)
+    builder.ret_void()
+    return module
+
+
+def _emit_loops(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, start, end) -> None:
     if isinstance(kernel, RowGroup):
         _row_group(builder, b, emitter, kernel, start, end)
     elif kernel.reduction is None:
         _map_loop(builder, b, emitter, kernel, start, end)
     else:
         _reduce(builder, b, emitter, kernel, start, end)
-    builder.ret_void()
-    return module
 
 
 def build_combine_llvm(folded: list[Node], name: str) -> ir.Module:
