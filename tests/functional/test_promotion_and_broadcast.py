@@ -112,3 +112,10 @@ def test_python_scalar_broadcasts_against_any_shape():
 def test_expand_adds_leading_dims():
     out = tg.tensor([1.0, 2.0]).expand(3, 2)
     np.testing.assert_array_equal(out.numpy(), np.broadcast_to([1.0, 2.0], (3, 2)))
+
+
+def test_python_floats_convert_straight_to_a_requested_dtype():
+    assert tg.tensor([0.3], dtype=tg.float64).numpy()[0] == 0.3
+    assert tg.tensor(0.1, dtype=tg.float64).item() == 0.1
+    assert tg.tensor([0.3]).dtype is tg.float32
+    np.testing.assert_array_equal(tg.tensor([0.3]).numpy(), np.float32([0.3]))
