@@ -1,7 +1,13 @@
 """Shared test settings: deterministic seeds."""
 
+import os
+
 import numpy as np
 import pytest
+
+# Every kernel's IR is built even when its description finds it in a cache, and a
+# description that ever stands for two different IRs fails the run (codegen/kernel_key.py).
+os.environ["TRACEGRAD_CHECK_KERNEL_KEYS"] = "1"
 
 import tracegrad as tg
 

@@ -25,9 +25,10 @@ import time
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.codegen import threads
+from tracegrad.codegen import kernel_key, threads
 from tracegrad.codegen.fusion import FusedKernel, RowGroup
-from tracegrad.codegen.llvm import I8, I64, ScalarBuilder, compile_kernel, emit_loop, memory_type, register_type
+from tracegrad.codegen.llvm import (I8, I64, ScalarBuilder, compile_kernel, compile_kernel_keyed, emit_loop,
+                                    memory_type, register_type)
 from tracegrad.ir import types
 from tracegrad.ir.graph import Node, Value
 from tracegrad.ops.indexing import check_bounds
@@ -380,8 +381,15 @@ class KernelStep:
         start = time.perf_counter()
         # Built under one fixed name, so identical kernels hash alike (one symbol, one
         # disk-cache entry); compile_kernel renames it after the hash.
-        self.module = build_llvm(kernel, "kernel")
-        address, self.symbol, self.from_disk = compile_kernel(self.module, "kernel")
+        self._module = None
+        self.description = kernel_key.kernel_description(kernel)
+        if self.description is None:
+            address, self.symbol, self.from_disk = compile_kernel(self.module, "kernel")
+        else:
+            if kernel_key.checking():
+                kernel_key.check_unique(self.description, str(self.module))
+            address, self.symbol, self.from_disk = compile_kernel_keyed(
+                self.description, "kernel", lambda: self.module)
         self.function = KERNEL_SIGNATURE(address)
         self.inputs = inputs
         self.outputs = outputs
@@ -404,6 +412,14 @@ class KernelStep:
             self.combine_function()  # compiled now rather than inside the first call
         self.compile_seconds = time.perf_counter() - start  # shown by fn.explain()
 
+    @property
+    def module(self) -> ir.Module:
+        """The kernel's LLVM module, built on first use (a kernel found in the disk cache
+        by its description needs none)."""
+        if self._module is None:
+            self._module = build_llvm(self.kernel, "kernel")
+        return self._module
+
     def llvm_ir(self) -> str:
         """The kernel's LLVM IR (before optimization), under its symbol."""
         return str(self.module).replace('@"kernel"', f'@"{self.symbol}"')
@@ -425,8 +441,12 @@ class KernelStep:
     def combine_function(self):
         """The kernel adding one chunk's partial folded results into another's."""
         if self._combine is None:
-            module = build_combine_llvm(self.folded, "kernel")
-            address, _, _ = compile_kernel(module, "kernel")
+            build = lambda: build_combine_llvm(self.folded, "kernel")  # noqa: E731
+            description = kernel_key.kernel_description(self.kernel, purpose="combine")
+            if description is None:
+                address, _, _ = compile_kernel(build(), "kernel")
+            else:
+                address, _, _ = compile_kernel_keyed(description, "kernel", build)
             self._combine = KERNEL_SIGNATURE(address)
         return self._combine
 

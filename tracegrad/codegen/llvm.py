@@ -11,6 +11,7 @@ compiling kernels on several threads does not overlap (tried for W4's 15 kernels
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 
@@ -75,8 +76,10 @@ def _get_engine():
     return _engine
 
 
+@functools.cache
 def host_description() -> str:
-    """What compiled code depends on: LLVM version, CPU name and features."""
+    """What compiled code depends on: LLVM version, CPU name and features (asked of LLVM
+    once: ~0.4 ms a call)."""
     return (f"llvm-{'.'.join(map(str, llvm.llvm_version_info))}-{llvm.get_host_cpu_name()}-"
             f"{llvm.get_host_cpu_features().flatten()}")
 

@@ -1,0 +1,100 @@
+"""Kernel descriptions: a disk-cache key that determines a kernel's IR without building it."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad.codegen import kernel_key
+
+
+def _kernel_steps(fn, *args):
+    fn(*args)
+    (program,) = fn._programs.values()
+    return [step for step in program.steps if hasattr(step, "description")]
+
+
+def _description(body, *arrays):
+    (step,) = _kernel_steps(tg.compile(body), *map(tg.from_numpy, arrays))
+    return step.description
+
+
+def test_description_names_ops_attributes_and_types():
+    text = _description(lambda x: (x * 2.0).exp(), np.ones((3, 4), np.float32))
+    assert text.startswith("kernel " + kernel_key.lowering_source_hash())
+    assert "exp(" in text and "f32[3,4]" in text
+
+
+@pytest.mark.parametrize("other", [
+    lambda x: (x * 2.0).log(),                        # another op
+    lambda x: (x * 2.0).exp().sum(dim=1),             # another structure
+])
+def test_different_kernels_have_different_descriptions(other):
+    x = np.ones((3, 4), np.float32)
+    assert _description(lambda x: (x * 2.0).exp(), x) != _description(other, x)
+
+
+def test_shape_and_dtype_change_the_description():
+    body = lambda x: (x * 2.0).exp()  # noqa: E731
+    base = _description(body, np.ones((3, 4), np.float32))
+    assert base != _description(body, np.ones((4, 3), np.float32))
+    assert base != _description(body, np.ones((3, 4), np.float64))
+
+
+def test_same_structure_gives_the_same_description():
+    x = np.ones((3, 4), np.float32)
+    assert _description(lambda x: (x * 2.0).exp(), x) == _description(lambda y: (y * 3.0).exp(), x)
+
+
+def test_attribute_without_exact_text_gives_no_description():
+    from tracegrad.codegen.fusion import FusedKernel
+    from tracegrad.ir.graph import Node
+    from tracegrad.ir.types import TensorType, float32
+    from tracegrad.ops.elementwise import FULL
+    node = Node(FULL, (), {"shape": (2,), "dtype": float32, "value": np.arange(2.0)}, (TensorType((2,), float32),))
+    kernel = FusedKernel(outputs=[node.output(0)], nodes=[node], leaves=[])
+    assert kernel_key.kernel_description(kernel) is None
+
+
+def test_a_description_seen_with_two_irs_raises():
+    kernel_key.check_unique("test-description", "ir one")
+    kernel_key.check_unique("test-description", "ir one")
+    with pytest.raises(AssertionError, match="does not determine the IR"):
+        kernel_key.check_unique("test-description", "ir two")
+
+
+WARM_PROGRAM = textwrap.dedent("""
+    import sys
+    import numpy as np, tracegrad as tg
+    from tracegrad.codegen import kernels
+    if sys.argv[1] == "warm":
+        def refuse(*args, **kwargs):
+            raise RuntimeError("built IR on a warm cache")
+        kernels.build_llvm = refuse
+    f = tg.compile(lambda x: ((x * 2.0).exp() * x).sum(dim=1) + x.tanh().sum())
+    x = np.linspace(-1, 1, 64).astype(np.float32).reshape(8, 8)
+    got = f(tg.from_numpy(x)).numpy()
+    expected = (np.exp(x * 2) * x).sum(axis=1) + np.tanh(x).sum()
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    program = next(iter(f._programs.values()))
+    print(sum(getattr(s, "from_disk", False) for s in program.steps), f.cache_info().kernels)
+""")
+
+
+def test_warm_cache_loads_kernels_without_building_their_ir(tmp_path):
+    env = dict(os.environ, TRACEGRAD_CACHE_DIR=str(tmp_path))
+    env.pop("TRACEGRAD_CACHE", None)
+    env.pop("TRACEGRAD_CHECK_KERNEL_KEYS", None)
+
+    def run(mode):
+        out = subprocess.run([sys.executable, "-c", WARM_PROGRAM, mode], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        return tuple(map(int, out.split()))
+
+    assert run("cold")[0] == 0
+    loaded, kernels = run("warm")
+    assert loaded == kernels > 0

@@ -1,0 +1,125 @@
+"""The disk-cache key of a fused kernel, computed without generating its LLVM IR.
+
+A kernel's IR is a function of the `FusedKernel` (its nodes, leaves, results and the
+fusion decisions recorded on it) and of the code that lowers it. `kernel_description`
+writes the first canonically (values numbered by first appearance, nodes as primitive
+name, attributes, operands and types) and prefixes a hash of the second: the sources of
+`tracegrad/codegen`, `tracegrad/ops` and `tracegrad/ir` and llvmlite's version. A kernel
+whose description is in the disk cache then loads without building its IR, which is most
+of a warm-cache first call's compile time (the math library's polynomials are built in
+Python).
+
+Anything the serializer does not know (a new kind of field on a kernel) makes the
+description None, and the caller keys by the IR text as before: never a guess. With
+`TRACEGRAD_CHECK_KERNEL_KEYS=1` (the test suite sets it) every kernel's IR is built anyway
+and `check_unique` raises if one description ever stood for two different IRs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import os
+import threading
+
+import numpy as np
+
+from tracegrad.ir.graph import Node, Value
+from tracegrad.ir.types import DType, TensorType
+
+_PACKAGES = ("codegen", "ops", "ir")
+
+
+class _Unknown(Exception):
+    """The kernel holds something this serializer cannot describe."""
+
+
+@functools.cache
+def lowering_source_hash() -> str | None:
+    """SHA-256 of every source file the generated IR can depend on, or None when a source
+    is not readable (an install without sources: kernels are then keyed by their IR)."""
+    import llvmlite
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256(f"llvmlite {llvmlite.__version__}\n".encode())
+    try:
+        for package in _PACKAGES:
+            directory = os.path.join(root, package)
+            for name in sorted(os.listdir(directory)):
+                if name.endswith(".py"):
+                    with open(os.path.join(directory, name), "rb") as source:
+                        digest.update(f"{package}/{name}\n".encode() + source.read())
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def kernel_description(kernel, purpose: str = "kernel") -> str | None:
+    """A text that determines the IR `purpose` (a kernel, or its combine function) builds
+    from `kernel`, or None if the kernel cannot be described."""
+    source_hash = lowering_source_hash()
+    if source_hash is None:
+        return None
+    numbers: dict[Value, int] = {}
+    try:
+        body = _describe(kernel, numbers)
+    except _Unknown:
+        return None
+    return f"{purpose} {source_hash}\n{body}"
+
+
+def _describe(thing, numbers: dict[Value, int]) -> str:
+    if isinstance(thing, Value):
+        if thing not in numbers:
+            numbers[thing] = len(numbers)
+        return f"%{numbers[thing]}:{thing.type}"
+    if isinstance(thing, Node):
+        operands = ", ".join(_describe(v, numbers) for v in thing.inputs)
+        attrs = ", ".join(f"{k}={_attr_text(thing.attrs[k])}" for k in sorted(thing.attrs))
+        outputs = ", ".join(_describe(thing.output(i), numbers) for i in range(len(thing.out_types)))
+        return f"{thing.op.name}({operands}; {attrs}) -> {outputs}"
+    if isinstance(thing, (list, tuple)):
+        return "[" + ", ".join(_describe(item, numbers) for item in thing) + "]"
+    if isinstance(thing, (set, frozenset)):
+        # Numbered already (sets only hold values the kernel's lists name), so sortable.
+        if any(isinstance(item, Value) and item not in numbers for item in thing):
+            raise _Unknown(thing)
+        return "{" + ", ".join(sorted(_describe(item, numbers) for item in thing)) + "}"
+    if isinstance(thing, dict):
+        items = [(_describe(k, numbers), _describe(v, numbers)) for k, v in thing.items()]
+        return "{" + ", ".join(f"{k}: {v}" for k, v in sorted(items)) + "}"
+    if dataclasses.is_dataclass(thing) and not isinstance(thing, type):
+        fields = [f"{f.name}={_describe(getattr(thing, f.name), numbers)}"
+                  for f in dataclasses.fields(thing) if f.name != "name"]
+        return f"{type(thing).__name__}(" + ", ".join(fields) + ")"
+    if thing is None or isinstance(thing, (bool, int, float, str, TensorType)):
+        return repr(thing)
+    raise _Unknown(thing)
+
+
+def _attr_text(value) -> str:
+    """An attribute's exact text: only types whose repr round-trips are accepted (an array's
+    repr, for one, elides elements)."""
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_attr_text(item) for item in value) + ",)"
+    if value is None or isinstance(value, (bool, int, float, str, DType, np.generic)):
+        return repr(value)
+    raise _Unknown(value)
+
+
+_checked: dict[str, str] = {}
+_checked_lock = threading.Lock()
+
+
+def checking() -> bool:
+    return os.environ.get("TRACEGRAD_CHECK_KERNEL_KEYS", "") == "1"
+
+
+def check_unique(description: str, llvm_ir: str) -> None:
+    """Raise if `description` was seen before with a different IR (a serializer gap)."""
+    digest = hashlib.sha256(llvm_ir.encode()).hexdigest()
+    with _checked_lock:
+        seen = _checked.setdefault(description, digest)
+    if seen != digest:
+        raise AssertionError(f"kernel description does not determine the IR:\n{description}")
