@@ -166,3 +166,22 @@ def test_a_one_iteration_kernel_has_constant_bounds_and_honours_an_empty_range()
     pointers = step.pointer_array(out.ctypes.data, *[0] * (len(step.inputs)))
     step.function(__import__("ctypes").addressof(pointers), 0, 0)  # an empty range writes nothing
     assert out[0] == 7.0
+
+
+def test_kernel_built_below_the_threshold_runs_whole_after_it_is_lowered(split):
+    x, y = _arrays((37, 13), (37, 13))
+    expected, compiled = _run(lambda x, y: (x * y + 1.0).tanh(), [x, y], 1)
+    (kernel,) = _kernels(compiled)
+    assert kernel.whole
+    split(2)
+    assert kernel.chunk_count() == 1
+    got = compiled(tg.from_numpy(x).requires_grad_(True), tg.from_numpy(y).requires_grad_(True))
+    np.testing.assert_array_equal(got.detach().numpy(), expected[0])
+
+
+def test_kernel_built_at_or_above_the_threshold_is_split(split):
+    split(2, min_elements=100)
+    x, y = _arrays((37, 13), (37, 13))
+    _, compiled = _run(lambda x, y: (x * y + 1.0).tanh(), [x, y], 2)
+    (kernel,) = _kernels(compiled)
+    assert not kernel.whole and kernel.chunk_count() > 1

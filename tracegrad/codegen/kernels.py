@@ -161,7 +161,11 @@ def folded_reductions(kernel: FusedKernel) -> list[Node]:
     return list(kernel.folded)
 
 
-def build_llvm(kernel: FusedKernel, name: str) -> ir.Module:
+def build_llvm(kernel: FusedKernel, name: str, whole: bool = False) -> ir.Module:
+    """The kernel's module. `whole`: the kernel is only ever called for its whole range
+    [0, outer_extent), so its loops get constant bounds, which LLVM compiles faster (no
+    runtime trip-count checks, vector epilogue or remainder loop for a small known count)
+    and into tighter code."""
     module = ir.Module(name=name)
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer(), I64, I64]), name)
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -175,12 +179,13 @@ def build_llvm(kernel: FusedKernel, name: str) -> ir.Module:
         if leaf.type.shape == ():  # a scalar argument: load it once, outside the loops
             emitter.scalars[leaf] = emitter.load(leaf, [])
     start, end = fn.args[1], fn.args[2]
-    if outer_extent(kernel) == 1:
-        # One iteration at most: emitted with constant bounds under `start < end`. With
-        # the range's runtime bounds, a loop whose every access is at index 0 made LLVM
-        # 22's loop vectorizer run for minutes (seen on a random graph of (1,)-shaped values).
+    extent = outer_extent(kernel)
+    if whole or extent == 1:
+        # Constant bounds under `start < end`. (With the range's runtime bounds, a loop of
+        # one iteration whose every access is at index 0 made LLVM 22's loop vectorizer run
+        # for minutes: seen on a random graph of (1,)-shaped values.)
         with builder.if_then(builder.icmp_signed("<", start, end)):
-            _emit_loops(builder, b, emitter, kernel, I64(0), I64(1))
+            _emit_loops(builder, b, emitter, kernel, I64(0), I64(extent))
     else:
         _emit_loops(builder, b, emitter, kernel, start, end)
     builder.ret_void()
@@ -382,7 +387,12 @@ class KernelStep:
         # Built under one fixed name, so identical kernels hash alike (one symbol, one
         # disk-cache entry); compile_kernel renames it after the hash.
         self._module = None
-        self.description = kernel_key.kernel_description(kernel)
+        self.extent = outer_extent(kernel)
+        self.elements = int(np.prod(kernel.domain))
+        # Below the size worth splitting over threads, a kernel always runs whole: it is
+        # built with constant loop bounds (see build_llvm) and never split later.
+        self.whole = self.elements < threads.MIN_PARALLEL_ELEMENTS
+        self.description = kernel_key.kernel_description(kernel, "whole kernel" if self.whole else "kernel")
         if self.description is None:
             address, self.symbol, self.from_disk = compile_kernel(self.module, "kernel")
         else:
@@ -400,8 +410,6 @@ class KernelStep:
         # grows ctypes' type caches).
         self.pointer_array = ctypes.c_void_p * (len(self.out_specs) + len(inputs))
         # Splitting the outermost loop over threads (see the module docstring).
-        self.extent = outer_extent(kernel)
-        self.elements = int(np.prod(kernel.domain))
         # Chunks of a loop over elements start on a cache line (64 elements or more).
         self.align = 64 if outer_extent(kernel) == self.elements and kernel.reduction is None else 1
         self.folded = folded_reductions(kernel)
@@ -417,7 +425,7 @@ class KernelStep:
         """The kernel's LLVM module, built on first use (a kernel found in the disk cache
         by its description needs none)."""
         if self._module is None:
-            self._module = build_llvm(self.kernel, "kernel")
+            self._module = build_llvm(self.kernel, "kernel", self.whole)
         return self._module
 
     def llvm_ir(self) -> str:
@@ -427,7 +435,7 @@ class KernelStep:
     def chunk_count(self) -> int:
         """How many chunks a call is split into under the current settings (1: one call)."""
         count = threads.NUM_THREADS
-        if count < 2 or self.elements < threads.MIN_PARALLEL_ELEMENTS:
+        if count < 2 or self.whole or self.elements < threads.MIN_PARALLEL_ELEMENTS:
             return 1
         chunks = min(count * threads.CHUNKS_PER_THREAD, max(count, self.elements // threads.MIN_CHUNK_ELEMENTS))
         if self.folded_elements:  # every chunk but the first fills partial results of its own

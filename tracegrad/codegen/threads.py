@@ -9,9 +9,11 @@ only Python work per chunk is a queue put and a lock release.
                               MAX_THREADS); 1 runs every kernel in the calling thread.
 
 `NUM_THREADS` and `MIN_PARALLEL_ELEMENTS` are read at each kernel call, so tests and
-users may change them at run time. Below `MIN_PARALLEL_ELEMENTS` elements in its loop nest
-a kernel is one call: handing a chunk to another thread costs tens of microseconds
-(measured on the 2-core host: see `tests/codegen/test_threads.py` and docs).
+users may change them at run time; a kernel built while it was below
+`MIN_PARALLEL_ELEMENTS` is compiled for its whole range only and stays one call. Below
+`MIN_PARALLEL_ELEMENTS` elements in its loop nest a kernel is one call: handing a chunk to
+another thread costs tens of microseconds (measured on the 2-core host: see
+`tests/codegen/test_threads.py` and docs).
 """
 
 from __future__ import annotations
