@@ -4,7 +4,7 @@ of the graph it recorded, and programs of pruned graphs are fed the right inputs
 import numpy as np
 
 import tracegrad as tg
-from tracegrad.compile import CompiledFunction
+from tracegrad.compile import CompiledFunction, key_with_donations
 from tracegrad.compile_key import structural_key
 
 W = tg.randn(3, dtype=tg.float64, requires_grad=True)
@@ -31,11 +31,11 @@ def _with_realization(x):
 def _keys_checked(compiled: CompiledFunction) -> list:
     checked = []
 
-    def program(graph, inputs, trace=None, key=None):
+    def program(graph, inputs, trace=None, key=None, donations=()):
         if key is not None:
-            assert key == structural_key(graph, inputs)
+            assert key == key_with_donations(structural_key(graph, inputs), donations)
             checked.append(key)
-        return CompiledFunction._program(compiled, graph, inputs, trace, key)
+        return CompiledFunction._program(compiled, graph, inputs, trace, key, donations)
 
     compiled._program = program
     return checked

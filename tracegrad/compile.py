@@ -205,8 +205,9 @@ class CompiledFunction:
         self._inspect.clear()
 
     def _program(self, graph: Graph, inputs: list[np.ndarray], trace: CompileTrace | None = None,
-                 key: tuple | None = None) -> Program:
-        """The program of `graph` (built on a miss); `key` when the caller has it already."""
+                 key: tuple | None = None, donations: tuple = ()) -> Program:
+        """The program of `graph` (built on a miss); `key` when the caller has it already
+        (it must cover `donations`: see `_donations`)."""
         if key is None:
             key = structural_key(graph, inputs)
         with self._lock:
@@ -218,7 +219,11 @@ class CompiledFunction:
             return program
         start = time.perf_counter()
         pruned, feeds = _prune(graph)
-        program = self._builder(optimize(pruned))
+        if feeds is not None:  # donated inputs by their index in the pruned graph
+            kept = {i: k for k, i in enumerate(feeds)}
+            donations = tuple((j, kept[i]) for j, i in donations if i in kept)
+        program = (self._builder(optimize(pruned), donations=donations) if donations
+                   else self._builder(optimize(pruned)))
         program.feeds = feeds
         seconds = time.perf_counter() - start
         with self._lock:
@@ -229,10 +234,10 @@ class CompiledFunction:
         return program
 
     def _run(self, graph: Graph, inputs: list[np.ndarray], trace: CompileTrace | None = None,
-             key: tuple | None = None) -> list[np.ndarray]:
+             key: tuple | None = None, donations: tuple = ()) -> list[np.ndarray]:
         """Run `graph` on `inputs` (one array per graph input; the program reads those its
         pruned graph kept)."""
-        program = self._program(graph, inputs, trace, key)
+        program = self._program(graph, inputs, trace, key, donations)
         return program.run([inputs[i] for i in program.feeds] if program.feeds is not None else inputs)
 
     def __call__(self, *args, **kwargs):
@@ -298,7 +303,10 @@ def _finish(trace: CompileTrace) -> None:
         graph = Graph(traced.inputs, traced.nodes, outputs, traced.name)
         inputs = [inputs_by_value[id(v)] for v in graph.inputs]
         key = traced.key(outputs, inputs)
-        arrays = [owned_array(np.asarray(a)) for a in trace.compiled._run(graph, inputs, trace, key)]
+        donations = _donations(writes, position, inputs, key[-1])
+        key = key_with_donations(key, donations)
+        arrays = [owned_array(np.asarray(a))
+                  for a in trace.compiled._run(graph, inputs, trace, key, donations)]
     else:
         arrays = []
     for t in alive:
@@ -309,7 +317,31 @@ def _finish(trace: CompileTrace) -> None:
             t._value = None
     for target, value in writes:
         array = arrays[position[value]] if value in position else inputs_by_value[id(value)]
-        np.copyto(target._data, array, casting="unsafe")
+        if array is not target._data:  # else the program wrote it in place (a donation)
+            np.copyto(target._data, array, casting="unsafe")
+
+
+def key_with_donations(key: tuple, donations: tuple) -> tuple:
+    """The cache key of a graph whose program may write these outputs into these inputs:
+    the output part gains one ("write", output position, input index) entry per pair."""
+    if not donations:
+        return key
+    return (*key[:-2], key[-2] + tuple(("write", j, i) for j, i in donations), key[-1])
+
+
+def _donations(writes: list, position: dict, inputs: list[np.ndarray], aliasing: tuple) -> tuple:
+    """(output position, input index) pairs: a written tensor's new value, and the graph
+    input holding the tensor's current buffer, which the program may write the value into
+    instead of a new buffer (the program decides which it can; see build_program). Only
+    inputs sharing memory with no other input qualify."""
+    index_of = {id(array): i for i, array in enumerate(inputs)}
+    shared = {i for pair in enumerate(aliasing) if pair[0] != pair[1] for i in pair}
+    pairs = []
+    for target, value in writes:
+        i = index_of.get(id(target._data))
+        if i is not None and value in position and i not in shared:
+            pairs.append((position[value], i))
+    return tuple(pairs)
 
 
 def _prune(graph: Graph) -> tuple[Graph, tuple[int, ...] | None]:

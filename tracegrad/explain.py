@@ -50,6 +50,8 @@ class KernelInfo:
             inlined = [node.output(0) for node in item.nodes if node.output(0) not in written]
             self.inlined = [names[v] for v in inlined if v in names]
             self.reads = [names[v] for v in item.leaves]
+            # Outputs the kernel writes into the buffer of the input they replace.
+            self.in_place = [(self.results[r], self.reads[k]) for r, k in getattr(step, "donated", ())]
             self.bytes_read, self.bytes_written = _size(item.leaves), _size(item.results)
             self.elements = 1
             for size in item.domain:
@@ -95,6 +97,8 @@ class KernelInfo:
                  f"symbol {self.step.symbol}",
                  f"    writes {', '.join(self.results)} ({_bytes(self.bytes_written)})",
                  f"    reads  {', '.join(self.reads) or '-'} ({_bytes(self.bytes_read)})"]
+        if self.in_place:
+            lines.append("    in place: " + ", ".join(f"{r} into {k}'s buffer" for r, k in self.in_place))
         if self.inlined:
             lines.append(f"    computes in registers {', '.join(self.inlined)}")
         timing = self.timing()

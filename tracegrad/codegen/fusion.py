@@ -49,6 +49,9 @@ class FusedKernel:
     # chains of views (outermost first) through which each leaf is read.
     remapped: set = field(default_factory=set)
     paths: dict = field(default_factory=dict)
+    # Outputs written into the buffer of a leaf they replace, read at the current element
+    # only (output -> leaf; set by `program._donate` for in-place parameter updates).
+    donated: dict = field(default_factory=dict)
 
     @property
     def domain(self) -> tuple[int, ...]:

@@ -174,6 +174,10 @@ def build_llvm(kernel: FusedKernel, name: str, whole: bool = False) -> ir.Module
     for position, value in enumerate(kernel.results + kernel.leaves):
         raw = builder.load(builder.gep(fn.args[0], [I64(position)], inbounds=True))
         pointers[value] = builder.bitcast(raw, memory_type(value.type.dtype).as_pointer())
+    for result, leaf in kernel.donated.items():
+        # One pointer for both, so LLVM sees that each element is read before it is
+        # overwritten (with two pointers its runtime overlap check would pick the scalar loop).
+        pointers[result] = pointers[leaf]
     emitter = _Emitter(kernel, b, pointers)
     for leaf in kernel.leaves:
         if leaf.type.shape == ():  # a scalar argument: load it once, outside the loops
@@ -257,6 +261,8 @@ def _map_body(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel,
     """One element of a map loop: store every output, fold every folded reduction."""
     emitter.memo.clear()
     offset = emitter.flat_offset(index, shape)
+    for leaf in kernel.donated.values():
+        emitter.emit(leaf, index)  # loaded (and memoized) before any output overwrites it
     for value in kernel.outputs:
         _store(builder, emitter, value, offset, emitter.emit(value, index))
     for node, slot in zip(kernel.folded, accumulators):
@@ -412,6 +418,9 @@ class KernelStep:
         # Splitting the outermost loop over threads (see the module docstring).
         # Chunks of a loop over elements start on a cache line (64 elements or more).
         self.align = 64 if outer_extent(kernel) == self.elements and kernel.reduction is None else 1
+        # (result position, leaf position) of outputs written into a leaf's buffer.
+        self.donated = [(kernel.results.index(result), kernel.leaves.index(leaf))
+                        for result, leaf in kernel.donated.items()]
         self.folded = folded_reductions(kernel)
         self.folded_positions = [kernel.results.index(node.output(0)) for node in self.folded]
         self.folded_elements = sum(int(np.prod(node.out_types[0].shape)) for node in self.folded)
@@ -462,7 +471,12 @@ class KernelStep:
         for position, size, name in self.index_checks:
             check_bounds(name, np.asarray(slots[self.inputs[position]]), size)
         outs = [_take(pool, shape, dtype) for shape, dtype in self.out_specs]
-        arrays = outs + [np.ascontiguousarray(slots[i]) for i in self.inputs]
+        leaves = [np.ascontiguousarray(slots[i]) for i in self.inputs]
+        for result, leaf in self.donated:
+            if not leaves[leaf].flags.writeable:
+                leaves[leaf] = leaves[leaf].copy()
+            outs[result] = leaves[leaf]
+        arrays = outs + leaves
         addresses = [_address(a) for a in arrays]
         chunks = self.chunk_count()
         if chunks == 1:
