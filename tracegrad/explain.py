@@ -61,6 +61,7 @@ class KernelInfo:
             else:
                 self.kind = "map+reduction" if item.folded else "map"
             self.domain = item.domain
+            self.epilogue = None
         else:
             node = item.node
             outputs = [node.output(i) for i in range(len(node.out_types))]
@@ -70,6 +71,20 @@ class KernelInfo:
             self.bytes_read, self.bytes_written = _size(node.inputs), _size(outputs)
             self.elements = sum(v.type.numel for v in outputs)
             self.line = format_node(node, names)
+            self.epilogue = None
+            epilogue = getattr(item, "kernel", None)  # a matmul with a fused epilogue
+            if epilogue is not None:
+                self.results = [names[v] for v in item.results]
+                self.bytes_written = _size(item.results)
+                written = set(epilogue.results)
+                computed = [n.output(0) for n in epilogue.nodes if n.output(0) not in written]
+                self.epilogue = (f"epilogue fused into the GEMM's write-back of each C tile: writes "
+                                 f"{', '.join(names[v] for v in epilogue.results)}, reads "
+                                 f"{', '.join(names[v] for v in epilogue.leaves)}, computes in registers "
+                                 f"{', '.join(names[v] for v in computed if v in names) or '-'}"
+                                 + ("" if item.keep_product else f"; {names[item.product]} is not kept"))
+                for view in item.operand_views.values():
+                    self.epilogue += f"\n         takes operand {format_node(view, names)} as a NumPy view"
             if node.op.kind == MATMUL:
                 self.why = "NumPy's BLAS or the generated GEMM, whichever measured faster (codegen/matmul_step.py)"
             elif lowerable(node):
@@ -89,9 +104,15 @@ class KernelInfo:
 
     def __str__(self) -> str:
         if not self.is_llvm:
-            return (f"numpy    {self.line}\n"
+            text = (f"numpy    {self.line}\n"
                     f"         runs through NumPy: {self.why}; reads {_bytes(self.bytes_read)}, "
                     f"writes {_bytes(self.bytes_written)}")
+            if self.epilogue:
+                text += f"\n         {self.epilogue}"
+                timing = self.timing()
+                if timing:
+                    text += f"\n         epilogue {timing}"
+            return text
         domain = "[" + ",".join(map(str, self.domain)) + "]"
         lines = [f"{self.name}  {self.kind} over {domain} ({_count(self.elements, 'element')}), "
                  f"symbol {self.step.symbol}",
@@ -142,7 +163,7 @@ class GraphReport:
         from tracegrad.codegen.fusion import FusedKernel, plan
         steps = self.event.program.steps
         names = value_names(self.optimized)
-        has_kernels = any(hasattr(step, "kernel") for step in steps)
+        has_kernels = any(hasattr(step, "kernel") or hasattr(step, "epilogue") for step in steps)
         if has_kernels:
             items = plan(self.optimized)
         else:  # a NumPy-only program (build_numpy_program): one step per node
@@ -176,7 +197,7 @@ class GraphReport:
         from tracegrad.codegen.llvm import optimized_ir
         parts = []
         for kernel in self.kernels:
-            if kernel.is_llvm:
+            if kernel.is_llvm or kernel.epilogue:
                 text = optimized_ir(kernel.step.llvm_ir()) if optimized else kernel.step.llvm_ir()
                 parts.append(f"; {kernel.name} (symbol {kernel.step.symbol}): writes {', '.join(kernel.results)}\n"
                              f"{text.rstrip()}")
@@ -186,7 +207,7 @@ class GraphReport:
         from tracegrad.codegen.llvm import assembly, optimized_ir
         parts = []
         for kernel in self.kernels:
-            if kernel.is_llvm:
+            if kernel.is_llvm or kernel.epilogue:
                 parts.append(f"# {kernel.name} (symbol {kernel.step.symbol})\n"
                              f"{assembly(optimized_ir(kernel.step.llvm_ir())).rstrip()}")
         return "\n\n".join(parts)

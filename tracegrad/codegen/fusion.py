@@ -184,7 +184,8 @@ MERGE_WINDOW = 12
 
 
 def plan(graph: Graph) -> list:
-    """Kernels and NumPy steps, in an order that respects dependencies."""
+    """Kernels, NumPy steps and matmuls with fused epilogues (`codegen/epilogue.py`), in an
+    order that respects dependencies."""
     buffers = materialized_values(graph)
     steps: list = []
     for node in graph.nodes:
@@ -197,7 +198,8 @@ def plan(graph: Graph) -> list:
             steps.append(Unfused(node))  # a view of a buffer: NumPy makes it for free
             continue
         steps.append(_collect(node, lambda value: value in buffers))
-    return drop_internal_outputs(group_rows(merge_loops(steps)), graph)
+    from tracegrad.codegen.epilogue import fuse_epilogues  # it builds on this module
+    return fuse_epilogues(drop_internal_outputs(group_rows(merge_loops(steps)), graph), graph)
 
 
 def drop_internal_outputs(steps: list, graph: Graph) -> list:

@@ -1,59 +1,32 @@
 """A generated matrix multiply (GEMM) for 2-D float32/float64 arrays: `matmul`, `is_supported`.
 
-What lives here: the LLVM IR generator of one BLIS/Goto-style GEMM function per
-(dtype, layout of A, layout of B) and the per-thread packing workspaces; a product on two
-threads is two calls sharing one chunk counter, run by the kernels' pool
-(`codegen/threads.py`). What does not: choosing between this
-kernel and numpy.matmul (the compiler does that per shape, from measurements), and any
-graph or autograd logic.
-
-The generated function computes C[m0:m1, n0:n1] = A[m0:m1, :] @ B[:, n0:n1]:
-
-    for jc in n0..n1 step NC:                 B panel (KC x NC) lives in L2/L3
-      for pc in 0..K step KC:                 pack B[pc:pc+kc, jc:jc+nc] into NR-wide panels
-        for ic in m0..m1 step MC:             pack A[ic:ic+mc, pc:pc+kc] into MR-tall panels (L2)
-          for jr in 0..nc step NR:            one B micro-panel (kc x NR) stays in L1 ...
-            for ir in 0..mc step MR:          ... while the A micro-panels stream past it
-              micro-kernel: C[MR x NR] (+)= packed A (kc x MR) . packed B (kc x NR)
-
-The micro-kernel keeps the MR x NR tile in MR * NR / V vector accumulators (V lanes:
-<16 x float> / <8 x double> with AVX-512) and per k does NR / V vector loads of B, MR
-broadcasts of A and MR * NR / V `llvm.fma` calls. Packing zero-pads partial panels, so the
-micro-kernel always computes a full tile; only the write-back of an edge tile is masked.
-Packing reads an operand either along its contiguous axis (a vector copy) or across it (a
-V x V in-register transpose), so row-major and transposed (column-major) views of A and B
-are all packed without a copy in NumPy.
-
-Vector types are generic LLVM vectors: on a host without AVX-512 LLVM legalizes them, and
-the tile shrinks (`_tile_shape`) so the accumulators still fit in 16 registers.
+What lives here: running the GEMM functions that `codegen/gemm_ir.py` generates (one per
+dtype and operand layouts): the per-thread packing workspaces and parameter blocks, the
+cache-blocking plan of a product, and the split of a product over two threads (two calls
+sharing one chunk counter, run by the kernels' pool, `codegen/threads.py`). A product may
+carry a tile epilogue (`codegen/epilogue.py`), run on each finished strip of C. What does
+not: the IR, choosing between this kernel and numpy.matmul (`codegen/matmul_step.py`), and
+any graph or autograd logic.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
-import math
 import threading
 from collections.abc import Callable
 
-import llvmlite.binding as llvm
 import numpy as np
-from llvmlite import ir
 
-from tracegrad.codegen import threads as kernel_threads
-from tracegrad.codegen.llvm import F32, F64, I1, I64, compile_kernel_keyed, emit_loop as _loop, load_keyed
+from tracegrad.codegen import gemm_ir, threads as kernel_threads
+from tracegrad.codegen.gemm_ir import COL, PARAMETER_COUNT, ROW, GemmEmitter, tile_shape as _tile_shape
+from tracegrad.codegen.llvm import compile_kernel_keyed, load_keyed
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-ROW, COL = "row", "col"  # operand layouts: unit stride along axis 1 (row-major) or axis 0
-
-# Positions in the i64 parameter block the generated function reads. The output is cut into
-# CHUNKS pieces of CHUNK_SIZE rows (or columns, if SPLIT_N) that the threads calling the
-# function claim in turn from the shared COUNTER.
-(P_A, P_LDA, P_B, P_LDB, P_C, P_LDC, P_M, P_N, P_K, P_KC, P_MC, P_NC, P_PACK_A, P_PACK_B,
- P_COUNTER, P_CHUNKS, P_CHUNK_SIZE, P_SPLIT_N) = range(18)
-PARAMETER_COUNT = 18
 KERNEL_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+# void tile(i8** buffers, i64 r0, i64 r1, i64 c0, i64 c1): an epilogue over C[r0:r1, c0:c1].
+EPILOGUE_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                      ctypes.c_int64)
 
 # Cache blocking (elements). KC: a B micro-panel (KC x NR) fits in L1 (48 KB on Zen 5);
 # MC: the packed A block (MC x KC) sits in L2 (1 MB); NC: the packed B panel, L2/L3.
@@ -66,311 +39,6 @@ NC_MAX = 2048
 TWO_THREAD_MIN_WORK = 1 << 22
 CHUNKS_PER_THREAD = 1
 
-
-# ----------------------------------------------------------------------------- tiles
-
-@functools.cache
-def _host_vector_bits() -> int:
-    features = llvm.get_host_cpu_features()
-    if features.get("avx512f"):
-        return 512
-    if features.get("avx"):
-        return 256
-    return 128
-
-
-@functools.cache
-def _tile_shape(dtype: np.dtype) -> tuple[int, int, int]:
-    """(MR, NR, V): micro-tile rows, columns and vector lanes for the host.
-
-    With 32 vector registers (AVX-512) a 12 x 2V tile holds 24 accumulators, leaving room
-    for the two B vectors and a broadcast; with 16 registers it is 6 x 2V (12 accumulators),
-    the classic Haswell shape. MR need not be a power of two; NR is a multiple of V."""
-    lanes = _host_vector_bits() // (8 * dtype.itemsize)
-    rows = 12 if lanes * dtype.itemsize * 8 == 512 else 6
-    return rows, 2 * lanes, lanes
-
-
-# ----------------------------------------------------------------------------- IR helpers
-
-def _for(b: ir.IRBuilder, start, stop, step, body: Callable[[ir.Value], None]) -> None:
-    def body_without_values(index, _values):
-        body(index)
-        return []
-    _loop(b, start, stop, step, [], body_without_values)
-
-
-def _smin(b: ir.IRBuilder, x, y):
-    return b.select(b.icmp_signed("<", x, y), x, y)
-
-
-def _at(b: ir.IRBuilder, pointer, offset):
-    return b.gep(pointer, [offset], inbounds=True)
-
-
-def _load_vector(b: ir.IRBuilder, pointer, vector_type: ir.VectorType, align: int):
-    return b.load(b.bitcast(pointer, vector_type.as_pointer()), align=align)
-
-
-def _store_vector(b: ir.IRBuilder, value, pointer, align: int) -> None:
-    b.store(value, b.bitcast(pointer, value.type.as_pointer()), align=align)
-
-
-def _shuffle(b: ir.IRBuilder, x, y, mask: list[int]):
-    return b.shuffle_vector(x, y, ir.Constant(ir.VectorType(ir.IntType(32), len(mask)), mask))
-
-
-def _transpose(b: ir.IRBuilder, rows: list) -> list:
-    """Transpose T vectors of T lanes (T a power of two) with log2(T) rounds of
-    interleaves: after the rounds, vector k holds lane k of every input row."""
-    size = len(rows)
-    half = size // 2
-    low = [lane for pair in zip(range(half), range(size, size + half)) for lane in pair]
-    high = [lane + half for lane in low]
-    for _ in range(int(math.log2(size))):
-        rows = [vector for p in range(half)
-                for vector in (_shuffle(b, rows[p], rows[p + half], low), _shuffle(b, rows[p], rows[p + half], high))]
-    return rows
-
-
-# ----------------------------------------------------------------------------- IR generation
-
-class _GemmEmitter:
-    """Builds the module of one GEMM function for a dtype, tile shape and operand layouts."""
-
-    def __init__(self, dtype: np.dtype, a_layout: str, b_layout: str, tile: tuple[int, int, int]):
-        self.rows, self.cols, self.lanes = tile
-        self.element = F32 if dtype == np.float32 else F64
-        self.size = dtype.itemsize
-        self.vector = ir.VectorType(self.element, self.lanes)
-        self.pointer = self.element.as_pointer()
-        self.module = ir.Module(name=f"gemm_{dtype.name}_{a_layout}_{b_layout}")
-        self.fma = ir.Function(self.module, ir.FunctionType(self.vector, [self.vector] * 3),
-                               f"llvm.fma.v{self.lanes}f{8 * self.size}")
-        # Packing views an operand as X[w, k] (w: the rows of A or the columns of B). A
-        # row-major A and a column-major B are contiguous along k: packed by transposes.
-        self.pack_a = self._pack_function("pack_a", self.rows, k_contiguous=a_layout == ROW)
-        self.pack_b = self._pack_function("pack_b", self.cols, k_contiguous=b_layout == COL)
-        self.micro = self._micro_kernel()
-        self._gemm()
-
-    def _function(self, name: str, argument_types: list, internal: bool = True):
-        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), argument_types), name)
-        if internal:
-            function.linkage = "internal"
-        return function, ir.IRBuilder(function.append_basic_block("entry"))
-
-    # -- packing --
-    def _pack_function(self, name: str, width: int, k_contiguous: bool):
-        """pack(src, ld, w_start, w_count, k_start, kc, dest): copy X[w_start:+w_count,
-        k_start:+kc] into panels of `width` rows of w; panel p holds dest[p*width*kc:]
-        laid out [k][w], zero-padded past w_count."""
-        function, b = self._function(name, [self.pointer, I64, I64, I64, I64, I64, self.pointer])
-        src, ld, w_start, w_count, k_start, kc, dest = function.args
-
-        def element(w, k):  # address of X[w_start + w, k_start + k]
-            w, k = b.add(w_start, w), b.add(k_start, k)
-            if k_contiguous:
-                return _at(b, src, b.add(b.mul(w, ld), k))
-            return _at(b, src, b.add(w, b.mul(k, ld)))
-
-        full_end = b.mul(b.sdiv(w_count, I64(width)), I64(width))  # w where the partial panel starts
-        if k_contiguous:
-            _for(b, I64(0), full_end, width, lambda w0: self._pack_full_transposed(
-                b, element, w0, kc, _at(b, dest, b.mul(w0, kc)), width))
-        else:
-            # Row by row of the source (k outer), so that it is read sequentially; the
-            # panels are written as `width`-element pieces, one stream per panel.
-            vector_type = ir.VectorType(self.element, width)
-
-            def source_row(k):
-                _for(b, I64(0), full_end, width, lambda w0: _store_vector(
-                    b, _load_vector(b, element(w0, k), vector_type, self.size),
-                    _at(b, dest, b.add(b.mul(w0, kc), b.mul(k, I64(width)))), self.size))
-            _for(b, I64(0), kc, 1, source_row)
-        with b.if_then(b.icmp_signed("<", full_end, w_count)):
-            self._pack_partial(b, element, full_end, b.sub(w_count, full_end), kc,
-                               _at(b, dest, b.mul(full_end, kc)), width, k_contiguous)
-        b.ret_void()
-        return function
-
-    def _pack_full_transposed(self, b, element, w0, kc, panel_dest, width: int) -> None:
-        """A full panel whose source is contiguous along k: T x T blocks are loaded as T
-        vectors along k and transposed in registers (T: the largest power of two that
-        divides the panel width, at most the vector width). Leftover k are copied singly."""
-        block = math.gcd(width, self.lanes)
-        block_type = ir.VectorType(self.element, block)
-        k_main = b.and_(kc, I64(-block))
-
-        def k_block(k0):
-            for w_block in range(0, width, block):
-                rows = [_load_vector(b, element(b.add(w0, I64(w_block + t)), k0), block_type, self.size)
-                        for t in range(block)]
-                for offset, column in enumerate(_transpose(b, rows) if block > 1 else rows):
-                    at = b.add(b.mul(b.add(k0, I64(offset)), I64(width)), I64(w_block))
-                    _store_vector(b, column, _at(b, panel_dest, at), self.size)
-
-        _for(b, I64(0), k_main, block, k_block)
-
-        def k_single(k):
-            for w in range(width):
-                b.store(b.load(element(b.add(w0, I64(w)), k)), _at(b, panel_dest, b.add(b.mul(k, I64(width)), I64(w))))
-
-        _for(b, k_main, kc, 1, k_single)
-
-    def _pack_partial(self, b, element, w0, valid, kc, panel_dest, width: int, k_contiguous: bool) -> None:
-        """The last, partial panel: zero it, then copy the valid rows element by element
-        (inner loop along the source's contiguous axis)."""
-        zeros = ir.Constant(ir.VectorType(self.element, width), None)
-        _for(b, I64(0), kc, 1, lambda k: _store_vector(b, zeros, _at(b, panel_dest, b.mul(k, I64(width))), self.size))
-
-        def copy(w, k):
-            b.store(b.load(element(b.add(w0, w), k)), _at(b, panel_dest, b.add(b.mul(k, I64(width)), w)))
-
-        if k_contiguous:
-            _for(b, I64(0), valid, 1, lambda w: _for(b, I64(0), kc, 1, lambda k: copy(w, k)))
-        else:
-            _for(b, I64(0), kc, 1, lambda k: _for(b, I64(0), valid, 1, lambda w: copy(w, k)))
-
-    # -- micro-kernel --
-    def _micro_kernel(self):
-        """micro(kc, packed_a, packed_b, c, ldc, accumulate, mr, nr): C[:mr, :nr] (+)= the
-        product of an A micro-panel (kc x MR) and a B micro-panel (kc x NR)."""
-        function, b = self._function("micro", [I64, self.pointer, self.pointer, self.pointer, I64, I1, I64, I64])
-        kc, packed_a, packed_b, c, ldc, accumulate, mr, nr = function.args
-        for argument in (packed_a, packed_b, c):
-            argument.add_attribute("noalias")
-        rows, vectors = self.rows, self.cols // self.lanes
-        zero = ir.Constant(self.vector, None)
-        splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), self.lanes), [0] * self.lanes)
-
-        def step(k, accumulators):
-            b_vectors = [_load_vector(b, _at(b, packed_b, b.add(b.mul(k, I64(self.cols)), I64(v * self.lanes))),
-                                      self.vector, self.size) for v in range(vectors)]
-            updated = []
-            for i in range(rows):
-                scalar = b.load(_at(b, packed_a, b.add(b.mul(k, I64(rows)), I64(i))))
-                broadcast = b.shuffle_vector(b.insert_element(ir.Constant(self.vector, ir.Undefined), scalar, I64(0)),
-                                             ir.Constant(self.vector, ir.Undefined), splat_mask)
-                for v in range(vectors):
-                    updated.append(b.call(self.fma, [broadcast, b_vectors[v], accumulators[i * vectors + v]]))
-            return updated
-
-        # Unrolled by 4 so the loop overhead and the pointer updates amortize over 4 k.
-        unroll = 4
-        k_main = b.and_(kc, I64(-unroll))
-
-        def unrolled(k, accumulators):
-            for u in range(unroll):
-                accumulators = step(b.add(k, I64(u)), accumulators)
-            return accumulators
-
-        accumulators = _loop(b, I64(0), k_main, unroll, [zero] * (rows * vectors), unrolled)
-        accumulators = _loop(b, k_main, kc, 1, accumulators, step)
-
-        full = b.and_(b.icmp_signed("==", mr, I64(rows)), b.icmp_signed("==", nr, I64(self.cols)))
-        with b.if_else(full) as (full_tile, edge_tile):
-            with full_tile:
-                for i in range(rows):
-                    for v in range(vectors):
-                        at = _at(b, c, b.add(b.mul(I64(i), ldc), I64(v * self.lanes)))
-                        value = accumulators[i * vectors + v]
-                        # A select, not a branch: the C load is one per tile per K block.
-                        total = b.fadd(_load_vector(b, at, self.vector, self.size), value)
-                        _store_vector(b, b.select(accumulate, total, value), at, self.size)
-            with edge_tile:
-                # Spill the tile to the stack and copy its valid part.
-                tile = b.alloca(ir.ArrayType(self.element, rows * self.cols))
-                tile_base = b.bitcast(tile, self.pointer)
-                for i in range(rows):
-                    for v in range(vectors):
-                        _store_vector(b, accumulators[i * vectors + v],
-                                      _at(b, tile_base, I64(i * self.cols + v * self.lanes)), self.size)
-
-                def copy_row(i):
-                    def copy(j):
-                        at = _at(b, c, b.add(b.mul(i, ldc), j))
-                        value = b.load(_at(b, tile_base, b.add(b.mul(i, I64(self.cols)), j)))
-                        b.store(b.select(accumulate, b.fadd(b.load(at), value), value), at)
-                    _for(b, I64(0), nr, 1, copy)
-
-                _for(b, I64(0), mr, 1, copy_row)
-        b.ret_void()
-        return function
-
-    # -- the loop nest --
-    def _block_function(self):
-        """block(a, lda, b, ldb, c, ldc, m0, m1, n0, n1, k, kc_block, mc_block, nc_block,
-        pack_a, pack_b): C[m0:m1, n0:n1] = A[m0:m1, :] @ B[:, n0:n1], the BLIS loop nest."""
-        function, b = self._function("block", [self.pointer, I64, self.pointer, I64, self.pointer, I64]
-                                     + [I64] * 8 + [self.pointer, self.pointer])
-        (a, lda, b_matrix, ldb, c, ldc, m0, m1, n0, n1, k, kc_block, mc_block, nc_block,
-         pack_a, pack_b) = function.args
-
-        def column_block(jc):
-            nc = _smin(b, nc_block, b.sub(n1, jc))
-
-            def depth_block(pc):
-                kc = _smin(b, kc_block, b.sub(k, pc))
-                accumulate = b.icmp_signed(">", pc, I64(0))
-                b.call(self.pack_b, [b_matrix, ldb, jc, nc, pc, kc, pack_b])
-
-                def row_block(ic):
-                    mc = _smin(b, mc_block, b.sub(m1, ic))
-                    b.call(self.pack_a, [a, lda, ic, mc, pc, kc, pack_a])
-
-                    def tile_column(jr):
-                        nr = _smin(b, I64(self.cols), b.sub(nc, jr))
-                        panel_b = _at(b, pack_b, b.mul(jr, kc))
-
-                        def tile(ir_):
-                            mr = _smin(b, I64(self.rows), b.sub(mc, ir_))
-                            c_tile = _at(b, c, b.add(b.mul(b.add(ic, ir_), ldc), b.add(jc, jr)))
-                            b.call(self.micro, [kc, _at(b, pack_a, b.mul(ir_, kc)), panel_b, c_tile, ldc,
-                                                accumulate, mr, nr])
-                        _for(b, I64(0), mc, self.rows, tile)
-                    _for(b, I64(0), nc, self.cols, tile_column)
-                _for(b, m0, m1, mc_block, row_block)
-            _for(b, I64(0), k, kc_block, depth_block)
-        _for(b, n0, n1, nc_block, column_block)
-        b.ret_void()
-        return function
-
-    def _gemm(self) -> None:
-        """gemm(params): claim chunks of the output from the shared counter until none is
-        left. A thread that is descheduled (the machine is shared) thus leaves its unclaimed
-        chunks to the other, and a caller never waits for a helper that has not started."""
-        block = self._block_function()
-        function, b = self._function("gemm", [I64.as_pointer()], internal=False)
-        params = function.args[0]
-        read = lambda position: b.load(_at(b, params, I64(position)))
-        pointer = lambda position: b.inttoptr(read(position), self.pointer)
-        operands = [pointer(P_A), read(P_LDA), pointer(P_B), read(P_LDB), pointer(P_C), read(P_LDC)]
-        m, n, k = read(P_M), read(P_N), read(P_K)
-        blocking = [read(P_KC), read(P_MC), read(P_NC), pointer(P_PACK_A), pointer(P_PACK_B)]
-        counter = b.inttoptr(read(P_COUNTER), I64.as_pointer())
-        chunks, chunk_size, split_n = read(P_CHUNKS), read(P_CHUNK_SIZE), b.trunc(read(P_SPLIT_N), I1)
-
-        claim = b.append_basic_block("claim")
-        work = b.append_basic_block("work")
-        done = b.append_basic_block("done")
-        b.branch(claim)
-        b.position_at_end(claim)
-        chunk = b.atomic_rmw("add", counter, I64(1), "monotonic")
-        b.cbranch(b.icmp_signed("<", chunk, chunks), work, done)
-        b.position_at_end(work)
-        start = b.mul(chunk, chunk_size)
-        stop = _smin(b, b.add(start, chunk_size), b.select(split_n, n, m))
-        m0, m1 = b.select(split_n, I64(0), start), b.select(split_n, m, stop)
-        n0, n1 = b.select(split_n, start, I64(0)), b.select(split_n, stop, n)
-        b.call(block, operands + [m0, m1, n0, n1, k] + blocking)
-        b.branch(claim)
-        b.position_at_end(done)
-        b.ret_void()
-
-
-# ----------------------------------------------------------------------------- runtime
-
 _kernels: dict[tuple[np.dtype, str, str], Callable[[int], None]] = {}
 
 
@@ -381,14 +49,14 @@ def _kernel(dtype: np.dtype, a_layout: str, b_layout: str) -> Callable[[int], No
     function = _kernels.get(key)
     if function is None:
         tile = _tile_shape(dtype)
-        build = lambda: _GemmEmitter(dtype, a_layout, b_layout, tile).module  # noqa: E731
+        build = lambda: GemmEmitter(dtype, a_layout, b_layout, tile).module  # noqa: E731
         address, _, _ = compile_kernel_keyed(_description(dtype, a_layout, b_layout), "gemm", build)
         function = _kernels.setdefault(key, KERNEL_SIGNATURE(address))
     return function
 
 
 def _description(dtype: np.dtype, a_layout: str, b_layout: str) -> str:
-    # The disk-cache key: this file's source and the parameters instead of the IR text, so
+    # The disk-cache key: the generator's source and the parameters instead of the IR text, so
     # a kernel in the disk cache loads without generating its ~6,000 instructions.
     return f"gemm {_SOURCE_HASH} {dtype} {a_layout} {b_layout} tile={_tile_shape(dtype)} kc={KC_MAX}"
 
@@ -412,7 +80,8 @@ def ready(a: np.ndarray, b: np.ndarray, compile: bool = False) -> bool:  # noqa:
 
 
 def _source_hash() -> str:
-    with open(__file__, "rb") as source:
+    # The generator's source: the IR depends on it (and on the parameters in _description).
+    with open(gemm_ir.__file__, "rb") as source:
         return hashlib.sha256(source.read()).hexdigest()[:16]
 
 
@@ -442,9 +111,9 @@ class _Workspace:
         start = -raw.__array_interface__["data"][0] % 64
         return raw[start:start + count * dtype.itemsize].view(dtype)
 
-    def fill(self, operands: tuple, plan: tuple, counter_address: int) -> int:
+    def fill(self, operands: tuple, plan: tuple, counter_address: int, epilogue: tuple[int, int]) -> int:
         """Write one call's parameters; returns the address to pass to the kernel."""
-        self.params[:] = (*operands, *plan[:6], self.pack_a, self.pack_b, counter_address, *plan[6:])
+        self.params[:] = (*operands, *plan[:6], self.pack_a, self.pack_b, counter_address, *plan[6:], *epilogue)
         return self.address
 
 
@@ -511,12 +180,16 @@ def is_supported(a_shape: tuple[int, ...], b_shape: tuple[int, ...], dtype) -> b
             and np.dtype(dtype) in SUPPORTED_DTYPES)
 
 
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads: int | None = None,
+           epilogue: tuple[int, int] | None = None) -> np.ndarray:
     """a @ b for 2-D float32 or float64 arrays, with the generated kernel.
 
     `a` and `b` may be row-major or transposed (column-major) strided views; anything else
     is copied first. `out`, if given, must have shape (M, N) and the operands' dtype.
-    `threads` is 1 or 2; by default 2 when the product is large enough to pay for it."""
+    `threads` is 1 or 2; by default 2 when the product is large enough to pay for it.
+    `epilogue`: (address of an `EPILOGUE_SIGNATURE` function, its buffer array), run on every
+    part of `out` once that part is final: inside the loop nest on each finished strip of C
+    when `out` is written in place, else once over the whole product at the end."""
     _check_operands(a, b)
     (m, k), n = a.shape, b.shape[1]
     if out is None:
@@ -531,20 +204,27 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
             result = np.empty((m, n), a.dtype)  # written whole, then copied into `out`
     if m == 0 or n == 0:
         return out
+    in_place = epilogue is not None and result is out and out.flags.c_contiguous
     if k == 0:
         out[...] = 0
-        return out
-    if n < _tile_shape(a.dtype)[1] // 2 and m > n:
+    elif n < _tile_shape(a.dtype)[1] // 2 and m > n:
         # A narrow C (the 10 logits of a classifier) would fill under half of each NR-wide
         # tile; C.T = B.T @ A.T has the narrow side along MR instead, and the transposing
         # copy of a narrow C is cheap.
         out[...] = matmul(b.T, a.T, threads=threads).T
-        return out
-    if threads is None:
-        threads = 2 if m * n * k >= TWO_THREAD_MIN_WORK else 1
-    _run(a, b, result, threads)
-    if result is not out:
-        out[...] = result
+    else:
+        if threads is None:
+            threads = 2 if m * n * k >= TWO_THREAD_MIN_WORK else 1
+        _run(a, b, result, threads, epilogue if in_place else None)
+        if result is not out:
+            out[...] = result
+        if in_place:
+            return out
+    if epilogue is not None:
+        # The epilogue indexes a C-contiguous product.
+        if not out.flags.c_contiguous:
+            raise ValueError(f"matmul: an epilogue needs a C-contiguous out, for {_describe(a, b)}")
+        EPILOGUE_SIGNATURE(epilogue[0])(epilogue[1], 0, m, 0, n)
     return out
 
 
@@ -559,8 +239,9 @@ def _check_operands(a, b) -> None:
         raise ValueError(f"matmul: inner dimensions differ ({a.shape[1]} != {b.shape[0]}), got {_describe(a, b)}")
 
 
-def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int) -> None:
-    """C = A @ B with the kernel for the operands' layouts, on one or two threads."""
+def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int, epilogue: tuple[int, int] | None) -> None:
+    """C = A @ B with the kernel for the operands' layouts, on one or two threads, running
+    the epilogue (if any) on each finished strip of C."""
     (m, k), n, dtype = a.shape, b.shape[1], a.dtype
     a_layout, b_layout = _operand_layout(a), _operand_layout(b)
     if a_layout is None:
@@ -577,7 +258,7 @@ def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int) -> None:
     counter = workspaces[0]
     counter.counter[0] = 0
     plan = _plan(m, n, k, dtype, threads)
-    calls = [(function, w.fill(operands, plan, counter.counter_address)) for w in workspaces]
+    calls = [(function, w.fill(operands, plan, counter.counter_address, epilogue or (0, 0))) for w in workspaces]
     if threads == 1:
         function(calls[0][1])
         return

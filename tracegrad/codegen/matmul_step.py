@@ -20,6 +20,7 @@ warm-up call each, then `ROUNDS` alternating timed calls; the smaller best time 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import time
@@ -122,6 +123,75 @@ class MatmulStep(NumpyStep):
         else:
             np.matmul(a, b, out=out)
         slots[self.outputs[0]] = out
+
+
+class EpilogueMatmulStep(MatmulStep):
+    """A 2-D matmul with a fused epilogue (`codegen/epilogue.py`): the generated GEMM runs
+    the epilogue's tile function on each finished strip of the product; NumPy's BLAS (first
+    runs, `TRACEGRAD_MATMUL=numpy`) is followed by the same function over the whole product.
+
+    Inputs: the two operands (or the buffers of which it takes them as views), then the
+    epilogue's other leaves. Outputs: the product if
+    something else reads it, then the epilogue's results."""
+
+    __slots__ = ("epilogue", "keep_product", "operand_views", "leaf_sources", "result_specs", "pointer_array",
+                 "tile_address", "tile_function", "module", "symbol", "from_disk", "compile_seconds", "name")
+
+    def __init__(self, item, inputs: tuple[int, ...], outputs: tuple[int, ...]):
+        from tracegrad.codegen.epilogue import build_tile_llvm
+        from tracegrad.codegen.llvm import compile_kernel
+        super().__init__(item.node, inputs, outputs)
+        kernel = self.epilogue = item.kernel
+        self.keep_product = item.keep_product
+        self.name = "matmul+epilogue"
+        # (position, view node) of operands the step takes as NumPy views of its inputs.
+        self.operand_views = tuple(item.operand_views.items())
+        self.label = f"{self.label}+epilogue({'+'.join(n.op.name for n in kernel.nodes)})"
+        # Each leaf of the tile function: None for the product, else its position in `inputs`.
+        others = item.leaves
+        self.leaf_sources = [None if v == item.product else others.index(v) for v in kernel.leaves]
+        self.result_specs = [(v.type.shape, v.type.dtype.np) for v in kernel.results]
+        self.pointer_array = ctypes.c_void_p * (len(kernel.results) + len(kernel.leaves))
+        start = time.perf_counter()
+        self.module = build_tile_llvm(kernel, "kernel")
+        self.tile_address, self.symbol, self.from_disk = compile_kernel(self.module, "kernel")
+        self.tile_function = gemm.EPILOGUE_SIGNATURE(self.tile_address)
+        self.compile_seconds = time.perf_counter() - start
+
+    def llvm_ir(self) -> str:
+        """The epilogue's LLVM IR (before optimization), under its symbol."""
+        return str(self.module).replace('@"kernel"', f'@"{self.symbol}"')
+
+    def run(self, slots: list, pool: dict | None = None) -> None:
+        operands = [slots[self.inputs[0]], slots[self.inputs[1]]]
+        for position, view in self.operand_views:
+            operands[position] = view.op.impl(operands[position], **view.attrs)
+        a, b = operands
+        product = _take(pool, self.out_shape, self.out_dtype)
+        results = [_take(pool, shape, dtype) for shape, dtype in self.result_specs]
+        leaves = [product if source is None else np.ascontiguousarray(slots[self.inputs[source]])
+                  for source in self.leaf_sources]
+        pointers = self.pointer_array(*(_address(x) for x in results + leaves))  # alive during the calls
+        if choose(a, b, product) == GENERATED and self._generated_ready(a, b):
+            gemm.matmul(a, b, out=product, epilogue=(self.tile_address, ctypes.addressof(pointers)))
+        else:
+            np.matmul(a, b, out=product)
+            self.tile_function(ctypes.addressof(pointers), 0, self.out_shape[0], 0, self.out_shape[1])
+        written = ([product] if self.keep_product else []) + results
+        for slot, array in zip(self.outputs, written):
+            slots[slot] = array
+        if not self.keep_product and pool is not None:
+            pool.setdefault((product.shape, product.dtype), []).append(product)
+
+
+def _take(pool: dict | None, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """A dead buffer of this shape and dtype from the run's pool, or a new one."""
+    free = pool.get((shape, np.dtype(dtype))) if pool else None
+    return free.pop() if free else np.empty(shape, dtype=dtype)
+
+
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
 
 
 def eager_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -29,7 +29,7 @@ class NumpyStep:
 
     owns_outputs = False  # True: outputs are fresh or pooled buffers (recyclable), never views
 
-    __slots__ = ("impl", "attrs", "inputs", "outputs", "label", "may_view", "op_kind")
+    __slots__ = ("impl", "attrs", "inputs", "outputs", "label", "may_view", "op_kind", "flop_types")
 
     def __init__(self, node, inputs: tuple[int, ...], outputs: tuple[int, ...]):
         self.impl = node.op.impl
@@ -39,6 +39,8 @@ class NumpyStep:
         self.label = node.op.name
         self.may_view = node.op.kind == MOVEMENT  # NumPy may return a view of the input
         self.op_kind = node.op.kind
+        # For a matmul's FLOP count (2 * product elements * contraction length).
+        self.flop_types = (node.out_types[0], node.inputs[0].type) if node.op.kind == MATMUL else None
 
     def run(self, slots: list, pool: dict | None = None) -> None:
         result = self.impl(*(slots[i] for i in self.inputs), **self.attrs)
@@ -63,7 +65,8 @@ class Program:
         recycled = {slot for slots in self.recycles for slot in slots}
         self.frees = [tuple(slot for slot in frees if slot not in recycled) + recycles
                       for frees, recycles in zip(_last_uses(steps, self.output_slots, n_slots), self.recycles)]
-        self.kernel_count = sum(1 for s in steps if not isinstance(s, NumpyStep))
+        # LLVM kernels: fused kernels and the epilogues fused into matmul steps.
+        self.kernel_count = sum(1 for s in steps if not isinstance(s, NumpyStep) or hasattr(s, "epilogue"))
         # Which of its caller's arrays the program reads, when the caller's graph had inputs
         # the program's (pruned) graph dropped; None: all of them (set by tracegrad.compile).
         self.feeds: tuple[int, ...] | None = None
@@ -121,8 +124,9 @@ def _traffic(step, slots: list) -> tuple[int, int]:
         return 0, 0
     moved = sum(getattr(a, "nbytes", 0) for a in reads + writes)
     if getattr(step, "op_kind", None) == MATMUL:
-        a, out = np.asarray(reads[0]), np.asarray(writes[0])
-        return moved, 2 * out.size * a.shape[-1]
+        # From the node's types: a step may take an operand as a view of what it reads.
+        product, a = step.flop_types
+        return moved, 2 * product.numel * a.shape[-1]
     return moved, 0
 
 
@@ -180,9 +184,10 @@ def build_program(graph: Graph, fuse: bool = True, donations: tuple = ()) -> Pro
     """Fuse `graph` into LLVM kernels; ops the code generator cannot lower (and, with
     `fuse=False`, every op) run as NumPy steps. `donations`: (output position, input
     index) pairs whose output may be written into that input's buffer (see `_donate`)."""
+    from tracegrad.codegen.epilogue import MatmulEpilogue
     from tracegrad.codegen.fusion import FusedKernel, Unfused, plan
     from tracegrad.codegen.kernels import KernelStep
-    from tracegrad.codegen.matmul_step import MatmulStep
+    from tracegrad.codegen.matmul_step import EpilogueMatmulStep, MatmulStep
 
     slot_of: dict[Value, int] = {v: i for i, v in enumerate(graph.inputs)}
 
@@ -199,6 +204,10 @@ def build_program(graph: Graph, fuse: bool = True, donations: tuple = ()) -> Pro
         if isinstance(item, FusedKernel):
             inputs = tuple(slot_of[v] for v in item.leaves)
             steps.append(KernelStep(item, inputs, new_slots(item.results)))
+            continue
+        if isinstance(item, MatmulEpilogue):
+            inputs = tuple(slot_of[v] for v in item.leaves)
+            steps.append(EpilogueMatmulStep(item, inputs, new_slots(item.results)))
             continue
         node = item.node
         inputs = tuple(slot_of[v] for v in node.inputs)

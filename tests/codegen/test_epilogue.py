@@ -1,0 +1,223 @@
+"""Matmul epilogues: elementwise consumers of a 2-D product run in the GEMM's write-back
+(`codegen/epilogue.py`), with the same results as eager on every path (the generated GEMM,
+NumPy's BLAS followed by the epilogue), dtype, operand layout and tile edge."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+import tracegrad.nn.functional as F
+from tracegrad.codegen import gemm, matmul_step
+from tracegrad.codegen.matmul_step import GENERATED, NUMPY, EpilogueMatmulStep
+
+TOLERANCE = {tg.float32: 1e-5, tg.float64: 1e-10}
+# (M, K, N): one tile or less, edge tiles on both sides, the W4 layer, a narrow product.
+SHAPES = [(5, 7, 3), (13, 9, 33), (50, 40, 70), (256, 784, 512), (256, 64, 10)]
+
+
+@pytest.fixture(params=[NUMPY, GENERATED])
+def path(request, monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_MATMUL", request.param)
+    return request.param
+
+
+def _tensor(rng, shape, dtype, requires_grad=False):
+    return tg.tensor(rng.standard_normal(shape), dtype=dtype, requires_grad=requires_grad)
+
+
+def _epilogue_steps(compiled) -> list[EpilogueMatmulStep]:
+    return [s for p in compiled._programs.values() for s in p.steps if isinstance(s, EpilogueMatmulStep)]
+
+
+def _assert_close(got, want, dtype):
+    rtol = TOLERANCE[dtype]
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [tg.float32, tg.float64])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("activation", [F.relu, F.gelu, tg.sigmoid, tg.tanh])
+def test_linear_bias_activation_forward_equals_eager(path, dtype, shape, activation):
+    m, k, n = shape
+    rng = np.random.default_rng(1)
+    x, w, b = _tensor(rng, (m, k), dtype), _tensor(rng, (n, k), dtype), _tensor(rng, (n,), dtype)
+
+    def layer(x, w, b):
+        return activation(F.linear(x, w, b))
+
+    compiled = tg.compile(layer)
+    for _ in range(matmul_step.COMPILE_AFTER + 1):  # NumPy's BLAS first, then the kernel
+        _assert_close(compiled(x, w, b), layer(x, w, b), dtype)
+    assert len(_epilogue_steps(compiled)) == 1
+
+
+@pytest.mark.parametrize("dtype", [tg.float32, tg.float64])
+@pytest.mark.parametrize("layouts", ["rr", "rc", "cr", "cc"])
+def test_every_operand_layout_with_an_epilogue_equals_eager(path, dtype, layouts):
+    rng = np.random.default_rng(2)
+    a = _tensor(rng, (45, 38) if layouts[0] == "r" else (38, 45), dtype)
+    b = _tensor(rng, (38, 67) if layouts[1] == "r" else (67, 38), dtype)
+    bias = _tensor(rng, (45, 1), dtype)  # broadcast along rows
+
+    def fn(a, b, bias):
+        left = a if layouts[0] == "r" else a.T
+        right = b if layouts[1] == "r" else b.T
+        return (left @ right) * 0.5 + bias
+
+    compiled = tg.compile(fn)
+    for _ in range(matmul_step.COMPILE_AFTER + 1):
+        _assert_close(compiled(a, b, bias), fn(a, b, bias), dtype)
+    assert len(_epilogue_steps(compiled)) == 1
+
+
+@pytest.mark.parametrize("dtype", [tg.float32, tg.float64])
+def test_an_epilogue_with_several_outputs_and_a_kept_product(path, dtype):
+    rng = np.random.default_rng(3)
+    x, w, y = _tensor(rng, (70, 20), dtype), _tensor(rng, (20, 90), dtype), _tensor(rng, (70, 90), dtype)
+
+    def fn(x, w, y):
+        product = x @ w
+        pre = product + y
+        return product, pre, F.relu(pre), pre > 0
+
+    compiled = tg.compile(fn)
+    for _ in range(matmul_step.COMPILE_AFTER + 1):
+        for got, want in zip(compiled(x, w, y), fn(x, w, y)):
+            if want.dtype == tg.bool:
+                np.testing.assert_array_equal(got.numpy(), want.numpy())
+            else:
+                _assert_close(got, want, dtype)
+    (step,) = _epilogue_steps(compiled)
+    assert step.keep_product
+
+
+@pytest.mark.parametrize("dtype", [tg.float32, tg.float64])
+def test_mlp_training_step_values_and_gradients_equal_eager(path, dtype):
+    rng = np.random.default_rng(4)
+    x = _tensor(rng, (64, 30), dtype)
+    params = [_tensor(rng, shape, dtype, requires_grad=True) for shape in [(40, 30), (40,), (8, 40), (8,)]]
+
+    def step(x, w1, b1, w2, b2):
+        hidden = F.gelu(F.linear(x, w1, b1))
+        out = F.relu(F.linear(hidden, w2, b2))
+        loss = (out * out).mean()
+        return (loss, *tg.autograd.grad(loss, [w1, b1, w2, b2]))
+
+    compiled = tg.compile(step)
+    for _ in range(matmul_step.COMPILE_AFTER + 1):
+        for got, want in zip(compiled(x, *params), step(x, *params)):
+            _assert_close(got, want, dtype)
+    assert _epilogue_steps(compiled)  # the gelu layer (the relu layer folds the loss sum in)
+
+
+def test_sgd_step_on_linear_relu_model_matches_eager(path):
+    def make():
+        tg.manual_seed(0)
+        return tg.nn.Sequential(tg.nn.Linear(30, 48), tg.nn.ReLU(), tg.nn.Linear(48, 5)).double()
+
+    rng = np.random.default_rng(5)
+    x, target = _tensor(rng, (32, 30), tg.float64), _tensor(rng, (32, 5), tg.float64)
+    eager_model, compiled_model = make(), make()
+    optimizers = [tg.optim.SGD(m.parameters(), lr=0.1) for m in (eager_model, compiled_model)]
+
+    def train(model, optimizer):
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), target)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    compiled = tg.compile(train)
+    for _ in range(matmul_step.COMPILE_AFTER + 2):
+        want = train(eager_model, optimizers[0])
+        got = compiled(compiled_model, optimizers[1])
+        np.testing.assert_allclose(got.item(), want.item(), rtol=1e-10)
+    for p, q in zip(compiled_model.parameters(), eager_model.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-10, atol=1e-12)
+    assert _epilogue_steps(compiled)
+
+
+def test_relu_of_linear_compiles_to_one_step():
+    rng = np.random.default_rng(6)
+    x, w, b = _tensor(rng, (32, 16), tg.float32), _tensor(rng, (24, 16), tg.float32), _tensor(rng, (24,), tg.float32)
+    compiled = tg.compile(lambda x, w, b: F.relu(x @ w.T + b))
+    compiled(x, w, b)
+    (program,) = compiled._programs.values()
+    assert len(program.steps) == 1
+    (step,) = program.steps
+    assert isinstance(step, EpilogueMatmulStep) and not step.keep_product
+    assert compiled.cache_info().kernels == 1
+
+
+def test_two_epilogues_do_not_share_a_kernel():
+    rng = np.random.default_rng(7)
+    x, w, b = _tensor(rng, (20, 12), tg.float32), _tensor(rng, (12, 18), tg.float32), _tensor(rng, (18,), tg.float32)
+    add_relu = tg.compile(lambda x, w, b: F.relu(x @ w + b))
+    add_sigmoid = tg.compile(lambda x, w, b: tg.sigmoid(x @ w + b))
+    sub_relu = tg.compile(lambda x, w, b: F.relu(x @ w - b))
+    compiled = [add_relu, add_sigmoid, sub_relu]
+    for fn in compiled:
+        fn(x, w, b)
+    symbols = [step.symbol for fn in compiled for step in _epilogue_steps(fn)]
+    assert len(symbols) == 3 and len(set(symbols)) == 3
+    # and the same function compiled again finds the same kernel
+    again = tg.compile(lambda x, w, b: F.relu(x @ w + b))
+    again(x, w, b)
+    assert [s.symbol for s in _epilogue_steps(again)] == symbols[:1]
+    product = x.numpy() @ w.numpy()
+    np.testing.assert_allclose(sub_relu(x, w, b).numpy(), np.maximum(product - b.numpy(), 0), rtol=1e-5, atol=1e-6)
+
+
+def test_a_kernel_reading_two_products_fuses_with_the_later_one(path):
+    rng = np.random.default_rng(8)
+    x = _tensor(rng, (40, 30), tg.float64)
+    w1, w2 = _tensor(rng, (30, 50), tg.float64), _tensor(rng, (30, 50), tg.float64)
+
+    def fn(x, w1, w2):
+        return (x @ w1).tanh() * (x @ w2)
+
+    compiled = tg.compile(fn)
+    for _ in range(matmul_step.COMPILE_AFTER + 1):
+        _assert_close(compiled(x, w1, w2), fn(x, w1, w2), tg.float64)
+    (program,) = compiled._programs.values()
+    kinds = [type(step).__name__ for step in program.steps]
+    assert kinds == ["MatmulStep", "EpilogueMatmulStep"]
+
+
+def test_batched_and_integer_products_keep_a_separate_kernel():
+    rng = np.random.default_rng(9)
+    a, b = _tensor(rng, (3, 8, 5), tg.float32), _tensor(rng, (3, 5, 6), tg.float32)
+    compiled = tg.compile(lambda a, b: F.relu(a @ b))
+    np.testing.assert_allclose(compiled(a, b).numpy(), np.maximum(a.numpy() @ b.numpy(), 0), rtol=1e-5)
+    assert not _epilogue_steps(compiled)
+
+
+def test_explain_shows_the_fused_epilogue():
+    rng = np.random.default_rng(10)
+    x, w, b = _tensor(rng, (32, 16), tg.float32), _tensor(rng, (24, 16), tg.float32), _tensor(rng, (24,), tg.float32)
+    compiled = tg.compile(lambda x, w, b: F.relu(x @ w.T + b))
+    report = compiled.explain(x, w, b)
+    text = str(report)
+    assert "epilogue fused into the GEMM's write-back" in text
+    assert "as a NumPy view" in text
+    (step,) = _epilogue_steps(compiled)
+    assert step.symbol in report.llvm_ir()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gemm_runs_the_epilogue_on_every_strip(threads):
+    """The epilogue writes every element once, whether the GEMM splits rows or columns."""
+    rng = np.random.default_rng(11)
+    for m, k, n in [(300, 260, 40), (40, 260, 300), (193, 17, 97)]:
+        a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        x, w = tg.tensor(a), tg.tensor(b)
+        compiled = tg.compile(lambda x, w: F.relu(x @ w))
+        compiled(x, w)
+        (step,) = _epilogue_steps(compiled)
+        assert step.leaf_sources == [None]  # the tile function reads the product only
+        product, out = np.empty((m, n)), np.full((m, n), np.nan)
+        pointers = (ctypes.c_void_p * 2)(out.ctypes.data, product.ctypes.data)
+        gemm.matmul(a, b, out=product, threads=threads, epilogue=(step.tile_address, ctypes.addressof(pointers)))
+        np.testing.assert_allclose(out, np.maximum(a @ b, 0), rtol=1e-12, atol=1e-12)

@@ -1,0 +1,162 @@
+"""Matmul epilogues: elementwise consumers of a 2-D product fused into its GEMM.
+
+What lives here: `fuse_epilogues`, the plan rewrite that moves a fused map kernel reading a
+product at the current element (a bias add, an activation, a mask; several outputs) next
+to the product's matmul, as one `MatmulEpilogue` plan item; and `build_tile_llvm`, which
+lowers that kernel to a function over a rectangle of the product,
+`void tile(i8** buffers, i64 r0, i64 r1, i64 c0, i64 c1)`. The generated GEMM calls it on
+each finished strip of C while the strip is in L1 (`codegen/gemm_ir.py`); after NumPy's
+BLAS (the first runs, `TRACEGRAD_MATMUL=numpy`) the same function runs once over the whole
+product, so both paths compute the epilogue with the same code. What does not live here:
+the step that runs it (`codegen/matmul_step.py`), the kernels' lowering of each node
+(`codegen/kernels.py`, reused as is: nothing here knows an op by name).
+
+The product keeps its own buffer (C accumulates over K blocks in memory); when nothing
+but the epilogue reads it, the step takes it from the run's pool and returns it at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llvmlite import ir
+
+from tracegrad.codegen.fusion import FusedKernel, RowGroup, Unfused
+from tracegrad.codegen.kernels import _Emitter, _loop, _map_body
+from tracegrad.codegen.llvm import I8, I64, ScalarBuilder, memory_type
+from tracegrad.ir.graph import Graph, Node, Value
+from tracegrad.ops.primitive import MATMUL, MOVEMENT
+
+FLOAT_DTYPES = ("float32", "float64")  # what the generated GEMM computes
+
+
+@dataclass
+class MatmulEpilogue:
+    """A 2-D matmul `node` whose product `kernel` (a map over the product's shape) consumes
+    in the GEMM's write-back. `keep_product`: something else reads the product too."""
+
+    node: Node
+    kernel: FusedKernel
+    keep_product: bool
+    # Operand position -> the view node (a NumPy view of a buffer, `w.T`) the step takes
+    # itself, when nothing else reads the view: one step instead of two.
+    operand_views: dict[int, Node] = field(default_factory=dict)
+
+    @property
+    def product(self) -> Value:
+        return self.node.output(0)
+
+    @property
+    def operands(self) -> list[Value]:
+        """The buffers the operands are (or are views of)."""
+        return [self.operand_views[i].inputs[0] if i in self.operand_views else v
+                for i, v in enumerate(self.node.inputs)]
+
+    @property
+    def leaves(self) -> list[Value]:
+        """What the step reads: the operands, then the kernel's leaves but the product."""
+        return self.operands + [v for v in self.kernel.leaves if v != self.product]
+
+    @property
+    def results(self) -> list[Value]:
+        return ([self.product] if self.keep_product else []) + self.kernel.results
+
+
+def fusible_product(node: Node) -> bool:
+    """A product the generated GEMM computes: 2-D float operands of one dtype."""
+    if node.op.kind != MATMUL or len(node.inputs) != 2:
+        return False
+    a, b = (v.type for v in node.inputs)
+    return (len(a.shape) == 2 and len(b.shape) == 2
+            and a.dtype == b.dtype and a.dtype.np.name in FLOAT_DTYPES)
+
+
+def _epilogue_candidate(step) -> bool:
+    """A map kernel (no reductions) over a 2-D domain: runs on any rectangle of it."""
+    return (isinstance(step, FusedKernel) and not isinstance(step, RowGroup) and step.reduction is None
+            and not step.folded and bool(step.outputs) and len(step.domain) == 2)
+
+
+def _writes(step) -> list[Value]:
+    if isinstance(step, FusedKernel):
+        return step.results
+    return [step.node.output(i) for i in range(len(step.node.out_types))]
+
+
+def _reads(step) -> list[Value]:
+    if isinstance(step, FusedKernel):
+        reads = list(step.leaves)
+        for member in getattr(step, "members", []):
+            reads += member.leaves
+        return reads
+    return list(step.node.inputs)
+
+
+def fuse_epilogues(steps: list, graph: Graph) -> list:
+    """Fuse each product with the first map kernel that reads it at the current element,
+    when every other buffer that kernel reads exists before the product's step (the kernel
+    then runs there). A kernel reading several products fuses with the latest of them."""
+    writer: dict[Value, int] = {}
+    for position, step in enumerate(steps):
+        for value in _writes(step):
+            writer[value] = position
+    fused: dict[int, int] = {}  # matmul position -> kernel position
+    for position, step in enumerate(steps):
+        if not _epilogue_candidate(step):
+            continue
+        products = [writer[v] for v in step.leaves
+                    if v in writer and isinstance(steps[writer[v]], Unfused) and writer[v] not in fused
+                    and fusible_product(steps[writer[v]].node) and v.type.shape == step.domain
+                    and v not in step.remapped]
+        if not products:
+            continue
+        home = max(products)
+        product = steps[home].node.output(0)
+        if all(writer.get(v, -1) < home for v in step.leaves if v != product):
+            fused[home] = position
+    if not fused:
+        return steps
+    dropped = set(fused.values())
+    items = {}
+    for home, position in fused.items():
+        node = steps[home].node
+        others = [s for p, s in enumerate(steps) if p not in (home, position)]
+        keep = node.output(0) in graph.outputs or any(node.output(0) in _reads(s) for s in others)
+        item = items[home] = MatmulEpilogue(node, steps[position], keep)
+        for operand, value in enumerate(node.inputs):
+            view = writer.get(value)
+            if (view is not None and isinstance(steps[view], Unfused) and steps[view].node.op.kind == MOVEMENT
+                    and value not in graph.outputs and node.inputs.count(value) == 1
+                    and not any(value in _reads(s) for p, s in enumerate(steps) if p not in (home, view))):
+                item.operand_views[operand] = steps[view].node
+                dropped.add(view)
+    return [items.get(position, step) for position, step in enumerate(steps) if position not in dropped]
+
+
+def build_tile_llvm(kernel: FusedKernel, name: str) -> ir.Module:
+    """`void name(i8** buffers, i64 r0, i64 r1, i64 c0, i64 c1)`: the map kernel over rows
+    [r0, r1) and columns [c0, c1) of its 2-D domain. buffers: the kernel's results, then
+    its leaves (as `kernels.build_llvm` orders them), all C-contiguous."""
+    module = ir.Module(name=name)
+    function_type = ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer(), I64, I64, I64, I64])
+    function = ir.Function(module, function_type, name)
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    b = ScalarBuilder(builder, module)
+    buffers, row_start, row_end, column_start, column_end = function.args
+    pointers = {}
+    for position, value in enumerate(kernel.results + kernel.leaves):
+        raw = builder.load(builder.gep(buffers, [I64(position)], inbounds=True))
+        pointers[value] = builder.bitcast(raw, memory_type(value.type.dtype).as_pointer())
+    emitter = _Emitter(kernel, b, pointers)
+    for leaf in kernel.leaves:
+        if leaf.type.shape == ():  # a scalar: loaded once, outside the loops
+            emitter.scalars[leaf] = emitter.load(leaf, [])
+    shape = kernel.domain
+
+    def row(i):
+        _loop(builder, column_end, lambda j: _map_body(builder, b, emitter, kernel, [], [i, j], shape),
+              column_start)
+
+    _loop(builder, row_end, row, row_start)
+    builder.ret_void()
+    return module
