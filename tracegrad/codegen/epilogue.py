@@ -11,12 +11,16 @@ product, so both paths compute the epilogue with the same code. What does not li
 the step that runs it (`codegen/matmul_step.py`), the kernels' lowering of each node
 (`codegen/kernels.py`, reused as is: nothing here knows an op by name).
 
+`TRACEGRAD_MATMUL_EPILOGUE=0` (read at import; `ENABLED` at plan time) keeps every
+epilogue a separate kernel, for A/B measurements.
+
 The product keeps its own buffer (C accumulates over K blocks in memory); when nothing
 but the epilogue reads it, the step takes it from the run's pool and returns it at once.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from llvmlite import ir
@@ -28,6 +32,7 @@ from tracegrad.ir.graph import Graph, Node, Value
 from tracegrad.ops.primitive import MATMUL, MOVEMENT
 
 FLOAT_DTYPES = ("float32", "float64")  # what the generated GEMM computes
+ENABLED = os.environ.get("TRACEGRAD_MATMUL_EPILOGUE", "").strip() != "0"
 
 
 @dataclass
@@ -96,6 +101,8 @@ def fuse_epilogues(steps: list, graph: Graph) -> list:
     """Fuse each product with the first map kernel that reads it at the current element,
     when every other buffer that kernel reads exists before the product's step (the kernel
     then runs there). A kernel reading several products fuses with the latest of them."""
+    if not ENABLED:
+        return steps
     writer: dict[Value, int] = {}
     for position, step in enumerate(steps):
         for value in _writes(step):
