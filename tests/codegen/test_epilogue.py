@@ -221,3 +221,35 @@ def test_gemm_runs_the_epilogue_on_every_strip(threads):
         pointers = (ctypes.c_void_p * 2)(out.ctypes.data, product.ctypes.data)
         gemm.matmul(a, b, out=product, threads=threads, epilogue=(step.tile_address, ctypes.addressof(pointers)))
         np.testing.assert_allclose(out, np.maximum(a @ b, 0), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [tg.float32, tg.float64])
+# (600, 64, 200): two threads (gemm.TWO_THREAD_MIN_WORK), which would cut M but must cut N.
+@pytest.mark.parametrize("shape", [(300, 20, 70), (70, 20, 300), (9, 5, 14), (600, 64, 200)])
+def test_an_epilogue_folding_reductions_over_the_rows_equals_eager(path, dtype, shape):
+    """A bias gradient (a sum over the rows of the masked gradient) folds into the product's
+    write-back; each thread owns whole columns, so no two strips race."""
+    m, k, n = shape
+    rng = np.random.default_rng(12)
+    g, w, pre = _tensor(rng, (m, k), dtype), _tensor(rng, (k, n), dtype), _tensor(rng, (m, n), dtype)
+
+    def fn(g, w, pre):
+        masked = tg.where(pre > 0, g @ w, 0.0)
+        return masked, masked.sum(0), (masked * pre).amax(0)
+
+    compiled = tg.compile(fn)
+    for _ in range(matmul_step.COMPILE_AFTER + 1):
+        for got, want in zip(compiled(g, w, pre), fn(g, w, pre)):
+            _assert_close(got, want, dtype)
+    (step,) = _epilogue_steps(compiled)
+    assert step.split_n and len(step.identities) == 2
+
+
+def test_a_kernel_reducing_every_axis_or_the_rows_stays_separate():
+    rng = np.random.default_rng(13)
+    a, b = _tensor(rng, (30, 20), tg.float64), _tensor(rng, (20, 40), tg.float64)
+    for fn, want in [(lambda a, b: (a @ b).sum(), (a.numpy() @ b.numpy()).sum()),
+                     (lambda a, b: (a @ b).sum(1), (a.numpy() @ b.numpy()).sum(1))]:
+        compiled = tg.compile(fn)
+        np.testing.assert_allclose(compiled(a, b).numpy(), want, rtol=1e-10)
+        assert not _epilogue_steps(compiled)

@@ -3,7 +3,8 @@
 What lives here: `fuse_epilogues`, the plan rewrite that moves a fused map kernel reading a
 product at the current element (a bias add, an activation, a mask; several outputs) next
 to the product's matmul, as one `MatmulEpilogue` plan item; and `build_tile_llvm`, which
-lowers that kernel to a function over a rectangle of the product,
+lowers that kernel (which may fold reductions along one axis: a bias gradient) to a
+function over a rectangle of the product,
 `void tile(i8** buffers, i64 r0, i64 r1, i64 c0, i64 c1)`. The generated GEMM calls it on
 each finished strip of C while the strip is in L1 (`codegen/gemm_ir.py`); after NumPy's
 BLAS (the first runs, `TRACEGRAD_MATMUL=numpy`) the same function runs once over the whole
@@ -77,9 +78,11 @@ def fusible_product(node: Node) -> bool:
 
 
 def _epilogue_candidate(step) -> bool:
-    """A map kernel (no reductions) over a 2-D domain: runs on any rectangle of it."""
+    """A map kernel over a 2-D domain, runnable on any rectangle of it: its folded
+    reductions (a bias gradient) all sum over the rows into a buffer along the columns.
+    (Reductions over the last axis are row kernels, never folded: see `fusion._collect`.)"""
     return (isinstance(step, FusedKernel) and not isinstance(step, RowGroup) and step.reduction is None
-            and not step.folded and bool(step.outputs) and len(step.domain) == 2)
+            and len(step.domain) == 2 and all(tuple(node.attrs["axes"]) == (0,) for node in step.folded))
 
 
 def _writes(step) -> list[Value]:
@@ -159,9 +162,12 @@ def build_tile_llvm(kernel: FusedKernel, name: str) -> ir.Module:
         if leaf.type.shape == ():  # a scalar: loaded once, outside the loops
             emitter.scalars[leaf] = emitter.load(leaf, [])
     shape = kernel.domain
+    # Folded reductions accumulate in their buffers, filled with the identity by the
+    # caller before the first rectangle (`None`: no register accumulator).
+    accumulators = [None] * len(kernel.folded)
 
     def row(i):
-        _loop(builder, column_end, lambda j: _map_body(builder, b, emitter, kernel, [], [i, j], shape),
+        _loop(builder, column_end, lambda j: _map_body(builder, b, emitter, kernel, accumulators, [i, j], shape),
               column_start)
 
     _loop(builder, row_end, row, row_start)

@@ -134,22 +134,25 @@ def _own_workspaces(dtype: np.dtype, count: int) -> list[_Workspace]:
 _plans: dict[tuple, tuple] = {}
 
 
-def _plan(m: int, n: int, k: int, dtype: np.dtype, threads: int) -> tuple:
+def _plan(m: int, n: int, k: int, dtype: np.dtype, threads: int, split_n: bool | None = None) -> tuple:
     """(M, N, K, KC, MC, NC, chunks, chunk size, split along N) for a product, cached.
 
     K is cut into equal blocks of at most KC_MAX, rounded up to a multiple of 16 so that
     transposed packing rarely falls back to single elements; MC is a multiple of MR and NC
     of NR. With two threads the output is cut across its longer side into CHUNKS_PER_THREAD
     chunks per thread, at tile boundaries: each chunk repacks all of the operand it shares
-    (A when N is cut, B when M is), so the shorter side's operand is the one packed again."""
-    key = (m, n, k, dtype, threads)
+    (A when N is cut, B when M is), so the shorter side's operand is the one packed again.
+    `split_n` forces the side (an epilogue reducing along one axis needs whole lines of it
+    in one chunk)."""
+    key = (m, n, k, dtype, threads, split_n)
     plan = _plans.get(key)
     if plan is None:
         rows, cols, _ = _tile_shape(dtype)
         kc = min(KC_MAX, _round_up(-(-k // -(-k // KC_MAX)), 16))
         mc = min(_round_up(MC_MAX, rows), _round_up(m, rows))
         nc = min(_round_up(NC_MAX, cols), _round_up(n, cols))
-        split_n = n > m
+        if split_n is None:
+            split_n = n > m
         side, tile = (n, cols) if split_n else (m, rows)
         chunk = side if threads == 1 else max(tile, _round_up(-(-side // (threads * CHUNKS_PER_THREAD)), tile))
         plan = _plans[key] = (m, n, k, kc, mc, nc, -(-side // chunk), chunk, int(split_n))
@@ -181,7 +184,7 @@ def is_supported(a_shape: tuple[int, ...], b_shape: tuple[int, ...], dtype) -> b
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads: int | None = None,
-           epilogue: tuple[int, int] | None = None) -> np.ndarray:
+           epilogue: tuple[int, int] | None = None, split_n: bool | None = None) -> np.ndarray:
     """a @ b for 2-D float32 or float64 arrays, with the generated kernel.
 
     `a` and `b` may be row-major or transposed (column-major) strided views; anything else
@@ -189,7 +192,10 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
     `threads` is 1 or 2; by default 2 when the product is large enough to pay for it.
     `epilogue`: (address of an `EPILOGUE_SIGNATURE` function, its buffer array), run on every
     part of `out` once that part is final: inside the loop nest on each finished strip of C
-    when `out` is written in place, else once over the whole product at the end."""
+    when `out` is written in place, else once over the whole product at the end. Strips
+    are visited in row-major order along each row and column a thread owns; `split_n`
+    (True: cut N between threads, False: cut M, None: the longer side) gives each thread
+    whole columns or whole rows, for an epilogue that reduces along them."""
     _check_operands(a, b)
     (m, k), n = a.shape, b.shape[1]
     if out is None:
@@ -215,7 +221,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
     else:
         if threads is None:
             threads = 2 if m * n * k >= TWO_THREAD_MIN_WORK else 1
-        _run(a, b, result, threads, epilogue if in_place else None)
+        _run(a, b, result, threads, epilogue if in_place else None, split_n)
         if result is not out:
             out[...] = result
         if in_place:
@@ -239,7 +245,8 @@ def _check_operands(a, b) -> None:
         raise ValueError(f"matmul: inner dimensions differ ({a.shape[1]} != {b.shape[0]}), got {_describe(a, b)}")
 
 
-def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int, epilogue: tuple[int, int] | None) -> None:
+def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int, epilogue: tuple[int, int] | None,
+         split_n: bool | None = None) -> None:
     """C = A @ B with the kernel for the operands' layouts, on one or two threads, running
     the epilogue (if any) on each finished strip of C."""
     (m, k), n, dtype = a.shape, b.shape[1], a.dtype
@@ -257,7 +264,7 @@ def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int, epilogue: tu
     workspaces = _own_workspaces(dtype, threads)
     counter = workspaces[0]
     counter.counter[0] = 0
-    plan = _plan(m, n, k, dtype, threads)
+    plan = _plan(m, n, k, dtype, threads, split_n)
     calls = [(function, w.fill(operands, plan, counter.counter_address, epilogue or (0, 0))) for w in workspaces]
     if threads == 1:
         function(calls[0][1])

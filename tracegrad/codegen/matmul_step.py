@@ -135,7 +135,8 @@ class EpilogueMatmulStep(MatmulStep):
     something else reads it, then the epilogue's results."""
 
     __slots__ = ("epilogue", "keep_product", "operand_views", "leaf_sources", "result_specs", "pointer_array",
-                 "tile_address", "tile_function", "module", "symbol", "from_disk", "compile_seconds", "name")
+                 "tile_address", "tile_function", "module", "symbol", "from_disk", "compile_seconds", "name",
+                 "identities", "split_n")
 
     def __init__(self, item, inputs: tuple[int, ...], outputs: tuple[int, ...]):
         from tracegrad.codegen.epilogue import build_tile_llvm
@@ -151,6 +152,12 @@ class EpilogueMatmulStep(MatmulStep):
         others = item.leaves
         self.leaf_sources = [None if v == item.product else others.index(v) for v in kernel.leaves]
         self.result_specs = [(v.type.shape, v.type.dtype.np) for v in kernel.results]
+        # Folded reductions accumulate across the tile calls: (result position, identity).
+        first = len(kernel.outputs)
+        self.identities = [(first + i, node.op.reduce_identity(node.out_types[0].dtype))
+                           for i, node in enumerate(kernel.folded)]
+        # Reductions over the rows: each thread must own whole columns (cut N between them).
+        self.split_n = True if kernel.folded else None
         self.pointer_array = ctypes.c_void_p * (len(kernel.results) + len(kernel.leaves))
         start = time.perf_counter()
         self.module = build_tile_llvm(kernel, "kernel")
@@ -169,11 +176,14 @@ class EpilogueMatmulStep(MatmulStep):
         a, b = operands
         product = _take(pool, self.out_shape, self.out_dtype)
         results = [_take(pool, shape, dtype) for shape, dtype in self.result_specs]
+        for position, identity in self.identities:
+            results[position].fill(identity)
         leaves = [product if source is None else np.ascontiguousarray(slots[self.inputs[source]])
                   for source in self.leaf_sources]
         pointers = self.pointer_array(*(_address(x) for x in results + leaves))  # alive during the calls
         if choose(a, b, product) == GENERATED and self._generated_ready(a, b):
-            gemm.matmul(a, b, out=product, epilogue=(self.tile_address, ctypes.addressof(pointers)))
+            gemm.matmul(a, b, out=product, epilogue=(self.tile_address, ctypes.addressof(pointers)),
+                        split_n=self.split_n)
         else:
             np.matmul(a, b, out=product)
             self.tile_function(ctypes.addressof(pointers), 0, self.out_shape[0], 0, self.out_shape[1])
