@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tracegrad.codegen import gemm_ir, threads as kernel_threads
+from tracegrad.codegen import gemm_ir, gemm_narrow, threads as kernel_threads
 from tracegrad.codegen.gemm_ir import COL, PARAMETER_COUNT, ROW, GemmEmitter, tile_shape as _tile_shape
 from tracegrad.codegen.llvm import compile_kernel_keyed, load_keyed
 
@@ -65,6 +65,9 @@ def ready(a: np.ndarray, b: np.ndarray, compile: bool = False) -> bool:  # noqa:
     """Whether `matmul(a, b)` runs without compiling now: its kernel is in memory or in
     the disk cache (loaded now). With `compile`, a missing kernel is compiled first."""
     _check_operands(a, b)
+    narrow = _narrow_route(a, b)
+    if narrow is not None:
+        return gemm_narrow.kernel(narrow, a.dtype, compile=compile) is not None
     a_layout, b_layout = (_operand_layout(x) or (ROW, 0) for x in (a, b))
     key = (a.dtype, a_layout[0], b_layout[0])
     if key in _kernels:
@@ -211,8 +214,13 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
     if m == 0 or n == 0:
         return out
     in_place = epilogue is not None and result is out and out.flags.c_contiguous
+    narrow = _narrow_route(a, b) if k else None
     if k == 0:
         out[...] = 0
+    elif narrow is not None:  # a side narrower than a tile: no packing (codegen/gemm_narrow.py)
+        gemm_narrow.run(narrow, a, b, result)
+        if result is not out:
+            out[...] = result
     elif n < _tile_shape(a.dtype)[1] // 2 and m > n:
         # A narrow C (the 10 logits of a classifier) would fill under half of each NR-wide
         # tile; C.T = B.T @ A.T has the narrow side along MR instead, and the transposing
@@ -232,6 +240,14 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
             raise ValueError(f"matmul: an epilogue needs a C-contiguous out, for {_describe(a, b)}")
         EPILOGUE_SIGNATURE(epilogue[0])(epilogue[1], 0, m, 0, n)
     return out
+
+
+def _narrow_route(a: np.ndarray, b: np.ndarray) -> str | None:
+    """The `codegen/gemm_narrow.py` kernel for a product with a side narrower than a tile,
+    if one applies and the product is too small for two threads (those kernels do not
+    split). Decided by shape alone, so a product's result never depends on `threads`."""
+    (m, k), n = a.shape, b.shape[1]
+    return gemm_narrow.route(a, b) if m * n * k < TWO_THREAD_MIN_WORK else None
 
 
 def _check_operands(a, b) -> None:

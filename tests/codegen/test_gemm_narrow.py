@@ -1,0 +1,59 @@
+"""The unpacked kernels for products with a narrow side (`codegen/gemm_narrow.py`): equal
+to NumPy on every shape edge (partial column blocks, one row or column, K not a multiple
+of the vector width), strided operands, and chosen by `gemm.matmul` for such products."""
+
+import numpy as np
+import pytest
+
+from tracegrad.codegen import gemm, gemm_narrow
+
+TOLERANCE = {np.float32: 1e-5, np.float64: 1e-12}
+
+
+def _operand(rng, rows, cols, dtype, layout):
+    """A (rows, cols) operand: row-major, transposed ('c'), or a slice of a wider array ('s')."""
+    if layout == "r":
+        return rng.standard_normal((rows, cols)).astype(dtype)
+    if layout == "c":
+        return rng.standard_normal((cols, rows)).astype(dtype).T
+    return rng.standard_normal((rows, cols + 7)).astype(dtype)[:, 3:cols + 3]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,n,layouts,kind", [
+    (10, 256, 512, "cr", "rows"), (10, 256, 512, "rr", "rows"), (1, 9, 40, "rr", "rows"),
+    (12, 5, 32, "cs", "rows"), (7, 33, 70, "cr", "rows"), (3, 17, 1000, "rs", "rows"),
+    (256, 512, 10, "rc", "cols"), (37, 19, 3, "rc", "cols"), (2, 16, 12, "sc", "cols"),
+    (300, 1, 5, "rc", "cols"), (5, 3, 1, "rc", "cols"), (9, 100, 11, "sc", "cols"),
+])
+def test_narrow_products_equal_numpy(dtype, m, k, n, layouts, kind):
+    rng = np.random.default_rng(0)
+    a, b = _operand(rng, m, k, dtype, layouts[0]), _operand(rng, k, n, dtype, layouts[1])
+    assert gemm_narrow.route(a, b) == kind
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    got = np.full((m, n), np.nan, dtype)
+    gemm_narrow.run(kind, a, b, got)
+    np.testing.assert_allclose(got, want, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * np.abs(want).max())
+
+
+def test_products_without_a_narrow_side_or_layout_are_not_routed():
+    rng = np.random.default_rng(1)
+    assert gemm_narrow.route(rng.standard_normal((40, 30)), rng.standard_normal((30, 50))) is None
+    # a narrow N with B row-major (not contiguous along K)
+    assert gemm_narrow.route(rng.standard_normal((40, 30)), rng.standard_normal((30, 5))) is None
+
+
+def test_matmul_runs_small_narrow_products_through_the_narrow_kernels(monkeypatch):
+    ran = []
+    original = gemm_narrow.run
+    monkeypatch.setattr(gemm_narrow, "run", lambda kind, *args: ran.append(kind) or original(kind, *args))
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((256, 512)).astype(np.float32), rng.standard_normal((10, 512)).astype(np.float32)
+    np.testing.assert_allclose(gemm.matmul(x, w.T), x @ w.T, rtol=1e-4, atol=1e-4)
+    g = rng.standard_normal((256, 10)).astype(np.float32)
+    np.testing.assert_allclose(gemm.matmul(g.T, x), g.T @ x, rtol=1e-4, atol=1e-4)
+    assert ran == ["cols", "rows"]
+    # a product big enough for two threads keeps the (splittable) general kernel
+    a, b = rng.standard_normal((10, 1024)).astype(np.float32), rng.standard_normal((1024, 1024)).astype(np.float32)
+    np.testing.assert_allclose(gemm.matmul(a, b), a @ b, rtol=1e-4, atol=1e-3)
+    assert ran == ["cols", "rows"]

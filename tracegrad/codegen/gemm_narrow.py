@@ -1,0 +1,226 @@
+"""Products with a narrow side (a classifier's 10 logits): two unpacked GEMM kernels.
+
+The BLIS loop nest of `codegen/gemm_ir.py` packs both operands; when one side of C has
+fewer elements than a micro-tile, the big operand is packed (read and written once more)
+for a tile that is mostly padding, and packing costs as much as the arithmetic. Here:
+
+- `rows`: C has at most MR rows and B is row-major. Per NR-wide column block of C, the MR x
+  NR tile stays in registers while k runs over all of K: B's row piece is two vector loads
+  straight from B, A's elements are broadcast from wherever they are (any strides). Rows
+  past M repeat the last row and are not stored. `g3.T @ r2` in an MLP's backward.
+- `cols`: C has at most NCOLS columns, A is row-major and B column-major (both contiguous
+  along K: `x @ w.T` with a narrow w). Dot products: ROWS rows of A times NCOLS columns of
+  B in ROWS x NCOLS vector accumulators along K, summed across lanes at the end.
+
+Neither packs, so each reads its big operand once. What does not live here: the general
+GEMM, the choice of NumPy or generated (`codegen/matmul_step.py`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+
+import numpy as np
+from llvmlite import ir
+
+from tracegrad.codegen.gemm_ir import tile_shape
+from tracegrad.codegen.llvm import F32, F64, I64, compile_kernel_keyed, emit_loop, load_keyed
+
+ROWS = 2     # rows of A per step of a `cols` kernel
+NCOLS = 12   # at most this many columns of C for a `cols` kernel (ROWS * NCOLS accumulators)
+# Parameter block positions (i64): the same for both kernels; unused ones are 0.
+(P_A, P_A_ROW, P_A_K, P_B, P_LDB, P_C, P_LDC, P_M, P_N, P_K) = range(10)
+PARAMETER_COUNT = 10
+SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def _smin(b: ir.IRBuilder, x, y):
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+class _Emitter:
+    def __init__(self, dtype: np.dtype, kind: str):
+        self.rows, self.cols, self.lanes = tile_shape(dtype)
+        self.element = F32 if dtype == np.float32 else F64
+        self.size = dtype.itemsize
+        self.vector = ir.VectorType(self.element, self.lanes)
+        self.pointer = self.element.as_pointer()
+        self.module = ir.Module(name=f"gemm_narrow_{kind}_{dtype.name}")
+        self.fma = ir.Function(self.module, ir.FunctionType(self.vector, [self.vector] * 3),
+                               f"llvm.fma.v{self.lanes}f{8 * self.size}")
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64.as_pointer()]), "gemm_narrow")
+        b = self.b = ir.IRBuilder(function.append_basic_block("entry"))
+        params = function.args[0]
+        self.read = lambda position: b.load(b.gep(params, [I64(position)], inbounds=True))
+        self.address = lambda position: b.inttoptr(self.read(position), self.pointer)
+        (self._rows if kind == "rows" else self._cols)()
+        b.ret_void()
+
+    def _at(self, pointer, offset):
+        return self.b.gep(pointer, [offset], inbounds=True)
+
+    def _vector_at(self, pointer, offset):
+        b = self.b
+        return b.load(b.bitcast(self._at(pointer, offset), self.vector.as_pointer()), align=self.size)
+
+    def _broadcast(self, scalar):
+        b = self.b
+        undefined = ir.Constant(self.vector, ir.Undefined)
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), self.lanes), [0] * self.lanes)
+        return b.shuffle_vector(b.insert_element(undefined, scalar, I64(0)), undefined, mask)
+
+    def _rows(self) -> None:
+        """C[:m, n0:n0+NR] for each full NR-wide block (the caller pads a partial one)."""
+        b = self.b
+        a, a_row, a_k = self.address(P_A), self.read(P_A_ROW), self.read(P_A_K)
+        b_matrix, ldb, c, ldc = self.address(P_B), self.read(P_LDB), self.address(P_C), self.read(P_LDC)
+        m, n, k = self.read(P_M), self.read(P_N), self.read(P_K)
+        last = b.sub(m, I64(1))
+        rows = [self._at(a, b.mul(_smin(b, I64(i), last), a_row)) for i in range(self.rows)]
+        vectors = self.cols // self.lanes
+        zero = ir.Constant(self.vector, None)
+
+        def column_block(j0, _):
+            def step(kk, accumulators):
+                b_row = self._at(b_matrix, b.add(b.mul(kk, ldb), j0))
+                pieces = [self._vector_at(b_row, I64(v * self.lanes)) for v in range(vectors)]
+                offset = b.mul(kk, a_k)
+                updated = []
+                for i in range(self.rows):
+                    broadcast = self._broadcast(b.load(self._at(rows[i], offset)))
+                    updated += [b.call(self.fma, [broadcast, piece, accumulators[i * vectors + v]])
+                                for v, piece in enumerate(pieces)]
+                return updated
+
+            accumulators = emit_loop(b, I64(0), k, 1, [zero] * (self.rows * vectors), step)
+            for i in range(self.rows):
+                with b.if_then(b.icmp_signed("<", I64(i), m)):
+                    for v in range(vectors):
+                        at = self._at(c, b.add(b.add(b.mul(I64(i), ldc), j0), I64(v * self.lanes)))
+                        b.store(accumulators[i * vectors + v], b.bitcast(at, self.vector.as_pointer()),
+                                align=self.size)
+            return []
+
+        emit_loop(b, I64(0), n, self.cols, [], column_block)
+
+    def _lane_sum(self, vector):
+        b = self.b
+        width = self.lanes
+        while width > 1:
+            half = width // 2
+            low = ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half)))
+            high = ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half, width)))
+            vector = b.fadd(b.shuffle_vector(vector, vector, low), b.shuffle_vector(vector, vector, high))
+            width = half
+        return b.extract_element(vector, I64(0))
+
+    def _cols(self) -> None:
+        """C[:m, :n] (n <= NCOLS) as dot products along K, ROWS rows of A at a time."""
+        b = self.b
+        a, lda = self.address(P_A), self.read(P_A_ROW)
+        b_matrix, ldb, c, ldc = self.address(P_B), self.read(P_LDB), self.address(P_C), self.read(P_LDC)
+        m, n, k = self.read(P_M), self.read(P_N), self.read(P_K)
+        columns = [self._at(b_matrix, b.mul(_smin(b, I64(j), b.sub(n, I64(1))), ldb)) for j in range(NCOLS)]
+        k_main = b.and_(k, I64(-self.lanes))
+        zero = ir.Constant(self.vector, None)
+
+        def row_block(i0, _):
+            last = b.sub(m, I64(1))
+            rows = [self._at(a, b.mul(_smin(b, b.add(i0, I64(r)), last), lda)) for r in range(ROWS)]
+
+            def step(kk, accumulators):
+                a_pieces = [self._vector_at(row, kk) for row in rows]
+                updated = list(accumulators)
+                for j, column in enumerate(columns):
+                    piece = self._vector_at(column, kk)
+                    for r in range(ROWS):
+                        updated[r * NCOLS + j] = b.call(self.fma, [a_pieces[r], piece, updated[r * NCOLS + j]])
+                return updated
+
+            accumulators = emit_loop(b, I64(0), k_main, self.lanes, [zero] * (ROWS * NCOLS), step)
+            sums = [self._lane_sum(vector) for vector in accumulators]
+
+            def tail(kk, partial):
+                return [b.fadd(partial[r * NCOLS + j], b.fmul(b.load(self._at(rows[r], kk)),
+                                                              b.load(self._at(columns[j], kk))))
+                        for r in range(ROWS) for j in range(NCOLS)]
+
+            sums = emit_loop(b, k_main, k, 1, sums, tail)
+            for r in range(ROWS):
+                row = b.add(i0, I64(r))
+                with b.if_then(b.icmp_signed("<", row, m)):
+                    for j in range(NCOLS):
+                        with b.if_then(b.icmp_signed("<", I64(j), n)):
+                            b.store(sums[r * NCOLS + j], self._at(c, b.add(b.mul(row, ldc), I64(j))))
+            return []
+
+        emit_loop(b, I64(0), m, ROWS, [], row_block)
+
+
+def _source_hash() -> str:
+    with open(__file__, "rb") as source:
+        return hashlib.sha256(source.read()).hexdigest()[:16]
+
+
+_SOURCE_HASH = _source_hash()
+_kernels: dict[tuple, object] = {}
+
+
+def _description(kind: str, dtype: np.dtype) -> str:
+    return f"gemm_narrow {_SOURCE_HASH} {kind} {dtype} tile={tile_shape(dtype)} ncols={NCOLS} rows={ROWS}"
+
+
+def kernel(kind: str, dtype: np.dtype, compile: bool = True):  # noqa: A002
+    """The compiled kernel (from memory, the disk cache, or compiled now if `compile`)."""
+    key = (kind, dtype)
+    function = _kernels.get(key)
+    if function is None:
+        address = load_keyed(_description(kind, dtype))
+        if address is None:
+            if not compile:
+                return None
+            address, _, _ = compile_kernel_keyed(_description(kind, dtype), "gemm_narrow",
+                                                 lambda: _Emitter(dtype, kind).module)
+        function = _kernels.setdefault(key, SIGNATURE(address))
+    return function
+
+
+def route(a: np.ndarray, b: np.ndarray) -> str | None:
+    """`rows` or `cols` if one of the kernels here computes a @ b, else None."""
+    m, n = a.shape[0], b.shape[1]
+    if not (a.flags.aligned and b.flags.aligned) or min(a.strides + b.strides) < 0:
+        return None
+    rows, cols, _ = tile_shape(a.dtype)
+    if m <= rows and n >= cols and b.strides[1] == b.itemsize and b.strides[0] % b.itemsize == 0:
+        return "rows"
+    if (n <= NCOLS and m >= ROWS and a.strides[1] == a.itemsize and a.strides[0] % a.itemsize == 0
+            and b.strides[0] == b.itemsize and b.strides[1] % b.itemsize == 0):
+        return "cols"
+    return None
+
+
+def run(kind: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
+    """C = A @ B with the `kind` kernel; `c` has unit stride along its rows."""
+    (m, k), n, size = a.shape, b.shape[1], a.itemsize
+    function = kernel(kind, a.dtype)
+    if kind == "rows":
+        full = n - n % tile_shape(a.dtype)[1]
+        _call(function, a, a.strides[0] // size, a.strides[1] // size, b, b.strides[0] // size, c, m, full, k)
+        if full < n:  # the last, partial column block: through a zero-padded copy
+            width = tile_shape(a.dtype)[1]
+            padded = np.zeros((k, width), a.dtype)
+            padded[:, :n - full] = b[:, full:]
+            block = np.empty((m, width), a.dtype)
+            _call(function, a, a.strides[0] // size, a.strides[1] // size, padded, width, block, m, width, k)
+            c[:, full:] = block[:, :n - full]
+    else:
+        _call(function, a, a.strides[0] // size, 0, b, b.strides[1] // size, c, m, n, k)
+
+
+def _call(function, a, a_row: int, a_k: int, b, ldb: int, c, m: int, n: int, k: int) -> None:
+    ldc = c.strides[0] // c.itemsize if m > 1 else n
+    params = (ctypes.c_int64 * PARAMETER_COUNT)(
+        a.__array_interface__["data"][0], a_row, a_k, b.__array_interface__["data"][0], ldb,
+        c.__array_interface__["data"][0], ldc, m, n, k)
+    function(ctypes.addressof(params))
