@@ -10,6 +10,13 @@ rows measured with others near 1 are noise, above all for the 2-thread columns.
 
     python benchmarks/gemm_probe.py                    # float32 and float64, 31 rounds
     python benchmarks/gemm_probe.py --dtype float32 --rounds 51
+    python benchmarks/gemm_probe.py --epilogues        # W4 layers: epilogue fused or separate
+
+`--epilogues` times compiled W4 layers (forward `relu(x @ w.T + b)`, the backward's masked
+gradient with its bias gradient) with their elementwise consumers fused into the GEMM's
+write-back (`codegen/epilogue.py`) and as a separate kernel, interleaved the same way.
+Products with a side narrower than a tile run through `codegen/gemm_narrow.py` in every
+column (the choice depends on the shape only).
 """
 
 from __future__ import annotations
@@ -108,13 +115,59 @@ def probe(m: int, k: int, n: int, layout: str, dtype, rounds: int) -> dict:
     return {"medians": medians, "flops": 2.0 * m * n * k, "error": error, "others": others}
 
 
+def epilogue_probe(dtype, rounds: int) -> None:
+    """Compiled W4 layers with the epilogue fused into the GEMM and as a separate kernel."""
+    import tracegrad as tg
+    import tracegrad.nn.functional as F
+    from tracegrad.codegen import epilogue
+
+    rng = np.random.default_rng(0)
+    tensor = lambda *shape: tg.tensor(rng.standard_normal(shape).astype(dtype))  # noqa: E731
+    layers = {
+        "relu(x @ w1.T + b1)": ((tensor(256, 784), tensor(512, 784), tensor(512)),
+                                lambda x, w, b: F.relu(x @ w.T + b)),
+        "relu(r1 @ w2.T + b2)": ((tensor(256, 512), tensor(512, 512), tensor(512)),
+                                 lambda x, w, b: F.relu(x @ w.T + b)),
+        "where(h > 0, g @ w2, 0), its row sum": ((tensor(256, 512), tensor(512, 512), tensor(256, 512)),
+                                                 lambda g, w, h: _masked_gradient(tg, g @ w, h)),
+        "relu(r2 @ w3.T + b3) (N = 10)": ((tensor(256, 512), tensor(10, 512), tensor(10)),
+                                          lambda x, w, b: F.relu(x @ w.T + b)),
+    }
+    print(f"{'layer':40} {'fused ms':>9} {'separate ms':>12} {'fused/separate':>15}  others")
+    for name, (args, fn) in layers.items():
+        calls = {}
+        for fused in (True, False):
+            epilogue.ENABLED = fused
+            compiled = tg.compile(fn)
+            for _ in range(4):  # past the NumPy runs: the generated kernel is compiled
+                compiled(*args)
+            calls["fused" if fused else "separate"] = lambda compiled=compiled, args=args: compiled(*args)
+        epilogue.ENABLED = True
+        before = _cpu_seconds()
+        medians = _interleaved_medians(calls, rounds)
+        others = _other_processes_cores(before, _cpu_seconds())
+        print(f"{name:40} {medians['fused'] * 1e3:9.3f} {medians['separate'] * 1e3:12.3f} "
+              f"{medians['fused'] / medians['separate']:14.2f}x  {others:5.2f}", flush=True)
+
+
+def _masked_gradient(tg, product, pre):
+    masked = tg.where(pre > 0, product, 0.0)
+    return masked, masked.sum(0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", choices=["float32", "float64", "both"], default="both")
     parser.add_argument("--rounds", type=int, default=31, help="timed calls of each (>= 20)")
     parser.add_argument("--squares", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--epilogues", action="store_true", help="compare fused and separate epilogues")
     args = parser.parse_args()
     dtypes = ["float32", "float64"] if args.dtype == "both" else [args.dtype]
+    if args.epilogues:
+        for dtype in dtypes:
+            print(dtype)
+            epilogue_probe(np.dtype(dtype), args.rounds)
+        return
     print(f"{'dtype':8} {'M':>5} {'K':>5} {'N':>5} {'AB':3} {'numpy ms':>9} {'GF/s':>5} {'gemm1 ms':>9} "
           f"{'GF/s':>5} {'gemm2 ms':>9} {'GF/s':>5} {'best/numpy':>10}  rel.err  others  source")
     for dtype in dtypes:
