@@ -5,7 +5,8 @@ Which one runs is decided per signature (M, K, N, dtype, and whether each operan
 row-major, transposed or neither). By default the generated kernel runs every 2-D float
 product. Measured on the 2-core AVX-512 host (`benchmarks/gemm_probe.py`, W4): on a quiet
 machine it matches or beats this NumPy's OpenBLAS (which runs Haswell kernels on Zen 5)
-on the W4 shapes and is ~0.03 ms slower on narrow ones (N = 10, a tile mostly padding);
+on the W4 shapes, and on narrow ones (N = 10) its unpacked kernels (`gemm_narrow.py`) run
+in 20-30 µs against OpenBLAS's 25-35 µs when OpenBLAS stays on one thread;
 with one core busy elsewhere, OpenBLAS's threads wait for that core on every call (a
 (256,512)@(512,10) product took 7-16 ms; the W4 step 35.9 ms against 6.9 ms generated),
 while the generated kernel's second thread only takes chunks when it gets to run.
@@ -16,6 +17,9 @@ a function called once or twice never pays it, and a first call stays fast).
 `TRACEGRAD_MATMUL=measure` instead times both on the first run of each signature (one
 warm-up call each, then `ROUNDS` alternating timed calls; the smaller best time wins);
 `=numpy` or `=generated` forces one. Batched (3-D and up) products run through NumPy.
+
+`EpilogueMatmulStep` is a product with a fused epilogue (`codegen/epilogue.py`): the
+generated GEMM runs it on each finished strip of C, NumPy's BLAS is followed by it.
 """
 
 from __future__ import annotations
