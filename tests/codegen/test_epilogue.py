@@ -207,10 +207,10 @@ def test_explain_shows_the_fused_epilogue():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_gemm_runs_the_epilogue_on_every_strip(threads):
+def test_gemm_runs_the_epilogue_on_every_block(threads):
     """The epilogue writes every element once, whether the GEMM splits rows or columns."""
     rng = np.random.default_rng(11)
-    for m, k, n in [(300, 260, 40), (40, 260, 300), (193, 17, 97)]:
+    for m, k, n in [(300, 260, 40), (40, 260, 300), (193, 17, 97), (200, 8, 2100)]:  # 2100 > gemm.NC_MAX
         a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
         x, w = tg.tensor(a), tg.tensor(b)
         compiled = tg.compile(lambda x, w: F.relu(x @ w))
@@ -225,10 +225,10 @@ def test_gemm_runs_the_epilogue_on_every_strip(threads):
 
 @pytest.mark.parametrize("dtype", [tg.float32, tg.float64])
 # (600, 64, 200): two threads (gemm.TWO_THREAD_MIN_WORK), which would cut M but must cut N.
-@pytest.mark.parametrize("shape", [(300, 20, 70), (70, 20, 300), (9, 5, 14), (600, 64, 200)])
+@pytest.mark.parametrize("shape", [(300, 20, 70), (70, 20, 300), (9, 5, 14), (600, 64, 200), (200, 8, 2100)])
 def test_an_epilogue_folding_reductions_over_the_rows_equals_eager(path, dtype, shape):
     """A bias gradient (a sum over the rows of the masked gradient) folds into the product's
-    write-back; each thread owns whole columns, so no two strips race."""
+    write-back; each thread owns whole columns, so no two blocks race."""
     m, k, n = shape
     rng = np.random.default_rng(12)
     g, w, pre = _tensor(rng, (m, k), dtype), _tensor(rng, (k, n), dtype), _tensor(rng, (m, n), dtype)

@@ -6,7 +6,7 @@ to the product's matmul, as one `MatmulEpilogue` plan item; and `build_tile_llvm
 lowers that kernel (which may fold reductions along one axis: a bias gradient) to a
 function over a rectangle of the product,
 `void tile(i8** buffers, i64 r0, i64 r1, i64 c0, i64 c1)`. The generated GEMM calls it on
-each finished strip of C while the strip is in L1 (`codegen/gemm_ir.py`); after NumPy's
+each finished MC x NC block of C while it is in L2 (`codegen/gemm_ir.py`); after NumPy's
 BLAS (the first runs, `TRACEGRAD_MATMUL=numpy`) the same function runs once over the whole
 product, so both paths compute the epilogue with the same code. What does not live here:
 the step that runs it (`codegen/matmul_step.py`), the kernels' lowering of each node

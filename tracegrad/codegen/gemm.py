@@ -4,7 +4,7 @@ What lives here: running the GEMM functions that `codegen/gemm_ir.py` generates 
 dtype and operand layouts): the per-thread packing workspaces and parameter blocks, the
 cache-blocking plan of a product, and the split of a product over two threads (two calls
 sharing one chunk counter, run by the kernels' pool, `codegen/threads.py`). A product may
-carry a tile epilogue (`codegen/epilogue.py`), run on each finished strip of C. What does
+carry a tile epilogue (`codegen/epilogue.py`), run on each finished block of C. What does
 not: the IR, choosing between this kernel and numpy.matmul (`codegen/matmul_step.py`), and
 any graph or autograd logic.
 """
@@ -194,8 +194,8 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
     is copied first. `out`, if given, must have shape (M, N) and the operands' dtype.
     `threads` is 1 or 2; by default 2 when the product is large enough to pay for it.
     `epilogue`: (address of an `EPILOGUE_SIGNATURE` function, its buffer array), run on every
-    part of `out` once that part is final: inside the loop nest on each finished strip of C
-    when `out` is written in place, else once over the whole product at the end. Strips
+    part of `out` once that part is final: inside the loop nest on each finished block of C
+    when `out` is written in place, else once over the whole product at the end. Blocks
     are visited in row-major order along each row and column a thread owns; `split_n`
     (True: cut N between threads, False: cut M, None: the longer side) gives each thread
     whole columns or whole rows, for an epilogue that reduces along them."""
@@ -264,7 +264,7 @@ def _check_operands(a, b) -> None:
 def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int, epilogue: tuple[int, int] | None,
          split_n: bool | None = None) -> None:
     """C = A @ B with the kernel for the operands' layouts, on one or two threads, running
-    the epilogue (if any) on each finished strip of C."""
+    the epilogue (if any) on each finished block of C."""
     (m, k), n, dtype = a.shape, b.shape[1], a.dtype
     a_layout, b_layout = _operand_layout(a), _operand_layout(b)
     if a_layout is None:

@@ -19,7 +19,7 @@ warm-up call each, then `ROUNDS` alternating timed calls; the smaller best time 
 `=numpy` or `=generated` forces one. Batched (3-D and up) products run through NumPy.
 
 `EpilogueMatmulStep` is a product with a fused epilogue (`codegen/epilogue.py`): the
-generated GEMM runs it on each finished strip of C, NumPy's BLAS is followed by it.
+generated GEMM runs it on each finished block of C, NumPy's BLAS is followed by it.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class MatmulStep(NumpyStep):
 
 class EpilogueMatmulStep(MatmulStep):
     """A 2-D matmul with a fused epilogue (`codegen/epilogue.py`): the generated GEMM runs
-    the epilogue's tile function on each finished strip of the product; NumPy's BLAS (first
+    the epilogue's tile function on each finished block of the product; NumPy's BLAS (first
     runs, `TRACEGRAD_MATMUL=numpy`) is followed by the same function over the whole product.
 
     Inputs: the two operands (or the buffers of which it takes them as views), then the
