@@ -3,6 +3,10 @@
 NumPy's BLAS followed by the epilogue), dtype, operand layout and tile edge."""
 
 import ctypes
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -253,3 +257,36 @@ def test_a_kernel_reducing_every_axis_or_the_rows_stays_separate():
         compiled = tg.compile(fn)
         np.testing.assert_allclose(compiled(a, b).numpy(), want, rtol=1e-10)
         assert not _epilogue_steps(compiled)
+
+
+DISK_PROGRAM = textwrap.dedent("""
+    import numpy as np, tracegrad as tg
+    import tracegrad.nn.functional as F
+    from tracegrad.codegen.matmul_step import EpilogueMatmulStep
+    rng = np.random.default_rng(0)
+    x, w, b = (tg.tensor(rng.standard_normal(s).astype(np.float32)) for s in [(40, 30), (30, 50), (50,)])
+    out = []
+    for activation, reference in [(F.relu, lambda v: np.maximum(v, 0)), (tg.sigmoid, lambda v: 1 / (1 + np.exp(-v)))]:
+        f = tg.compile(lambda x, w, b, activation=activation: activation(x @ w + b))
+        want = reference(x.numpy() @ w.numpy() + b.numpy())
+        np.testing.assert_allclose(f(x, w, b).numpy(), want, rtol=1e-5, atol=1e-6)
+        (step,) = [s for p in f._programs.values() for s in p.steps if isinstance(s, EpilogueMatmulStep)]
+        out.append(f"{step.symbol}:{int(step.from_disk)}")
+    print(" ".join(out))
+""")
+
+
+def test_epilogue_kernels_load_from_the_disk_cache_each_under_its_own_key(tmp_path):
+    env = dict(os.environ, TRACEGRAD_CACHE_DIR=str(tmp_path), TRACEGRAD_MATMUL="generated")
+    env.pop("TRACEGRAD_CACHE", None)
+
+    def run() -> list[tuple[str, str]]:
+        out = subprocess.run([sys.executable, "-c", DISK_PROGRAM], env=env, capture_output=True, text=True,
+                             check=True).stdout
+        return [tuple(item.split(":")) for item in out.split()]
+
+    first, second = run(), run()
+    assert [loaded for _, loaded in first] == ["0", "0"]
+    assert [loaded for _, loaded in second] == ["1", "1"]
+    assert [symbol for symbol, _ in first] == [symbol for symbol, _ in second]
+    assert first[0][0] != first[1][0]
