@@ -104,8 +104,9 @@ class KernelInfo:
 
     def __str__(self) -> str:
         if not self.is_llvm:
-            text = (f"numpy    {self.line}\n"
-                    f"         runs through NumPy: {self.why}; reads {_bytes(self.bytes_read)}, "
+            runs = "runs" if self.epilogue else "runs through NumPy:"
+            text = (f"{'matmul' if self.epilogue else 'numpy':8} {self.line}\n"
+                    f"         {runs} {self.why}; reads {_bytes(self.bytes_read)}, "
                     f"writes {_bytes(self.bytes_written)}")
             if self.epilogue:
                 text += f"\n         {self.epilogue}"
@@ -189,7 +190,9 @@ class GraphReport:
     def kernels_text(self) -> str:
         kernels = self.kernels
         llvm = sum(1 for k in kernels if k.is_llvm)
-        head = (f"{_count(llvm, 'LLVM kernel')}, {_count(len(kernels) - llvm, 'NumPy step')} "
+        fused = sum(1 for k in kernels if k.epilogue)
+        epilogues = f", {_count(fused, 'matmul step')} with a fused epilogue" if fused else ""
+        head = (f"{_count(llvm, 'LLVM kernel')}{epilogues}, {_count(len(kernels) - llvm - fused, 'NumPy step')} "
                 "(values named as in the optimized graph)")
         return "\n".join([head] + [str(k) for k in kernels])
 
