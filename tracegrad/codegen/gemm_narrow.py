@@ -9,8 +9,9 @@ for a tile that is mostly padding, and packing costs as much as the arithmetic. 
   straight from B, A's elements are broadcast from wherever they are (any strides). Rows
   past M repeat the last row and are not stored. `g3.T @ r2` in an MLP's backward.
 - `cols`: C has at most NCOLS columns, A is row-major and B column-major (both contiguous
-  along K: `x @ w.T` with a narrow w). Dot products: ROWS rows of A times NCOLS columns of
-  B in ROWS x NCOLS vector accumulators along K, summed across lanes at the end.
+  along K: `x @ w.T` with a narrow w). Dot products: `_rows_per_step(n)` rows of A times
+  the n columns of B in that many times n vector accumulators along K, summed across
+  lanes at the end. One kernel per n, so no accumulator is spent on a missing column.
 
 Neither packs, so each reads its big operand once. What does not live here: the general
 GEMM, the choice of NumPy or generated (`codegen/matmul_step.py`).
@@ -27,8 +28,8 @@ from llvmlite import ir
 from tracegrad.codegen.gemm_ir import tile_shape
 from tracegrad.codegen.llvm import F32, F64, I64, compile_kernel_keyed, emit_loop, load_keyed
 
-ROWS = 2     # rows of A per step of a `cols` kernel
-NCOLS = 12   # at most this many columns of C for a `cols` kernel (ROWS * NCOLS accumulators)
+NCOLS = 12        # at most this many columns of C for a `cols` kernel
+ACCUMULATORS = 24  # vector registers a `cols` kernel spends on accumulators (of 32)
 # Parameter block positions (i64): the same for both kernels; unused ones are 0.
 (P_A, P_A_ROW, P_A_K, P_B, P_LDB, P_C, P_LDC, P_M, P_N, P_K) = range(10)
 PARAMETER_COUNT = 10
@@ -39,14 +40,20 @@ def _smin(b: ir.IRBuilder, x, y):
     return b.select(b.icmp_signed("<", x, y), x, y)
 
 
+def _rows_per_step(n: int) -> int:
+    """Rows of A per step of the `cols` kernel for n columns: as many as keep the
+    accumulators in registers (n = 10: 2 rows, 20 accumulators; n = 1: 8 rows)."""
+    return max(1, min(8, ACCUMULATORS // n))
+
+
 class _Emitter:
-    def __init__(self, dtype: np.dtype, kind: str):
+    def __init__(self, dtype: np.dtype, kind: str, n: int):
         self.rows, self.cols, self.lanes = tile_shape(dtype)
         self.element = F32 if dtype == np.float32 else F64
         self.size = dtype.itemsize
         self.vector = ir.VectorType(self.element, self.lanes)
         self.pointer = self.element.as_pointer()
-        self.module = ir.Module(name=f"gemm_narrow_{kind}_{dtype.name}")
+        self.module = ir.Module(name=f"gemm_narrow_{kind}_{dtype.name}_{n}")
         self.fma = ir.Function(self.module, ir.FunctionType(self.vector, [self.vector] * 3),
                                f"llvm.fma.v{self.lanes}f{8 * self.size}")
         function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64.as_pointer()]), "gemm_narrow")
@@ -54,7 +61,10 @@ class _Emitter:
         params = function.args[0]
         self.read = lambda position: b.load(b.gep(params, [I64(position)], inbounds=True))
         self.address = lambda position: b.inttoptr(self.read(position), self.pointer)
-        (self._rows if kind == "rows" else self._cols)()
+        if kind == "rows":
+            self._rows()
+        else:
+            self._cols(n, _rows_per_step(n))
         b.ret_void()
 
     def _at(self, pointer, offset):
@@ -115,47 +125,46 @@ class _Emitter:
             width = half
         return b.extract_element(vector, I64(0))
 
-    def _cols(self) -> None:
-        """C[:m, :n] (n <= NCOLS) as dot products along K, ROWS rows of A at a time."""
+    def _cols(self, ncols: int, row_count: int) -> None:
+        """C[:m, :ncols] as dot products along K, `row_count` rows of A at a time."""
         b = self.b
         a, lda = self.address(P_A), self.read(P_A_ROW)
         b_matrix, ldb, c, ldc = self.address(P_B), self.read(P_LDB), self.address(P_C), self.read(P_LDC)
-        m, n, k = self.read(P_M), self.read(P_N), self.read(P_K)
-        columns = [self._at(b_matrix, b.mul(_smin(b, I64(j), b.sub(n, I64(1))), ldb)) for j in range(NCOLS)]
+        m, k = self.read(P_M), self.read(P_K)
+        columns = [self._at(b_matrix, b.mul(I64(j), ldb)) for j in range(ncols)]
         k_main = b.and_(k, I64(-self.lanes))
         zero = ir.Constant(self.vector, None)
 
         def row_block(i0, _):
             last = b.sub(m, I64(1))
-            rows = [self._at(a, b.mul(_smin(b, b.add(i0, I64(r)), last), lda)) for r in range(ROWS)]
+            rows = [self._at(a, b.mul(_smin(b, b.add(i0, I64(r)), last), lda)) for r in range(row_count)]
 
             def step(kk, accumulators):
                 a_pieces = [self._vector_at(row, kk) for row in rows]
                 updated = list(accumulators)
                 for j, column in enumerate(columns):
                     piece = self._vector_at(column, kk)
-                    for r in range(ROWS):
-                        updated[r * NCOLS + j] = b.call(self.fma, [a_pieces[r], piece, updated[r * NCOLS + j]])
+                    for r in range(row_count):
+                        updated[r * ncols + j] = b.call(self.fma, [a_pieces[r], piece, updated[r * ncols + j]])
                 return updated
 
-            accumulators = emit_loop(b, I64(0), k_main, self.lanes, [zero] * (ROWS * NCOLS), step)
+            accumulators = emit_loop(b, I64(0), k_main, self.lanes, [zero] * (row_count * ncols), step)
             sums = [self._lane_sum(vector) for vector in accumulators]
 
             def tail(kk, partial):
-                return [b.fadd(partial[r * NCOLS + j], b.fmul(b.load(self._at(rows[r], kk)),
+                return [b.fadd(partial[r * ncols + j], b.fmul(b.load(self._at(rows[r], kk)),
                                                               b.load(self._at(columns[j], kk))))
-                        for r in range(ROWS) for j in range(NCOLS)]
+                        for r in range(row_count) for j in range(ncols)]
 
             sums = emit_loop(b, k_main, k, 1, sums, tail)
-            for r in range(ROWS):
+            for r in range(row_count):
                 row = b.add(i0, I64(r))
                 with b.if_then(b.icmp_signed("<", row, m)):
-                    for j in range(NCOLS):
-                        with b.if_then(b.icmp_signed("<", I64(j), n)):
-                            b.store(sums[r * NCOLS + j], self._at(c, b.add(b.mul(row, ldc), I64(j))))
+                    for j in range(ncols):
+                        b.store(sums[r * ncols + j], self._at(c, b.add(b.mul(row, ldc), I64(j))))
             return []
 
-        emit_loop(b, I64(0), m, ROWS, [], row_block)
+        emit_loop(b, I64(0), m, row_count, [], row_block)
 
 
 def _source_hash() -> str:
@@ -167,21 +176,23 @@ _SOURCE_HASH = _source_hash()
 _kernels: dict[tuple, object] = {}
 
 
-def _description(kind: str, dtype: np.dtype) -> str:
-    return f"gemm_narrow {_SOURCE_HASH} {kind} {dtype} tile={tile_shape(dtype)} ncols={NCOLS} rows={ROWS}"
+def _description(kind: str, dtype: np.dtype, n: int) -> str:
+    return f"gemm_narrow {_SOURCE_HASH} {kind} {dtype} n={n} tile={tile_shape(dtype)}"
 
 
-def kernel(kind: str, dtype: np.dtype, compile: bool = True):  # noqa: A002
-    """The compiled kernel (from memory, the disk cache, or compiled now if `compile`)."""
-    key = (kind, dtype)
+def kernel(kind: str, dtype: np.dtype, n: int, compile: bool = True):  # noqa: A002
+    """The compiled kernel for `kind`, dtype and (for `cols`) the number of columns: from
+    memory, the disk cache, or compiled now if `compile`."""
+    n = n if kind == "cols" else 0
+    key = (kind, dtype, n)
     function = _kernels.get(key)
     if function is None:
-        address = load_keyed(_description(kind, dtype))
+        description = _description(kind, dtype, n)
+        address = load_keyed(description)
         if address is None:
             if not compile:
                 return None
-            address, _, _ = compile_kernel_keyed(_description(kind, dtype), "gemm_narrow",
-                                                 lambda: _Emitter(dtype, kind).module)
+            address, _, _ = compile_kernel_keyed(description, "gemm_narrow", lambda: _Emitter(dtype, kind, n).module)
         function = _kernels.setdefault(key, SIGNATURE(address))
     return function
 
@@ -194,7 +205,7 @@ def route(a: np.ndarray, b: np.ndarray) -> str | None:
     rows, cols, _ = tile_shape(a.dtype)
     if m <= rows and n >= cols and b.strides[1] == b.itemsize and b.strides[0] % b.itemsize == 0:
         return "rows"
-    if (n <= NCOLS and m >= ROWS and a.strides[1] == a.itemsize and a.strides[0] % a.itemsize == 0
+    if (n <= NCOLS and a.strides[1] == a.itemsize and a.strides[0] % a.itemsize == 0
             and b.strides[0] == b.itemsize and b.strides[1] % b.itemsize == 0):
         return "cols"
     return None
@@ -203,7 +214,7 @@ def route(a: np.ndarray, b: np.ndarray) -> str | None:
 def run(kind: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
     """C = A @ B with the `kind` kernel; `c` has unit stride along its rows."""
     (m, k), n, size = a.shape, b.shape[1], a.itemsize
-    function = kernel(kind, a.dtype)
+    function = kernel(kind, a.dtype, n)
     if kind == "rows":
         full = n - n % tile_shape(a.dtype)[1]
         _call(function, a, a.strides[0] // size, a.strides[1] // size, b, b.strides[0] // size, c, m, full, k)
