@@ -7,6 +7,8 @@ short blocks in one process (rotating which goes first), because the machine is 
 and its speed drifts; medians over interleaved blocks compare them under the same load.
 "others" is how many of the 2 cores other processes kept busy while a row was measured;
 rows measured with others near 1 are noise, above all for the 2-thread columns.
+"gemm2 cpu/wall" is the CPU time of this process per wall second of the 2-thread calls:
+near 2 both threads computed throughout, near 1 the second thread took (almost) no chunk.
 
     python benchmarks/gemm_probe.py                    # float32 and float64, 31 rounds
     python benchmarks/gemm_probe.py --dtype float32 --rounds 51
@@ -62,8 +64,16 @@ def _interleaved_medians(calls: dict, rounds: int, block: int = 4) -> dict:
     Blocks, not single calls: after a call OpenBLAS's worker thread busy-waits for new work
     for a while, taking a core from whatever runs next; a program uses one GEMM or the
     other, so each is timed after its own calls, with a pause after NumPy's blocks."""
+    return _interleaved(calls, rounds, block)[0]
+
+
+def _interleaved(calls: dict, rounds: int, block: int = 4) -> tuple[dict, dict]:
+    """`_interleaved_medians`, and for each call the CPU time this process spent per wall
+    second of its timed calls (2.0: both threads busy throughout; 1.0 for a two-thread
+    GEMM: the second thread took no chunk, e.g. because other processes held its core)."""
     names = list(calls)
     times = {name: [] for name in names}
+    cpu = dict.fromkeys(names, 0.0)
     for name in names:  # warm up: compile, allocate workspaces, wake BLAS threads
         calls[name]()
     for round_index in range(-(-rounds // (block - 1))):
@@ -71,12 +81,14 @@ def _interleaved_medians(calls: dict, rounds: int, block: int = 4) -> dict:
             name = names[(round_index + offset) % len(names)]
             calls[name]()
             for _ in range(block - 1):
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 calls[name]()
                 times[name].append(time.perf_counter() - start)
+                cpu[name] += time.process_time() - start_cpu
             if name == "numpy":
                 time.sleep(OPENBLAS_SPIN_SECONDS)
-    return {name: statistics.median(samples) for name, samples in times.items()}
+    medians = {name: statistics.median(samples) for name, samples in times.items()}
+    return medians, {name: cpu[name] / max(sum(times[name]), 1e-12) for name in names}
 
 
 def _other_processes_cores(before: tuple, after: tuple) -> float:
@@ -110,9 +122,10 @@ def probe(m: int, k: int, n: int, layout: str, dtype, rounds: int) -> dict:
         "gemm-2": lambda: gemm.matmul(a, b, out, threads=2),
     }
     before = _cpu_seconds()
-    medians = _interleaved_medians(calls, rounds)
+    medians, busy = _interleaved(calls, rounds)
     others = _other_processes_cores(before, _cpu_seconds())
-    return {"medians": medians, "flops": 2.0 * m * n * k, "error": error, "others": others}
+    return {"medians": medians, "flops": 2.0 * m * n * k, "error": error, "others": others,
+            "busy": busy["gemm-2"]}
 
 
 def epilogue_probe(dtype, rounds: int) -> None:
@@ -169,7 +182,7 @@ def main() -> None:
             epilogue_probe(np.dtype(dtype), args.rounds)
         return
     print(f"{'dtype':8} {'M':>5} {'K':>5} {'N':>5} {'AB':3} {'numpy ms':>9} {'GF/s':>5} {'gemm1 ms':>9} "
-          f"{'GF/s':>5} {'gemm2 ms':>9} {'GF/s':>5} {'best/numpy':>10}  rel.err  others  source")
+          f"{'GF/s':>5} {'gemm2 ms':>9} {'GF/s':>5} {'best/numpy':>10}  rel.err  others  gemm2 cpu/wall  source")
     for dtype in dtypes:
         shapes = list(W4_SHAPES)
         if args.squares:
@@ -181,7 +194,7 @@ def main() -> None:
                              for name in ("numpy", "gemm-1", "gemm-2"))
             speedup = medians["numpy"] / min(medians["gemm-1"], medians["gemm-2"])
             print(f"{dtype:8} {m:5} {k:5} {n:5} {layout:3} {cells} {speedup:9.2f}x  {result['error']:.1e}  "
-                  f"{result['others']:5.2f}  {source}", flush=True)
+                  f"{result['others']:5.2f}  {result['busy']:14.2f}  {source}", flush=True)
 
 
 if __name__ == "__main__":
