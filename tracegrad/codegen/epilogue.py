@@ -3,7 +3,7 @@
 What lives here: `fuse_epilogues`, the plan rewrite that moves a fused map kernel reading a
 product at the current element (a bias add, an activation, a mask; several outputs) next
 to the product's matmul, as one `MatmulEpilogue` plan item; and `build_tile_llvm`, which
-lowers that kernel (which may fold reductions along one axis: a bias gradient) to a
+lowers that kernel (which may fold sums over the rows into it: a bias gradient) to a
 function over a rectangle of the product,
 `void tile(i8** buffers, i64 r0, i64 r1, i64 c0, i64 c1)`. The generated GEMM calls it on
 each finished MC x NC block of C while it is in L2 (`codegen/gemm_ir.py`); after NumPy's
