@@ -21,9 +21,14 @@ TOLERANCE = {tg.float32: 1e-5, tg.float64: 1e-10}
 SHAPES = [(5, 7, 3), (13, 9, 33), (50, 40, 70), (256, 784, 512), (256, 64, 10)]
 
 
-@pytest.fixture(params=[NUMPY, GENERATED])
+@pytest.fixture(params=[NUMPY, GENERATED, "default"])
 def path(request, monkeypatch):
-    monkeypatch.setenv("TRACEGRAD_MATMUL", request.param)
+    """NumPy's BLAS then the epilogue; the generated GEMM at once; or by default NumPy for
+    the first COMPILE_AFTER runs of a step and the generated GEMM from then on."""
+    if request.param == "default":
+        monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    else:
+        monkeypatch.setenv("TRACEGRAD_MATMUL", request.param)
     return request.param
 
 
