@@ -83,6 +83,8 @@ class KernelInfo:
                                  f"{', '.join(names[v] for v in epilogue.leaves)}, computes in registers "
                                  f"{', '.join(names[v] for v in computed if v in names) or '-'}"
                                  + ("" if item.keep_product else f"; {names[item.product]} is not kept"))
+                for result, leaf in epilogue.donated.items():
+                    self.epilogue += f"\n         in place: {names[result]} into {names[leaf]}'s buffer"
                 for view in item.operand_views.values():
                     self.epilogue += f"\n         takes operand {format_node(view, names)} as a NumPy view"
             if node.op.kind == MATMUL:

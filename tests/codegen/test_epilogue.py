@@ -295,3 +295,45 @@ def test_epilogue_kernels_load_from_the_disk_cache_each_under_its_own_key(tmp_pa
     assert [loaded for _, loaded in second] == ["1", "1"]
     assert [symbol for symbol, _ in first] == [symbol for symbol, _ in second]
     assert first[0][0] != first[1][0]
+
+
+def test_a_weight_update_in_the_epilogue_writes_into_the_weight(path):
+    """SGD's `w -= lr * (g.T @ x)` runs in the gradient product's epilogue and stores the
+    new weight over the old one (`program._donate`)."""
+    rng = np.random.default_rng(14)
+    g, x = _tensor(rng, (64, 24), tg.float64), _tensor(rng, (64, 40), tg.float64)
+    w, w_eager = _tensor(rng, (24, 40), tg.float64), None
+    w_eager = tg.tensor(w.numpy().copy())
+    address = w.numpy().__array_interface__["data"][0]
+
+    def update(w, g, x):
+        w.sub_((g.T @ x) * 0.1)
+        return g.sum()
+
+    compiled = tg.compile(update)
+    for _ in range(matmul_step.COMPILE_AFTER + 1):
+        compiled(w, g, x)
+        update(w_eager, g, x)
+        np.testing.assert_allclose(w.numpy(), w_eager.numpy(), rtol=1e-10, atol=1e-12)
+    (step,) = _epilogue_steps(compiled)
+    assert step.donated and w.numpy().__array_interface__["data"][0] == address
+
+
+def test_an_operand_of_the_product_is_never_overwritten_by_its_epilogue(path):
+    """`w -= 0.1 * (x @ w)`: the GEMM reads w across the whole product while the epilogue
+    writes block after block, so the new w gets a buffer of its own."""
+    rng = np.random.default_rng(15)
+    x, w = _tensor(rng, (200, 200), tg.float64), _tensor(rng, (200, 200), tg.float64)
+    w_eager = tg.tensor(w.numpy().copy())
+
+    def update(w, x):
+        w.sub_((x @ w) * 0.1)
+        return x * 2.0
+
+    compiled = tg.compile(update)
+    for _ in range(matmul_step.COMPILE_AFTER + 1):
+        compiled(w, x)
+        update(w_eager, x)
+        np.testing.assert_allclose(w.numpy(), w_eager.numpy(), rtol=1e-10, atol=1e-10)
+    (step,) = _epilogue_steps(compiled)
+    assert not step.donated

@@ -157,6 +157,8 @@ def build_tile_llvm(kernel: FusedKernel, name: str) -> ir.Module:
     for position, value in enumerate(kernel.results + kernel.leaves):
         raw = builder.load(builder.gep(buffers, [I64(position)], inbounds=True))
         pointers[value] = builder.bitcast(raw, memory_type(value.type.dtype).as_pointer())
+    for result, leaf in kernel.donated.items():  # written over the input it replaces
+        pointers[result] = pointers[leaf]  # (one pointer: see kernels.build_llvm)
     emitter = _Emitter(kernel, b, pointers)
     for leaf in kernel.leaves:
         if leaf.type.shape == ():  # a scalar: loaded once, outside the loops

@@ -140,7 +140,7 @@ class EpilogueMatmulStep(MatmulStep):
 
     __slots__ = ("epilogue", "keep_product", "operand_views", "leaf_sources", "result_specs", "pointer_array",
                  "tile_address", "tile_function", "module", "symbol", "from_disk", "compile_seconds", "name",
-                 "identities", "split_n")
+                 "identities", "split_n", "donated")
 
     def __init__(self, item, inputs: tuple[int, ...], outputs: tuple[int, ...]):
         from tracegrad.codegen.epilogue import build_tile_llvm
@@ -160,6 +160,10 @@ class EpilogueMatmulStep(MatmulStep):
         first = len(kernel.outputs)
         self.identities = [(first + i, node.op.reduce_identity(node.out_types[0].dtype))
                            for i, node in enumerate(kernel.folded)]
+        # (result position, leaf position) of outputs written into a leaf's buffer
+        # (`program._donate`: an optimizer's update of the parameter it reads).
+        self.donated = [(kernel.results.index(result), kernel.leaves.index(leaf))
+                        for result, leaf in kernel.donated.items()]
         # Reductions over the rows: each thread must own whole columns (cut N between them).
         self.split_n = True if kernel.folded else None
         self.pointer_array = ctypes.c_void_p * (len(kernel.results) + len(kernel.leaves))
@@ -184,6 +188,10 @@ class EpilogueMatmulStep(MatmulStep):
             results[position].fill(identity)
         leaves = [product if source is None else np.ascontiguousarray(slots[self.inputs[source]])
                   for source in self.leaf_sources]
+        for result, leaf in self.donated:
+            if not leaves[leaf].flags.writeable:
+                leaves[leaf] = leaves[leaf].copy()
+            results[result] = leaves[leaf]
         pointers = self.pointer_array(*(_address(x) for x in results + leaves))  # alive during the calls
         if choose(a, b, product) == GENERATED and self._generated_ready(a, b):
             gemm.matmul(a, b, out=product, epilogue=(self.tile_address, ctypes.addressof(pointers)),

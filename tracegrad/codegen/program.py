@@ -231,14 +231,17 @@ def _donate(items: list, graph: Graph, donations: tuple) -> None:
     kernel loads it before storing anything for that element), when nothing after it
     reads the input or a view of it, nor is the input or a view of it a program output.
     Records the choice in `kernel.donated`, so it is part of the kernel's description (and
-    IR)."""
+    IR). A matmul's epilogue may donate too, unless the input (or a view of it) is one of
+    the product's operands: the GEMM reads those across the whole product while the
+    epilogue writes block after block."""
+    from tracegrad.codegen.epilogue import MatmulEpilogue
     from tracegrad.codegen.fusion import FusedKernel, RowGroup
 
     owner: dict[Value, int] = {v: i for i, v in enumerate(graph.inputs)}  # value -> input it may view
     last_reader: dict[int, int] = {}
     producer: dict[Value, int] = {}
     for index, item in enumerate(items):
-        is_kernel = isinstance(item, FusedKernel)
+        is_kernel = isinstance(item, (FusedKernel, MatmulEpilogue))
         reads = item.leaves if is_kernel else item.node.inputs
         for value in reads:
             if value in owner:
@@ -257,6 +260,10 @@ def _donate(items: list, graph: Graph, donations: tuple) -> None:
         if index is None or input_index in taken or input_index in returned:
             continue
         kernel = items[index]
+        if isinstance(kernel, MatmulEpilogue):
+            if any(v == source or owner.get(v) == input_index for v in kernel.operands):
+                continue
+            kernel = kernel.kernel
         if (not isinstance(kernel, FusedKernel) or isinstance(kernel, RowGroup) or kernel.reduction is not None
                 or value not in kernel.outputs or value in kernel.donated
                 or value.type != source.type or source not in kernel.leaves or source in kernel.remapped
