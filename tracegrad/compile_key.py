@@ -83,6 +83,19 @@ class KeyedGraph(Graph):
         number[id(node)] = self._serial
         self._serial += len(node.out_types)
 
+    def add_block(self, nodes: list[Node], parts: tuple) -> None:
+        """Append `nodes` whose key parts are known already: `parts` must be what
+        `add_node` would compute for them here (a replayed backward template, recorded
+        against a graph with this same key so far, so its references come out the same)."""
+        self.nodes.extend(nodes)
+        self._parts.extend(parts)
+        number = self._number
+        serial = self._serial
+        for node in nodes:
+            number[id(node)] = serial
+            serial += len(node.out_types)
+        self._serial = serial
+
     def key(self, outputs: list[Value], inputs: list[np.ndarray]) -> tuple:
         """`structural_key` of this graph with these outputs, fed with `inputs`."""
         number = self._number

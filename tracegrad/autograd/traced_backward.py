@@ -32,12 +32,15 @@ _templates: OrderedDict[tuple, _Template | None] = OrderedDict()
 
 
 class _Template:
-    __slots__ = ("unpacked", "resolve", "nodes", "results", "freed")
+    __slots__ = ("unpacked", "resolve", "nodes", "parts", "results", "freed")
 
-    def __init__(self, unpacked, resolve, nodes, results, freed):
+    def __init__(self, unpacked, resolve, nodes, parts, results, freed):
         self.unpacked = unpacked  # saved indices the direct path unpacked, in its order
         self.resolve = resolve    # env indices (seeds, saved) that become IR values, first use first
         self.nodes = nodes        # (op, attrs, input env indices, out_types) per appended node
+        # The nodes' cache-key parts (`KeyedGraph`): the template's key holds the graph's key
+        # so far, so the values the nodes read are numbered alike on every replay.
+        self.parts = parts
         self.results = results    # (canonical value index, env index, is the tensor itself)
         self.freed = freed        # forward-order positions whose saved values get freed
 
@@ -142,13 +145,16 @@ def _replay(tracer, template: _Template, order, values, seeds, saved, retain_gra
     tensors = list(env)
     for index in template.resolve:
         env[index] = tracer.value_of(env[index])
-    graph = tracer.graph
     location = user_location()
+    nodes = []
     for op, attrs, refs, out_types in template.nodes:
         node = Node(op, tuple([env[r] for r in refs]), attrs, out_types, location)
-        graph.add_node(node)
-        for i in range(len(out_types)):
-            env.append(node.output(i))
+        nodes.append(node)
+        if len(out_types) == 1:
+            env.append(Value(out_types[0], node, 0))
+        else:
+            env.extend(node.output(i) for i in range(len(out_types)))
+    tracer.graph.add_block(nodes, template.parts)
     results = {}
     for canonical, ref, itself in template.results:
         if itself:
@@ -242,5 +248,6 @@ def _record(tracer, order, roots, targets, retain_graph: bool, values, saved) ->
             return results, None
     positions = {id(node): i for i, node in enumerate(order)}
     freed = tuple(dict.fromkeys(positions[id(saved[k][0])] for k, _ in unpacked))
-    template = _Template(tuple(k for k, _ in unpacked), tuple(resolve), nodes, result_refs, freed)
+    parts = tuple(graph._parts[n_nodes:])
+    template = _Template(tuple(k for k, _ in unpacked), tuple(resolve), nodes, parts, result_refs, freed)
     return results, template
