@@ -96,6 +96,7 @@ class CompileTrace(Tracer):
 
     def rebind(self, tensor, result) -> None:
         # An in-place update of an argument's stand-in updates the real argument.
+        self.rebound = True
         real = self.proxies.get(id(tensor))
         if real is not None:
             self.write(real, result)

@@ -65,6 +65,9 @@ class KeyedGraph(Graph):
         self._parts: list[tuple] = []
         self._number: dict[int, int] = {}
         self._serial = 0
+        # Per node recorded for autograd: (its number, which inputs need grad, which saved
+        # tensors are concrete); with the key above, all a traced backward depends on.
+        self._grad_parts: list[tuple] = []
 
     def add_input(self, type: TensorType, name: str | None = None) -> Value:
         value = super().add_input(type, name)
@@ -82,6 +85,11 @@ class KeyedGraph(Graph):
         self._parts.append((node.op.name, _attrs_part(node.attrs), tuple(refs)))
         number[id(node)] = self._serial
         self._serial += len(node.out_types)
+
+    def note_recorded(self, node: Node) -> None:
+        saved = node.saved
+        kinds = None if saved is None else tuple([None if s is None else s.lazy is None for s in saved])
+        self._grad_parts.append((self._number[id(node)], node.needs_input_grad, kinds))
 
     def add_block(self, nodes: list[Node], parts: tuple) -> None:
         """Append `nodes` whose key parts are known already: `parts` must be what

@@ -248,6 +248,8 @@ class Tensor:
         node = self._grad_fn
         if node.hooks is None:
             node.hooks = {}
+            if MODE.tracer is not None:
+                MODE.tracer.hooked = True  # a traced backward must run the hooks
         return node.hooks.setdefault(self._value.index, [])
 
     def is_inference(self) -> bool:

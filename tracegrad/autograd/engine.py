@@ -50,10 +50,19 @@ def _run(roots, targets, retain_graph: bool, create_graph: bool):
         cached = backward_cache.run(roots, targets, retain_graph)
         if cached is not None:
             return {value: Tensor._make(array, value.type) for value, array in cached.items()}
-    elif not create_graph and getattr(tracer, "replays_backward", False):
-        replayed = traced_backward.run(tracer, roots, targets, retain_graph)
-        if replayed is not None:
-            return replayed
+    elif tracer is not None:
+        try:
+            if not create_graph and getattr(tracer, "replays_backward", False):
+                replayed = traced_backward.run(tracer, roots, targets, retain_graph)
+                if replayed is not None:
+                    return replayed
+            return _transform(roots, targets, retain_graph, create_graph)
+        finally:
+            tracer.backwards += 1
+    return _transform(roots, targets, retain_graph, create_graph)
+
+
+def _transform(roots, targets, retain_graph: bool, create_graph: bool):
     mode = enable_grad() if create_graph else no_grad()
     with mode:
         return reverse_mode(roots, targets, retain_graph=retain_graph)

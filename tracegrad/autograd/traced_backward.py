@@ -10,6 +10,12 @@ a template over an environment: the seeds, the saved tensors, then the appended 
 outputs (gradient rules see nothing else). Later calls replay the template into the
 trace: the same nodes, with no rule run.
 
+A call finds its template from the trace's whole key so far (`KeyedGraph`: every node's
+part, and per node recorded for autograd which inputs need grad and which saved tensors
+are concrete) without ordering or describing the forward graph, unless something outside
+that key could change the backward (hooks, rebound lazy tensors, an earlier backward in
+the same call): then the graph is described node by node as on the first call.
+
 What the direct path does besides appending nodes happens on replay too: the saved tensors
 it unpacked are unpacked (version checks) and the nodes whose rules ran have their saved
 values freed unless `retain_graph`. Graphs the template cannot describe (hooks, custom
@@ -32,10 +38,11 @@ _templates: OrderedDict[tuple, _Template | None] = OrderedDict()
 
 
 class _Template:
-    __slots__ = ("unpacked", "resolve", "nodes", "parts", "results", "freed")
+    __slots__ = ("unpacked", "n_saved", "resolve", "nodes", "parts", "results", "freed")
 
-    def __init__(self, unpacked, resolve, nodes, parts, results, freed):
+    def __init__(self, unpacked, n_saved, resolve, nodes, parts, results, freed):
         self.unpacked = unpacked  # saved indices the direct path unpacked, in its order
+        self.n_saved = n_saved    # how many saved tensors the described nodes hold
         self.resolve = resolve    # env indices (seeds, saved) that become IR values, first use first
         self.nodes = nodes        # (op, attrs, input env indices, out_types) per appended node
         # The nodes' cache-key parts (`KeyedGraph`): the template's key holds the graph's key
@@ -45,6 +52,29 @@ class _Template:
         self.freed = freed        # forward-order positions whose saved values get freed
 
 
+class _Direct:
+    """A template found from the trace's whole key (`_direct_key`), with where its saved
+    tensors and freed nodes are in the trace's node list (the same on every call with that
+    key), so a call finds it without ordering or describing the forward graph."""
+
+    __slots__ = ("template", "unpacked_at", "freed_at")
+
+    def __init__(self, template: _Template, unpacked_at: tuple, freed_at: tuple):
+        self.template = template
+        self.unpacked_at = unpacked_at  # (node index, saved slot) per template.unpacked entry
+        self.freed_at = freed_at        # node indices whose saved values get freed
+
+
+_direct: OrderedDict[tuple, _Direct] = OrderedDict()
+
+
+def clear() -> None:
+    """Forget every template."""
+    with _lock:
+        _templates.clear()
+        _direct.clear()
+
+
 def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) -> dict | None:
     """{value: gradient tensor} as `reverse_mode` returns it, appended to `tracer`'s graph;
     None when the caller must take the direct path."""
@@ -52,14 +82,25 @@ def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) ->
     if len(set(root_values)) != len(root_values):
         return None
     graph = tracer.graph
-    order = forward_order(root_values)
     seeds = [seed for _, seed in roots]
+    # Results are keyed by target (autograd.grad) or by graph input (backward(): leaves).
+    values = targets if targets is not None else graph.inputs
+    direct_key = _direct_key(tracer, graph, root_values, targets, seeds)
+    if direct_key is not None:
+        with _lock:
+            found = _direct.get(direct_key)
+            if found is not None:
+                _direct.move_to_end(direct_key)
+        if found is not None:
+            nodes = graph.nodes
+            unpacks = [(nodes[i], nodes[i].saved[j]) for i, j in found.unpacked_at]
+            freed = [nodes[i] for i in found.freed_at]
+            return _replay(tracer, found.template, unpacks, freed, values, seeds, retain_graph)
+    order = forward_order(root_values)
     description = _describe(graph, order, root_values, targets, seeds)
     if description is None:
         return None
     key, saved = description
-    # Results are keyed by target (autograd.grad) or by graph input (backward(): leaves).
-    values = targets if targets is not None else graph.inputs
     with _lock:
         template = _templates.get(key, False)
         if template is not False:
@@ -67,13 +108,61 @@ def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) ->
     if template is None:
         return None
     if template is not False:
-        return _replay(tracer, template, order, values, seeds, saved, retain_graph)
+        if direct_key is not None:
+            _remember_direct(direct_key, template, graph, order, saved)
+        unpacks = [saved[k] for k in template.unpacked]
+        freed = [order[position] for position in template.freed]
+        return _replay(tracer, template, unpacks, freed, values, seeds, retain_graph)
+    if direct_key is not None:
+        saved_at = _saved_positions(graph, saved)  # before the transform frees them
     results, template = _record(tracer, order, roots, targets, retain_graph, values, saved)
     with _lock:
         _templates[key] = template
         if len(_templates) > CAPACITY:
             _templates.popitem(last=False)
+    if direct_key is not None and template is not None:
+        _remember_direct(direct_key, template, graph, order, saved, saved_at)
     return results
+
+
+def _direct_key(tracer, graph, roots: list[Value], targets: list[Value] | None, seeds: list):
+    """The template key from the trace's whole key so far (`KeyedGraph`: every node's part
+    and, per node recorded for autograd, which inputs need grad and which saved tensors are
+    concrete), or None when something outside that key could change the backward: hooks on
+    traced nodes or on leaves, lazy tensors rebound by in-place ops, an earlier backward."""
+    grad_parts = getattr(graph, "_grad_parts", None)
+    if grad_parts is None or tracer.hooked or tracer.rebound or tracer.backwards:
+        return None
+    for value in graph.inputs:
+        if value.leaf is not None:
+            tensor = value.leaf()
+            if tensor is not None and tensor._hooks:
+                return None
+    number = graph._number
+    root_part = tuple([_reference(number, v) for v in roots])
+    target_part = tuple([_reference(number, v) for v in targets]) if targets is not None else ()
+    if None in root_part or None in target_part:
+        return None
+    return (tuple(graph._input_types), tuple(graph._parts), tuple(grad_parts), root_part,
+            target_part if targets is not None else None, _seed_part(number, seeds))
+
+
+def _saved_positions(graph, saved: list) -> tuple:
+    index = {id(node): i for i, node in enumerate(graph.nodes)}
+    return tuple((index[id(node)], node.saved.index(s)) for node, s in saved)
+
+
+def _remember_direct(direct_key: tuple, template: _Template, graph, order: list, saved: list,
+                     saved_at: tuple | None = None) -> None:
+    if saved_at is None:
+        saved_at = _saved_positions(graph, saved)
+    index = {id(node): i for i, node in enumerate(graph.nodes)}
+    entry = _Direct(template, tuple(saved_at[k] for k in template.unpacked),
+                    tuple(index[id(order[position])] for position in template.freed))
+    with _lock:
+        _direct[direct_key] = entry
+        if len(_direct) > CAPACITY:
+            _direct.popitem(last=False)
 
 
 def _describe(graph, order: list[Node], roots: list[Value], targets: list[Value] | None, seeds: list):
@@ -113,17 +202,23 @@ def _describe(graph, order: list[Node], roots: list[Value], targets: list[Value]
                 if tensor is not None and tensor._hooks:
                     return None
         parts.append((serial, node.needs_input_grad, kinds))
-    first: dict = {}
-    seed_part = []
-    for i, seed in enumerate(seeds):
-        if seed._data is None:
-            seed_part.append(("lazy", _reference(number, seed._value)))
-        else:
-            seed_part.append(("concrete", first.setdefault(id(seed), i)))
     root_part = tuple(_reference(number, v) for v in roots)
     target_part = tuple(_reference(number, v) for v in targets) if targets is not None else None
-    key = (tuple(graph._input_types), tuple(graph._parts), tuple(parts), root_part, target_part, tuple(seed_part))
+    key = (tuple(graph._input_types), tuple(graph._parts), tuple(parts), root_part, target_part,
+           _seed_part(number, seeds))
     return key, saved
+
+
+def _seed_part(number: dict[int, int], seeds: list) -> tuple:
+    """Each seed: a lazy value's number, or the first position of the same concrete tensor."""
+    first: dict = {}
+    part = []
+    for i, seed in enumerate(seeds):
+        if seed._data is None:
+            part.append(("lazy", _reference(number, seed._value)))
+        else:
+            part.append(("concrete", first.setdefault(id(seed), i)))
+    return tuple(part)
 
 
 def _reference(number: dict[int, int], value: Value):
@@ -134,13 +229,15 @@ def _reference(number: dict[int, int], value: Value):
     return None if serial is None else serial + value.index
 
 
-def _replay(tracer, template: _Template, order, values, seeds, saved, retain_graph: bool) -> dict:
+def _replay(tracer, template: _Template, unpacks: list, freed: list, values, seeds,
+            retain_graph: bool) -> dict:
+    """Append the template's nodes; `unpacks` are the (node, saved tensor) pairs of
+    `template.unpacked`, `freed` the nodes whose saved values the direct path frees."""
     from tracegrad.tensor import Tensor
 
-    env: list = list(seeds) + [None] * len(saved)
     n_seeds = len(seeds)
-    for k in template.unpacked:
-        node, s = saved[k]
+    env: list = list(seeds) + [None] * template.n_saved
+    for k, (node, s) in zip(template.unpacked, unpacks):
         env[n_seeds + k] = s.unpack(node)
     tensors = list(env)
     for index in template.resolve:
@@ -163,8 +260,8 @@ def _replay(tracer, template: _Template, order, values, seeds, saved, retain_gra
             value = env[ref]
             results[values[canonical]] = Tensor._make_lazy(value, value.type)
     if not retain_graph:
-        for position in template.freed:
-            order[position].saved = FREED
+        for node in freed:
+            node.saved = FREED
     return results
 
 
@@ -249,5 +346,6 @@ def _record(tracer, order, roots, targets, retain_graph: bool, values, saved) ->
     positions = {id(node): i for i, node in enumerate(order)}
     freed = tuple(dict.fromkeys(positions[id(saved[k][0])] for k, _ in unpacked))
     parts = tuple(graph._parts[n_nodes:])
-    template = _Template(tuple(k for k, _ in unpacked), tuple(resolve), nodes, parts, result_refs, freed)
+    template = _Template(tuple(k for k, _ in unpacked), len(saved), tuple(resolve), nodes, parts, result_refs,
+                         freed)
     return results, template

@@ -58,13 +58,17 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
             raise RuntimeError(f"{prim.name}: a traced (lazy) tensor was used outside of its trace")
         node = Node(prim, tuple([tracer.value_of(t) for t in inputs]), attrs, out_types,
                     user_location())
-        tracer.graph.add_node(node)
+        graph = tracer.graph
+        graph.add_node(node)
         outputs = tuple(Tensor._make_lazy(node.output(i), typ) for i, typ in enumerate(out_types))
         if prim.kind == MOVEMENT and len(inputs) == 1:
             # Traced views alias their input as eager views do (shared version counter).
             _share_storage(inputs[0], outputs[0])
-        if not record:
-            node = None
+        if record:
+            _record(prim, node, inputs, outputs)
+            graph.note_recorded(node)
+            return outputs[0] if prim.num_outputs == 1 else outputs
+        node = None
     if record:
         _record(prim, node, inputs, outputs)
     elif volatile:
