@@ -362,6 +362,18 @@ class Tensor:
         return (_rebuild, (self.detach().numpy(), self._requires_grad))
 
 
+def lazy_tensor(value: Value, typ: TensorType, tracer) -> Tensor:
+    """`Tensor._make_lazy` for a caller that has the active tracer at hand (every traced op)."""
+    t = _new_object(Tensor)
+    t._init(None, typ)
+    t._value = value
+    tracer.register(t)
+    return t
+
+
+_new_object = object.__new__
+
+
 def owned_array(array: np.ndarray) -> np.ndarray:
     """`array` if it is a writable buffer of its own, else a copy (rule results and views
     may be read-only broadcasts or alias other arrays)."""

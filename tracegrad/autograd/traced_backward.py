@@ -38,7 +38,7 @@ _templates: OrderedDict[tuple, _Template | None] = OrderedDict()
 
 
 class _Template:
-    __slots__ = ("unpacked", "n_saved", "resolve", "nodes", "parts", "results", "freed")
+    __slots__ = ("unpacked", "n_saved", "resolve", "nodes", "parts", "results", "freed", "returned")
 
     def __init__(self, unpacked, n_saved, resolve, nodes, parts, results, freed):
         self.unpacked = unpacked  # saved indices the direct path unpacked, in its order
@@ -50,6 +50,7 @@ class _Template:
         self.parts = parts
         self.results = results    # (canonical value index, env index, is the tensor itself)
         self.freed = freed        # forward-order positions whose saved values get freed
+        self.returned = frozenset(ref for _, ref, itself in results if itself)  # env entries returned as tensors
 
 
 class _Direct:
@@ -237,11 +238,21 @@ def _replay(tracer, template: _Template, unpacks: list, freed: list, values, see
 
     n_seeds = len(seeds)
     env: list = list(seeds) + [None] * template.n_saved
+    returned = template.returned
     for k, (node, s) in zip(template.unpacked, unpacks):
-        env[n_seeds + k] = s.unpack(node)
+        index = n_seeds + k
+        lazy = s.lazy
+        if lazy is not None and index not in returned:
+            # Unpacking a lazy saved tensor checks nothing: only its IR value is needed.
+            position = s.output_index
+            env[index] = lazy._value if position is None else Value(node.out_types[position], node, position)
+        else:
+            env[index] = s.unpack(node)
     tensors = list(env)
     for index in template.resolve:
-        env[index] = tracer.value_of(env[index])
+        item = env[index]
+        if item.__class__ is not Value:
+            env[index] = tracer.value_of(item)
     location = user_location()
     nodes = []
     for op, attrs, refs, out_types in template.nodes:

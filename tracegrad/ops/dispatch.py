@@ -12,9 +12,9 @@ import numpy as np
 
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.autograd.saved import SavedTensor
-from tracegrad.ir.graph import Node, user_location
+from tracegrad.ir.graph import Node, Value, user_location
 from tracegrad.ops.primitive import MOVEMENT, Primitive
-from tracegrad.tensor import Tensor
+from tracegrad.tensor import Tensor, lazy_tensor
 
 
 _NO_ATTRS: dict = {}
@@ -56,17 +56,8 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
     else:
         if tracer is None:
             raise RuntimeError(f"{prim.name}: a traced (lazy) tensor was used outside of its trace")
-        node = Node(prim, tuple([tracer.value_of(t) for t in inputs]), attrs, out_types,
-                    user_location())
-        graph = tracer.graph
-        graph.add_node(node)
-        outputs = tuple(Tensor._make_lazy(node.output(i), typ) for i, typ in enumerate(out_types))
-        if prim.kind == MOVEMENT and len(inputs) == 1:
-            # Traced views alias their input as eager views do (shared version counter).
-            _share_storage(inputs[0], outputs[0])
+        outputs = _bind_traced(prim, inputs, attrs, out_types, tracer, record)
         if record:
-            _record(prim, node, inputs, outputs)
-            graph.note_recorded(node)
             return outputs[0] if prim.num_outputs == 1 else outputs
         node = None
     if record:
@@ -75,6 +66,26 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
         for out in outputs:
             out._volatile = True
     return outputs[0] if prim.num_outputs == 1 else outputs
+
+
+def _bind_traced(prim: Primitive, inputs: tuple, attrs: dict, out_types: tuple, tracer, record: bool) -> tuple:
+    """Append a node to the tracer's graph; its outputs as lazy tensors (recorded for
+    autograd when `record`). Every traced op runs this, so it builds each object once."""
+    node = Node(prim, tuple([tracer.value_of(t) for t in inputs]), attrs, out_types, user_location())
+    graph = tracer.graph
+    graph.add_node(node)
+    if len(out_types) == 1:
+        typ = out_types[0]
+        outputs = (lazy_tensor(Value(typ, node, 0), typ, tracer),)
+    else:
+        outputs = tuple([lazy_tensor(Value(typ, node, i), typ, tracer) for i, typ in enumerate(out_types)])
+    if prim.kind == MOVEMENT and len(inputs) == 1:
+        # Traced views alias their input as eager views do (shared version counter).
+        _share_storage(inputs[0], outputs[0])
+    if record:
+        _record(prim, node, inputs, outputs)
+        graph.note_recorded(node)
+    return outputs
 
 
 def _record(prim: Primitive, node: Node, inputs: tuple, outputs: tuple) -> None:
@@ -86,13 +97,14 @@ def _record(prim: Primitive, node: Node, inputs: tuple, outputs: tuple) -> None:
         if out._type.dtype.is_floating:
             out._requires_grad = True
             out._grad_fn = node
-            out._value = node.output(i)
+            if out._value is None:  # a lazy output is this value already
+                out._value = node.output(i)
     if prim.saves_output:  # after marking: a saved output must stay differentiable
         if not saved:
             saved = [None] * len(inputs)
         saved.append(SavedTensor(outputs[0], output_index=0))
     # A node that saved nothing has nothing to free: it can be run backward again.
-    node.saved = tuple(saved) if saved and any(s is not None for s in saved) else None
+    node.saved = tuple(saved) if saved.count(None) != len(saved) else None
 
 
 def _share_storage(source, view) -> None:
