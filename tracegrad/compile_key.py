@@ -82,13 +82,19 @@ class KeyedGraph(Graph):
         for value in node.inputs:
             source = value.node
             refs.append(number[id(value)] if source is None else number[id(source)] + value.index)
-        self._parts.append((node.op.name, _attrs_part(node.attrs), tuple(refs)))
+        attrs = node.attrs
+        self._parts.append((node.op.name, attr_key(attrs) if attrs else (), tuple(refs)))
         number[id(node)] = self._serial
         self._serial += len(node.out_types)
 
     def note_recorded(self, node: Node) -> None:
         saved = node.saved
-        kinds = None if saved is None else tuple([None if s is None else s.lazy is None for s in saved])
+        kinds = None
+        if saved is not None:
+            kinds = []
+            for s in saved:
+                kinds.append(None if s is None else s.lazy is None)
+            kinds = tuple(kinds)
         self._grad_parts.append((self._number[id(node)], node.needs_input_grad, kinds))
 
     def add_block(self, nodes: list[Node], parts: tuple) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from operator import itemgetter
 
 from tracegrad.autograd.grad_mode import no_grad
 from tracegrad.ir.autodiff import FREED, forward_order, reverse_mode
@@ -44,7 +45,7 @@ class _Template:
         self.unpacked = unpacked  # saved indices the direct path unpacked, in its order
         self.n_saved = n_saved    # how many saved tensors the described nodes hold
         self.resolve = resolve    # env indices (seeds, saved) that become IR values, first use first
-        self.nodes = nodes        # (op, attrs, input env indices, out_types) per appended node
+        self.nodes = nodes        # (op, attrs, inputs from env, out_types, the one out_type) per node
         # The nodes' cache-key parts (`KeyedGraph`): the template's key holds the graph's key
         # so far, so the values the nodes read are numbered alike on every replay.
         self.parts = parts
@@ -255,11 +256,11 @@ def _replay(tracer, template: _Template, unpacks: list, freed: list, values, see
             env[index] = tracer.value_of(item)
     location = user_location()
     nodes = []
-    for op, attrs, refs, out_types in template.nodes:
-        node = Node(op, tuple([env[r] for r in refs]), attrs, out_types, location)
+    for op, attrs, gather, out_types, out_type in template.nodes:
+        node = Node(op, gather(env), attrs, out_types, location)
         nodes.append(node)
-        if len(out_types) == 1:
-            env.append(Value(out_types[0], node, 0))
+        if out_type is not None:
+            env.append(Value(out_type, node, 0))
         else:
             env.extend(node.output(i) for i in range(len(out_types)))
     tracer.graph.add_block(nodes, template.parts)
@@ -274,6 +275,14 @@ def _replay(tracer, template: _Template, unpacks: list, freed: list, values, see
         for node in freed:
             node.saved = FREED
     return results
+
+
+def _gatherer(refs: list[int]):
+    """A function picking a node's inputs (as a tuple) out of the replay environment."""
+    if len(refs) == 1:
+        (ref,) = refs
+        return lambda env: (env[ref],)
+    return itemgetter(*refs) if refs else lambda env: ()
 
 
 def _without_base(tensor):
@@ -329,7 +338,8 @@ def _record(tracer, order, roots, targets, retain_graph: bool, values, saved) ->
             if index < len(tensors) and index not in resolve:
                 resolve.append(index)
             refs.append(index)
-        nodes.append((node.op, node.attrs, tuple(refs), node.out_types))
+        single = node.out_types[0] if len(node.out_types) == 1 else None
+        nodes.append((node.op, node.attrs, _gatherer(refs), node.out_types, single))
         for i in range(len(node.out_types)):
             env[node.output(i)] = next_index
             next_index += 1

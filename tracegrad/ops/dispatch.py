@@ -22,7 +22,14 @@ _NO_ATTRS: dict = {}
 
 def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
     """Apply `prim` to `inputs` (Tensors). Returns a Tensor, or a tuple for multi-output ops."""
-    out_types = prim.shape_rule(*[t._type for t in inputs], **attrs)
+    # (No comprehensions on this path: in Python 3.11 each one is a function call.)
+    if len(inputs) == 1:
+        in_types = (inputs[0]._type,)
+    elif len(inputs) == 2:
+        in_types = (inputs[0]._type, inputs[1]._type)
+    else:
+        in_types = tuple(t._type for t in inputs)
+    out_types = prim.shape_rule(*in_types, **attrs) if attrs else prim.shape_rule(*in_types)
     mode = MODE
     grad_enabled = mode.grad_enabled
     volatile = requires_grad = False
@@ -71,7 +78,14 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
 def _bind_traced(prim: Primitive, inputs: tuple, attrs: dict, out_types: tuple, tracer, record: bool) -> tuple:
     """Append a node to the tracer's graph; its outputs as lazy tensors (recorded for
     autograd when `record`). Every traced op runs this, so it builds each object once."""
-    node = Node(prim, tuple([tracer.value_of(t) for t in inputs]), attrs, out_types, user_location())
+    value_of = tracer.value_of
+    if len(inputs) == 1:
+        values = (value_of(inputs[0]),)
+    elif len(inputs) == 2:
+        values = (value_of(inputs[0]), value_of(inputs[1]))
+    else:
+        values = tuple([value_of(t) for t in inputs])
+    node = Node(prim, values, attrs, out_types, user_location())
     graph = tracer.graph
     graph.add_node(node)
     if len(out_types) == 1:
@@ -90,9 +104,13 @@ def _bind_traced(prim: Primitive, inputs: tuple, attrs: dict, out_types: tuple, 
 
 def _record(prim: Primitive, node: Node, inputs: tuple, outputs: tuple) -> None:
     """Make `node` the grad_fn of `outputs` and save what its gradient rule reads."""
-    node.needs_input_grad = tuple([t._requires_grad for t in inputs])
+    needs = []
+    saved = []
     saves = prim.saves_inputs
-    saved = [SavedTensor(t) if i in saves else None for i, t in enumerate(inputs)] if saves else []
+    for i, t in enumerate(inputs):
+        needs.append(t._requires_grad)
+        saved.append(SavedTensor(t) if i in saves else None)
+    node.needs_input_grad = tuple(needs)
     for i, out in enumerate(outputs):
         if out._type.dtype.is_floating:
             out._requires_grad = True
@@ -100,8 +118,6 @@ def _record(prim: Primitive, node: Node, inputs: tuple, outputs: tuple) -> None:
             if out._value is None:  # a lazy output is this value already
                 out._value = node.output(i)
     if prim.saves_output:  # after marking: a saved output must stay differentiable
-        if not saved:
-            saved = [None] * len(inputs)
         saved.append(SavedTensor(outputs[0], output_index=0))
     # A node that saved nothing has nothing to free: it can be run backward again.
     node.saved = tuple(saved) if saved.count(None) != len(saved) else None
