@@ -385,7 +385,7 @@ class KernelStep:
         self.function = KERNEL_SIGNATURE(address)
         self.inputs = inputs
         self.outputs = outputs
-        self.out_specs = [(v.type.shape, v.type.dtype.np) for v in kernel.results]
+        self.out_specs = [(v.type.shape, np.dtype(v.type.dtype.np)) for v in kernel.results]
         self.label = "+".join(n.op.name for n in kernel.nodes)
         self.index_checks = _index_checks(kernel)
         # One ctypes array type per kernel, made once (making it per call costs time and
@@ -433,9 +433,18 @@ class KernelStep:
     def run(self, slots: list, pool: dict | None = None) -> None:
         for position, size, name in self.index_checks:
             check_bounds(name, np.asarray(slots[self.inputs[position]]), size)
-        outs = [_take(pool, shape, dtype) for shape, dtype in self.out_specs]
-        arrays = outs + [np.ascontiguousarray(slots[i]) for i in self.inputs]
-        addresses = [_address(a) for a in arrays]
+        # Loops, not comprehensions: in Python 3.11 each comprehension is a function call.
+        outs = []
+        addresses = []
+        for shape, dtype in self.out_specs:
+            array = _take(pool, shape, dtype)
+            outs.append(array)
+            addresses.append(_address(array))
+        arrays = []  # alive until the kernel returned
+        for slot in self.inputs:
+            array = np.ascontiguousarray(slots[slot])
+            arrays.append(array)
+            addresses.append(_address(array))
         chunks = self.chunk_count()
         if chunks == 1:
             pointers = self.pointer_array(*addresses)  # alive until the call returns
@@ -471,18 +480,36 @@ class KernelStep:
                 combine(ctypes.addressof(pairs), 0, 0)
 
 
+def _data_field_offset() -> int | None:
+    """Where an ndarray object holds its data pointer (NumPy's `PyArray_DATA`: the field
+    after the object header), checked on a probe array; None if it is not there."""
+    probe = np.arange(4.0)
+    offset = object.__basicsize__
+    if ctypes.c_void_p.from_address(id(probe) + offset).value == probe.ctypes.data:
+        return offset
+    return None
+
+
+_DATA_OFFSET = _data_field_offset()
+_read_pointer = ctypes.c_void_p.from_address
+
+
 def _address(array: np.ndarray) -> int:
-    """The data address of a C-contiguous array: through the buffer protocol (a third of
-    the cost of `.ctypes.data`), which needs a writable, non-empty buffer."""
+    """The data address of an ndarray, read from the array object. Every run takes the
+    addresses of new arrays (outputs, Python scalars), where `.ctypes.data` or the
+    buffer protocol (which builds and caches buffer info per array) cost several times
+    more."""
+    if _DATA_OFFSET is not None:
+        return _read_pointer(id(array) + _DATA_OFFSET).value or 0
     try:
         return ctypes.addressof(ctypes.c_char.from_buffer(array))
     except (TypeError, ValueError, BufferError):
         return array.ctypes.data
 
 
-def _take(pool: dict | None, shape: tuple[int, ...], dtype) -> np.ndarray:
+def _take(pool: dict | None, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """A dead buffer of this shape and dtype from the run's pool, or a new one."""
-    free = pool.get((shape, np.dtype(dtype))) if pool else None
+    free = pool.get((shape, dtype)) if pool else None
     return free.pop() if free else np.empty(shape, dtype=dtype)
 
 
