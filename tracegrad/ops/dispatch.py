@@ -49,7 +49,13 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
               and out_types[0].dtype.is_floating)
     tracer = mode.tracer
     if tracer is None and concrete:
-        result = prim.impl(*[t._data for t in inputs], **attrs)
+        if len(inputs) == 1:
+            arrays = (inputs[0]._data,)
+        elif len(inputs) == 2:
+            arrays = (inputs[0]._data, inputs[1]._data)
+        else:
+            arrays = tuple([t._data for t in inputs])
+        result = prim.impl(*arrays, **attrs) if attrs else prim.impl(*arrays)
         if prim.num_outputs == 1:
             outputs = (Tensor._make(result, out_types[0], mode.inference),)
         else:
@@ -58,8 +64,13 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
             _share_storage(inputs[0], outputs[0])
         node = None
         if record:
-            node = Node(prim, tuple([t._autograd_value() for t in inputs]), attrs, out_types,
-                        user_location())
+            if len(inputs) == 1:
+                values = (inputs[0]._autograd_value(),)
+            elif len(inputs) == 2:
+                values = (inputs[0]._autograd_value(), inputs[1]._autograd_value())
+            else:
+                values = tuple([t._autograd_value() for t in inputs])
+            node = Node(prim, values, attrs, out_types, user_location())
     else:
         if tracer is None:
             raise RuntimeError(f"{prim.name}: a traced (lazy) tensor was used outside of its trace")
