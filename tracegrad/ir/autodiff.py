@@ -45,7 +45,8 @@ def _leads_to_targets(order: list[Node], targets: set[Value]) -> set[int]:
     useful: set[int] = set()
     for node in order:  # inputs first, so producers are decided before consumers
         for value, needed in zip(node.inputs, node.needs_input_grad):
-            if needed and (value in targets or (value.node is not None and id(value.node) in useful)):
+            # The producer test first: it is cheap, and hashing a Value is a Python call.
+            if needed and ((value.node is not None and id(value.node) in useful) or value in targets):
                 useful.add(id(node))
                 break
     return useful

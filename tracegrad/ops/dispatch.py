@@ -127,7 +127,7 @@ def _record(prim: Primitive, node: Node, inputs: tuple, outputs: tuple) -> None:
             out._requires_grad = True
             out._grad_fn = node
             if out._value is None:  # a lazy output is this value already
-                out._value = node.output(i)
+                out._value = Value(out._type, node, i)
     if prim.saves_output:  # after marking: a saved output must stay differentiable
         saved.append(SavedTensor(outputs[0], output_index=0))
     # A node that saved nothing has nothing to free: it can be run backward again.
