@@ -103,8 +103,24 @@ def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None
     target_part = tuple([index_of(v) for v in targets]) if targets is not None else None
     leaf_part = tuple([i for i, v in enumerate(values) if v.node is None])
     broadcast_part = tuple([_broadcast_axes(s.data) for _, s in saved])
-    key = (tuple(parts), root_part, target_part, leaf_part, broadcast_part)
+    key = _Key((tuple(parts), root_part, target_part, leaf_part, broadcast_part))
     return key, values, saved
+
+
+class _Key:
+    """A structural key, hashed once: each backward looks it up three times."""
+
+    __slots__ = ("parts", "hash")
+
+    def __init__(self, parts: tuple):
+        self.parts = parts
+        self.hash = hash(parts)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, _Key) and self.hash == other.hash and self.parts == other.parts)
 
 
 def _broadcast_axes(array) -> tuple[int, ...]:
