@@ -238,3 +238,21 @@ def test_a_second_backward_in_the_same_call_is_found_by_describing_the_graph(tra
     # The first backward's template is found from the whole key on later calls; the second
     # (after a backward, which may have freed saved tensors) by describing the graph.
     assert len(forward_orders) == 4
+
+
+def test_a_captured_tensor_that_starts_requiring_grad_gets_its_gradient(transform_calls):
+    w = tg.tensor([2.0, 3.0])  # captured; the traced graph is the same with or without its grad
+
+    def fn(x):
+        (x * w).sin().sum().backward()
+
+    compiled = tg.compile(fn)
+    for _ in range(2):
+        compiled(tg.ones(2, requires_grad=True))
+    assert w.grad is None
+    w.requires_grad_(True)
+    x = tg.ones(2, requires_grad=True)
+    compiled(x)
+    np.testing.assert_allclose(w.grad.numpy(), np.cos([2.0, 3.0]), rtol=1e-6)
+    np.testing.assert_allclose(x.grad.numpy(), [2.0 * np.cos(2.0), 3.0 * np.cos(3.0)], rtol=1e-6)
+    assert len(transform_calls) == 2  # another template: one more input needs grad

@@ -29,10 +29,14 @@ def _roots(outputs: list[Tensor], grad_outputs: list, what: str) -> list:
         if not out._requires_grad:
             raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
         if grad is None:
-            if out.numel() != 1:
+            typ = out._type
+            if typ.numel != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            grad = Tensor._make(np.ones(out.shape, dtype=out.dtype.np), out._type)
-        elif not isinstance(grad, Tensor):
+            # (np.array for the usual 0-d loss: a fraction of np.ones' cost, paid per call.)
+            ones = np.array(1, dtype=typ.dtype.np) if typ.shape == () else np.ones(typ.shape, dtype=typ.dtype.np)
+            roots.append((out._autograd_value(), Tensor._make(ones, typ)))
+            continue
+        if not isinstance(grad, Tensor):
             grad = Tensor(grad, dtype=out.dtype)
         if grad.shape != out.shape:
             raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {list(grad.shape)} "
