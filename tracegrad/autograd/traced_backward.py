@@ -95,8 +95,11 @@ def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) ->
                 _direct.move_to_end(direct_key)
         if found is not None:
             nodes = graph.nodes
-            unpacks = [(nodes[i], nodes[i].saved[j]) for i, j in found.unpacked_at]
-            freed = [nodes[i] for i in found.freed_at]
+            unpacks = []
+            for i, j in found.unpacked_at:
+                node = nodes[i]
+                unpacks.append((node, node.saved[j]))
+            freed = [] if retain_graph else [nodes[i] for i in found.freed_at]
             return _replay(tracer, found.template, unpacks, freed, values, seeds, retain_graph)
     order = forward_order(root_values)
     description = _describe(graph, order, root_values, targets, seeds)
