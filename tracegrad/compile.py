@@ -286,34 +286,23 @@ def _finish(trace: CompileTrace) -> None:
         if proxy._value is not value and id(tensor) not in trace.writes:
             trace.writes[id(tensor)] = (tensor, proxy)  # an in-place op rebound the stand-in
     alive = trace.live_lazy_tensors()
-    # Loops rather than comprehensions (each one a function call in Python 3.11): this
-    # runs on every call.
-    writes = []
-    for target, result in trace.writes.values():
-        writes.append((target, result._value))
-    alive_values = []
-    for t in alive:
-        alive_values.append((t, t._value))
-    trace.output_tensors = (alive_values, writes)
+    writes = [(target, result._value) for target, result in trace.writes.values()]
+    trace.output_tensors = ([(t, t._value) for t in alive], writes)
     outputs: list[Value] = []
     position: dict[Value, int] = {}
-    for value in [value for _, value in alive_values] + [value for _, value in writes]:
-        if value.node is not None and value not in position:
+    for value in [t._value for t in alive] + [v for _, v in writes]:
+        if value not in position and value.node is not None:
             position[value] = len(outputs)
             outputs.append(value)
-    inputs_by_value = {}
-    for t, v in trace.captured.values():
-        inputs_by_value[id(v)] = t._data
-    arrays = []
+    inputs_by_value = {id(v): t._data for t, v in trace.captured.values()}
     if outputs:
         traced = trace.graph
         graph = Graph(traced.inputs, traced.nodes, outputs, traced.name)
-        inputs = []
-        for v in graph.inputs:
-            inputs.append(inputs_by_value[id(v)])
+        inputs = [inputs_by_value[id(v)] for v in graph.inputs]
         key = traced.key(outputs, inputs)
-        for array in trace.compiled._run(graph, inputs, trace, key):
-            arrays.append(owned_array(np.asarray(array)))
+        arrays = [owned_array(np.asarray(a)) for a in trace.compiled._run(graph, inputs, trace, key)]
+    else:
+        arrays = []
     for t in alive:
         value = t._value
         array = arrays[position[value]] if value in position else inputs_by_value[id(value)]

@@ -385,7 +385,7 @@ class KernelStep:
         self.function = KERNEL_SIGNATURE(address)
         self.inputs = inputs
         self.outputs = outputs
-        self.out_specs = [(v.type.shape, np.dtype(v.type.dtype.np)) for v in kernel.results]
+        self.out_specs = [(v.type.shape, v.type.dtype.np) for v in kernel.results]
         self.label = "+".join(n.op.name for n in kernel.nodes)
         self.index_checks = _index_checks(kernel)
         # One ctypes array type per kernel, made once (making it per call costs time and
@@ -433,18 +433,9 @@ class KernelStep:
     def run(self, slots: list, pool: dict | None = None) -> None:
         for position, size, name in self.index_checks:
             check_bounds(name, np.asarray(slots[self.inputs[position]]), size)
-        # Loops, not comprehensions: in Python 3.11 each comprehension is a function call.
-        outs = []
-        addresses = []
-        for shape, dtype in self.out_specs:
-            array = _take(pool, shape, dtype)
-            outs.append(array)
-            addresses.append(_address(array))
-        arrays = []  # alive until the kernel returned
-        for slot in self.inputs:
-            array = np.ascontiguousarray(slots[slot])
-            arrays.append(array)
-            addresses.append(_address(array))
+        outs = [_take(pool, shape, dtype) for shape, dtype in self.out_specs]
+        arrays = outs + [np.ascontiguousarray(slots[i]) for i in self.inputs]
+        addresses = [_address(a) for a in arrays]
         chunks = self.chunk_count()
         if chunks == 1:
             pointers = self.pointer_array(*addresses)  # alive until the call returns
@@ -507,9 +498,9 @@ def _address(array: np.ndarray) -> int:
         return array.ctypes.data
 
 
-def _take(pool: dict | None, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+def _take(pool: dict | None, shape: tuple[int, ...], dtype) -> np.ndarray:
     """A dead buffer of this shape and dtype from the run's pool, or a new one."""
-    free = pool.get((shape, dtype)) if pool else None
+    free = pool.get((shape, np.dtype(dtype))) if pool else None
     return free.pop() if free else np.empty(shape, dtype=dtype)
 
 
