@@ -53,6 +53,22 @@ def test_the_traced_key_equals_the_structural_key():
         assert checked
 
 
+def _gradient_used_again(x):
+    y = (x * 1.5 + 0.25).sin() * x / 2.0
+    (grad,) = tg.autograd.grad(y.sum(), [x])
+    return x - 0.1 * grad  # nodes after the replayed backward read its results
+
+
+def test_the_key_after_a_replayed_backward_equals_the_structural_key():
+    for fn in (_with_captures_and_backward, _gradient_used_again):
+        compiled = tg.compile(fn)
+        checked = _keys_checked(compiled)
+        for _ in range(3):  # the first call records the backward template, the others replay it
+            compiled(tg.randn(3, dtype=tg.float64, requires_grad=True))
+        assert len(checked) == 3 and checked[0] == checked[1] == checked[2]
+        assert compiled.cache_info().misses == 1
+
+
 def test_inputs_that_only_feed_dead_code_are_not_read():
     compiled = tg.compile(_with_dead_code)
     x = tg.tensor([0.0, 1.0])

@@ -96,6 +96,7 @@ class CompileTrace(Tracer):
 
     def rebind(self, tensor, result) -> None:
         # An in-place update of an argument's stand-in updates the real argument.
+        self.rebound = True
         real = self.proxies.get(id(tensor))
         if real is not None:
             self.write(real, result)
@@ -192,6 +193,7 @@ class CompiledFunction:
         self._builder = builder or build_program
         self._argument_names = ArgumentNames(fn)
         self._inspect = compile_events.InspectState(recompile_limit)
+        self._graph_name = _graph_name(fn)
 
     def cache_info(self) -> CacheInfo:
         kernels = sum(p.kernel_count for p in self._programs.values())
@@ -246,7 +248,7 @@ class CompiledFunction:
         return self._traced_call(args, kwargs)[0]
 
     def _traced_call(self, args: tuple, kwargs: dict) -> tuple[object, CompileTrace]:
-        trace = CompileTrace(self, _graph_name(self.fn))
+        trace = CompileTrace(self, self._graph_name)
         with trace:
             names = self._argument_names
             traced_args = [_substitute(a, trace, names[i]) for i, a in enumerate(args)]

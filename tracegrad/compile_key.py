@@ -65,6 +65,9 @@ class KeyedGraph(Graph):
         self._parts: list[tuple] = []
         self._number: dict[int, int] = {}
         self._serial = 0
+        # Per node recorded for autograd: (its number, which inputs need grad, which saved
+        # tensors are concrete); with the key above, all a traced backward depends on.
+        self._grad_parts: list[tuple] = []
 
     def add_input(self, type: TensorType, name: str | None = None) -> Value:
         value = super().add_input(type, name)
@@ -79,9 +82,33 @@ class KeyedGraph(Graph):
         for value in node.inputs:
             source = value.node
             refs.append(number[id(value)] if source is None else number[id(source)] + value.index)
-        self._parts.append((node.op.name, _attrs_part(node.attrs), tuple(refs)))
+        attrs = node.attrs
+        self._parts.append((node.op.name, attr_key(attrs) if attrs else (), tuple(refs)))
         number[id(node)] = self._serial
         self._serial += len(node.out_types)
+
+    def note_recorded(self, node: Node) -> None:
+        saved = node.saved
+        kinds = None
+        if saved is not None:
+            kinds = []
+            for s in saved:
+                kinds.append(None if s is None else s.lazy is None)
+            kinds = tuple(kinds)
+        self._grad_parts.append((self._number[id(node)], node.needs_input_grad, kinds))
+
+    def add_block(self, nodes: list[Node], parts: tuple) -> None:
+        """Append `nodes` whose key parts are known already: `parts` must be what
+        `add_node` would compute for them here (a replayed backward template, recorded
+        against a graph with this same key so far, so its references come out the same)."""
+        self.nodes.extend(nodes)
+        self._parts.extend(parts)
+        number = self._number
+        serial = self._serial
+        for node in nodes:
+            number[id(node)] = serial
+            serial += len(node.out_types)
+        self._serial = serial
 
     def key(self, outputs: list[Value], inputs: list[np.ndarray]) -> tuple:
         """`structural_key` of this graph with these outputs, fed with `inputs`."""

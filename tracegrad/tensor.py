@@ -248,6 +248,8 @@ class Tensor:
         node = self._grad_fn
         if node.hooks is None:
             node.hooks = {}
+            if MODE.tracer is not None:
+                MODE.tracer.hooked = True  # a traced backward must run the hooks
         return node.hooks.setdefault(self._value.index, [])
 
     def is_inference(self) -> bool:
@@ -358,6 +360,18 @@ class Tensor:
 
     def __reduce_ex__(self, protocol):
         return (_rebuild, (self.detach().numpy(), self._requires_grad))
+
+
+def lazy_tensor(value: Value, typ: TensorType, tracer) -> Tensor:
+    """`Tensor._make_lazy` for a caller that has the active tracer at hand (every traced op)."""
+    t = _new_object(Tensor)
+    t._init(None, typ)
+    t._value = value
+    tracer.register(t)
+    return t
+
+
+_new_object = object.__new__
 
 
 def owned_array(array: np.ndarray) -> np.ndarray:

@@ -3,6 +3,8 @@ in-place ops (`add_`, `t[idx] = v`, ...) with their version-counter and autograd
 
 from __future__ import annotations
 
+from types import FunctionType
+
 import numpy as np
 
 from tracegrad import functional as F
@@ -51,7 +53,9 @@ _METHODS = {
     "gather": F.gather, "clone": F.clone, "contiguous": F.contiguous,
 }
 for _name, _fn in _METHODS.items():
-    setattr(Tensor, _name, _method(_fn))
+    # A Python function is a method as it is (one call less per operator, which every
+    # traced op pays); anything else is wrapped.
+    setattr(Tensor, _name, _fn if isinstance(_fn, FunctionType) else _method(_fn))
 
 Tensor.T = property(F.T)
 Tensor.mT = property(lambda self: F.transpose(self, -2, -1))

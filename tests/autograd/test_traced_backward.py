@@ -24,7 +24,7 @@ def transform_calls(monkeypatch):
 
     monkeypatch.setattr(traced_backward, "reverse_mode", counting)
     monkeypatch.setattr(engine, "reverse_mode", counting)
-    traced_backward._templates.clear()
+    traced_backward.clear()
     return calls
 
 
@@ -162,9 +162,97 @@ def test_freed_nodes_match_the_direct_path():
         tg.autograd.grad(z.sum(), [x])
         return z
 
-    traced_backward._templates.clear()
+    traced_backward.clear()
     compiled = tg.compile(fn)
     x = tg.tensor([1.0, 2.0], requires_grad=True)
     for _ in range(2):
         z = compiled(x)
         assert z.grad_fn.saved is autodiff.FREED
+
+
+@pytest.fixture
+def forward_orders(monkeypatch):
+    """How many times a traced backward ordered the forward graph to describe it."""
+    calls = []
+    original = traced_backward.forward_order
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(traced_backward, "forward_order", counting)
+    return calls
+
+
+def test_a_repeated_call_finds_its_template_without_walking_the_forward_graph(transform_calls, forward_orders):
+    def fn(x):
+        return tg.autograd.grad(_chain(x, 2.0), [x])[0]
+
+    compiled = tg.compile(fn)
+    for _ in range(3):
+        compiled(tg.tensor([0.5, -0.5], requires_grad=True))
+    assert len(transform_calls) == 1 and len(forward_orders) == 1
+
+
+def test_a_hook_added_on_a_later_call_runs_although_the_graph_is_unchanged(transform_calls):
+    seen = []
+
+    def fn(x, hook):
+        y = x * 3.0
+        if hook:
+            y.register_hook(lambda g: seen.append(1) or g * 2.0)
+        y.sum().backward()
+
+    compiled = tg.compile(fn)
+    for hook in (False, False, True, False, True):
+        x = tg.ones(2, requires_grad=True)
+        compiled(x, hook)
+        np.testing.assert_allclose(x.grad.numpy(), [6.0, 6.0] if hook else [3.0, 3.0])
+    assert len(seen) == 2
+
+
+def test_a_leaf_hook_added_between_calls_changes_the_gradient(transform_calls):
+    compiled = tg.compile(lambda x: (x * x).sum().backward())
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    compiled(x)
+    compiled(x)
+    x.grad = None
+    x.register_hook(lambda g: g * 10.0)
+    compiled(x)
+    np.testing.assert_allclose(x.grad.numpy(), [20.0, 40.0])
+
+
+def test_a_second_backward_in_the_same_call_is_found_by_describing_the_graph(transform_calls, forward_orders):
+    def fn(x):
+        loss = (x.exp() * x).sum()
+        first = tg.autograd.grad(loss, [x], retain_graph=True)[0]
+        second = tg.autograd.grad(loss, [x])[0]
+        return first + second
+
+    compiled = tg.compile(fn)
+    for _ in range(3):
+        x = tg.tensor([0.5, -1.0], dtype=tg.float64, requires_grad=True)
+        value = x.detach().numpy()
+        np.testing.assert_allclose(compiled(x).numpy(), 2 * np.exp(value) * (value + 1), rtol=1e-12)
+    assert len(transform_calls) == 2  # one template per backward, recorded on the first call
+    # The first backward's template is found from the whole key on later calls; the second
+    # (after a backward, which may have freed saved tensors) by describing the graph.
+    assert len(forward_orders) == 4
+
+
+def test_a_captured_tensor_that_starts_requiring_grad_gets_its_gradient(transform_calls):
+    w = tg.tensor([2.0, 3.0])  # captured; the traced graph is the same with or without its grad
+
+    def fn(x):
+        (x * w).sin().sum().backward()
+
+    compiled = tg.compile(fn)
+    for _ in range(2):
+        compiled(tg.ones(2, requires_grad=True))
+    assert w.grad is None
+    w.requires_grad_(True)
+    x = tg.ones(2, requires_grad=True)
+    compiled(x)
+    np.testing.assert_allclose(w.grad.numpy(), np.cos([2.0, 3.0]), rtol=1e-6)
+    np.testing.assert_allclose(x.grad.numpy(), [2.0 * np.cos(2.0), 3.0 * np.cos(3.0)], rtol=1e-6)
+    assert len(transform_calls) == 2  # another template: one more input needs grad

@@ -63,18 +63,35 @@ def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None
 
     parts: list = []
     saved: list = []
+    # Loops, not comprehensions: in Python 3.11 each comprehension is a function call,
+    # and this runs for every node of every eager backward.
     for node in order:
         if node.hooks or node.saved is FREED or not getattr(node.op, "replayable", True):
             return None
-        wiring = tuple([index_of(v) if needed else -1 for v, needed in zip(node.inputs, node.needs_input_grad)])
+        wiring = []
+        in_types = []
+        for v, needed in zip(node.inputs, node.needs_input_grad):
+            wiring.append(index_of(v) if needed else -1)
+            typ = v.type
+            in_types.append((typ.shape, typ.dtype))
         slots = ()
-        if node.saved:
-            slots = tuple([i for i, s in enumerate(node.saved) if s is not None])
-            saved.extend([(node, node.saved[i]) for i in slots])
-        parts.append((node.op.name, attr_key(node.attrs) if node.attrs else (), wiring, slots,
-                      tuple([(v.type.shape, v.type.dtype) for v in node.inputs])))
+        entries = node.saved
+        if entries:
+            slots = []
+            for i, s in enumerate(entries):
+                if s is not None:
+                    slots.append(i)
+                    saved.append((node, s))
+            slots = tuple(slots)
+        attrs = node.attrs
+        parts.append((node.op.name, attr_key(attrs) if attrs else (), tuple(wiring), slots, tuple(in_types)))
         node_id = id(node)
-        for i in range(len(node.out_types)):
+        out_types = node.out_types
+        if len(out_types) == 1:
+            number[(node_id, 0)] = len(values)
+            values.append(Value(out_types[0], node, 0))
+            continue
+        for i in range(len(out_types)):
             number[(node_id, i)] = len(values)
             values.append(node.output(i))
     for value in values:
@@ -86,8 +103,24 @@ def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None
     target_part = tuple([index_of(v) for v in targets]) if targets is not None else None
     leaf_part = tuple([i for i, v in enumerate(values) if v.node is None])
     broadcast_part = tuple([_broadcast_axes(s.data) for _, s in saved])
-    key = (tuple(parts), root_part, target_part, leaf_part, broadcast_part)
+    key = _Key((tuple(parts), root_part, target_part, leaf_part, broadcast_part))
     return key, values, saved
+
+
+class _Key:
+    """A structural key, hashed once: each backward looks it up three times."""
+
+    __slots__ = ("parts", "hash")
+
+    def __init__(self, parts: tuple):
+        self.parts = parts
+        self.hash = hash(parts)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, _Key) and self.hash == other.hash and self.parts == other.parts)
 
 
 def _broadcast_axes(array) -> tuple[int, ...]:

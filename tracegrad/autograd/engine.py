@@ -29,10 +29,14 @@ def _roots(outputs: list[Tensor], grad_outputs: list, what: str) -> list:
         if not out._requires_grad:
             raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
         if grad is None:
-            if out.numel() != 1:
+            typ = out._type
+            if typ.numel != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            grad = Tensor._make(np.ones(out.shape, dtype=out.dtype.np), out._type)
-        elif not isinstance(grad, Tensor):
+            # (np.array for the usual 0-d loss: a fraction of np.ones' cost, paid per call.)
+            ones = np.array(1, dtype=typ.dtype.np) if typ.shape == () else np.ones(typ.shape, dtype=typ.dtype.np)
+            roots.append((out._autograd_value(), Tensor._make(ones, typ)))
+            continue
+        if not isinstance(grad, Tensor):
             grad = Tensor(grad, dtype=out.dtype)
         if grad.shape != out.shape:
             raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {list(grad.shape)} "
@@ -50,10 +54,19 @@ def _run(roots, targets, retain_graph: bool, create_graph: bool):
         cached = backward_cache.run(roots, targets, retain_graph)
         if cached is not None:
             return {value: Tensor._make(array, value.type) for value, array in cached.items()}
-    elif not create_graph and getattr(tracer, "replays_backward", False):
-        replayed = traced_backward.run(tracer, roots, targets, retain_graph)
-        if replayed is not None:
-            return replayed
+    elif tracer is not None:
+        try:
+            if not create_graph and getattr(tracer, "replays_backward", False):
+                replayed = traced_backward.run(tracer, roots, targets, retain_graph)
+                if replayed is not None:
+                    return replayed
+            return _transform(roots, targets, retain_graph, create_graph)
+        finally:
+            tracer.backwards += 1
+    return _transform(roots, targets, retain_graph, create_graph)
+
+
+def _transform(roots, targets, retain_graph: bool, create_graph: bool):
     mode = enable_grad() if create_graph else no_grad()
     with mode:
         return reverse_mode(roots, targets, retain_graph=retain_graph)

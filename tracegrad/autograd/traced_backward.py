@@ -10,6 +10,12 @@ a template over an environment: the seeds, the saved tensors, then the appended 
 outputs (gradient rules see nothing else). Later calls replay the template into the
 trace: the same nodes, with no rule run.
 
+A call finds its template from the trace's whole key so far (`KeyedGraph`: every node's
+part, and per node recorded for autograd which inputs need grad and which saved tensors
+are concrete) without ordering or describing the forward graph, unless something outside
+that key could change the backward (hooks, rebound lazy tensors, an earlier backward in
+the same call): then the graph is described node by node as on the first call.
+
 What the direct path does besides appending nodes happens on replay too: the saved tensors
 it unpacked are unpacked (version checks) and the nodes whose rules ran have their saved
 values freed unless `retain_graph`. Graphs the template cannot describe (hooks, custom
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from operator import itemgetter
 
 from tracegrad.autograd.grad_mode import no_grad
 from tracegrad.ir.autodiff import FREED, forward_order, reverse_mode
@@ -32,14 +39,42 @@ _templates: OrderedDict[tuple, _Template | None] = OrderedDict()
 
 
 class _Template:
-    __slots__ = ("unpacked", "resolve", "nodes", "results", "freed")
+    __slots__ = ("unpacked", "n_saved", "resolve", "nodes", "parts", "results", "freed", "returned")
 
-    def __init__(self, unpacked, resolve, nodes, results, freed):
+    def __init__(self, unpacked, n_saved, resolve, nodes, parts, results, freed):
         self.unpacked = unpacked  # saved indices the direct path unpacked, in its order
+        self.n_saved = n_saved    # how many saved tensors the described nodes hold
         self.resolve = resolve    # env indices (seeds, saved) that become IR values, first use first
-        self.nodes = nodes        # (op, attrs, input env indices, out_types) per appended node
+        self.nodes = nodes        # (op, attrs, inputs from env, out_types, the one out_type) per node
+        # The nodes' cache-key parts (`KeyedGraph`): the template's key holds the graph's key
+        # so far, so the values the nodes read are numbered alike on every replay.
+        self.parts = parts
         self.results = results    # (canonical value index, env index, is the tensor itself)
         self.freed = freed        # forward-order positions whose saved values get freed
+        self.returned = frozenset(ref for _, ref, itself in results if itself)  # env entries returned as tensors
+
+
+class _Direct:
+    """A template found from the trace's whole key (`_direct_key`), with where its saved
+    tensors and freed nodes are in the trace's node list (the same on every call with that
+    key), so a call finds it without ordering or describing the forward graph."""
+
+    __slots__ = ("template", "unpacked_at", "freed_at")
+
+    def __init__(self, template: _Template, unpacked_at: tuple, freed_at: tuple):
+        self.template = template
+        self.unpacked_at = unpacked_at  # (node index, saved slot) per template.unpacked entry
+        self.freed_at = freed_at        # node indices whose saved values get freed
+
+
+_direct: OrderedDict[tuple, _Direct] = OrderedDict()
+
+
+def clear() -> None:
+    """Forget every template."""
+    with _lock:
+        _templates.clear()
+        _direct.clear()
 
 
 def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) -> dict | None:
@@ -49,14 +84,28 @@ def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) ->
     if len(set(root_values)) != len(root_values):
         return None
     graph = tracer.graph
-    order = forward_order(root_values)
     seeds = [seed for _, seed in roots]
+    # Results are keyed by target (autograd.grad) or by graph input (backward(): leaves).
+    values = targets if targets is not None else graph.inputs
+    direct_key = _direct_key(tracer, graph, root_values, targets, seeds)
+    if direct_key is not None:
+        with _lock:
+            found = _direct.get(direct_key)
+            if found is not None:
+                _direct.move_to_end(direct_key)
+        if found is not None:
+            nodes = graph.nodes
+            unpacks = []
+            for i, j in found.unpacked_at:
+                node = nodes[i]
+                unpacks.append((node, node.saved[j]))
+            freed = [] if retain_graph else [nodes[i] for i in found.freed_at]
+            return _replay(tracer, found.template, unpacks, freed, values, seeds, retain_graph)
+    order = forward_order(root_values)
     description = _describe(graph, order, root_values, targets, seeds)
     if description is None:
         return None
     key, saved = description
-    # Results are keyed by target (autograd.grad) or by graph input (backward(): leaves).
-    values = targets if targets is not None else graph.inputs
     with _lock:
         template = _templates.get(key, False)
         if template is not False:
@@ -64,13 +113,61 @@ def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) ->
     if template is None:
         return None
     if template is not False:
-        return _replay(tracer, template, order, values, seeds, saved, retain_graph)
+        if direct_key is not None:
+            _remember_direct(direct_key, template, graph, order, saved)
+        unpacks = [saved[k] for k in template.unpacked]
+        freed = [order[position] for position in template.freed]
+        return _replay(tracer, template, unpacks, freed, values, seeds, retain_graph)
+    if direct_key is not None:
+        saved_at = _saved_positions(graph, saved)  # before the transform frees them
     results, template = _record(tracer, order, roots, targets, retain_graph, values, saved)
     with _lock:
         _templates[key] = template
         if len(_templates) > CAPACITY:
             _templates.popitem(last=False)
+    if direct_key is not None and template is not None:
+        _remember_direct(direct_key, template, graph, order, saved, saved_at)
     return results
+
+
+def _direct_key(tracer, graph, roots: list[Value], targets: list[Value] | None, seeds: list):
+    """The template key from the trace's whole key so far (`KeyedGraph`: every node's part
+    and, per node recorded for autograd, which inputs need grad and which saved tensors are
+    concrete), or None when something outside that key could change the backward: hooks on
+    traced nodes or on leaves, lazy tensors rebound by in-place ops, an earlier backward."""
+    grad_parts = getattr(graph, "_grad_parts", None)
+    if grad_parts is None or tracer.hooked or tracer.rebound or tracer.backwards:
+        return None
+    for value in graph.inputs:
+        if value.leaf is not None:
+            tensor = value.leaf()
+            if tensor is not None and tensor._hooks:
+                return None
+    number = graph._number
+    root_part = tuple([_reference(number, v) for v in roots])
+    target_part = tuple([_reference(number, v) for v in targets]) if targets is not None else ()
+    if None in root_part or None in target_part:
+        return None
+    return (tuple(graph._input_types), tuple(graph._parts), tuple(grad_parts), root_part,
+            target_part if targets is not None else None, _seed_part(number, seeds))
+
+
+def _saved_positions(graph, saved: list) -> tuple:
+    index = {id(node): i for i, node in enumerate(graph.nodes)}
+    return tuple((index[id(node)], node.saved.index(s)) for node, s in saved)
+
+
+def _remember_direct(direct_key: tuple, template: _Template, graph, order: list, saved: list,
+                     saved_at: tuple | None = None) -> None:
+    if saved_at is None:
+        saved_at = _saved_positions(graph, saved)
+    index = {id(node): i for i, node in enumerate(graph.nodes)}
+    entry = _Direct(template, tuple(saved_at[k] for k in template.unpacked),
+                    tuple(index[id(order[position])] for position in template.freed))
+    with _lock:
+        _direct[direct_key] = entry
+        if len(_direct) > CAPACITY:
+            _direct.popitem(last=False)
 
 
 def _describe(graph, order: list[Node], roots: list[Value], targets: list[Value] | None, seeds: list):
@@ -110,17 +207,23 @@ def _describe(graph, order: list[Node], roots: list[Value], targets: list[Value]
                 if tensor is not None and tensor._hooks:
                     return None
         parts.append((serial, node.needs_input_grad, kinds))
-    first: dict = {}
-    seed_part = []
-    for i, seed in enumerate(seeds):
-        if seed._data is None:
-            seed_part.append(("lazy", _reference(number, seed._value)))
-        else:
-            seed_part.append(("concrete", first.setdefault(id(seed), i)))
     root_part = tuple(_reference(number, v) for v in roots)
     target_part = tuple(_reference(number, v) for v in targets) if targets is not None else None
-    key = (tuple(graph._input_types), tuple(graph._parts), tuple(parts), root_part, target_part, tuple(seed_part))
+    key = (tuple(graph._input_types), tuple(graph._parts), tuple(parts), root_part, target_part,
+           _seed_part(number, seeds))
     return key, saved
+
+
+def _seed_part(number: dict[int, int], seeds: list) -> tuple:
+    """Each seed: a lazy value's number, or the first position of the same concrete tensor."""
+    first: dict = {}
+    part = []
+    for i, seed in enumerate(seeds):
+        if seed._data is None:
+            part.append(("lazy", _reference(number, seed._value)))
+        else:
+            part.append(("concrete", first.setdefault(id(seed), i)))
+    return tuple(part)
 
 
 def _reference(number: dict[int, int], value: Value):
@@ -131,24 +234,39 @@ def _reference(number: dict[int, int], value: Value):
     return None if serial is None else serial + value.index
 
 
-def _replay(tracer, template: _Template, order, values, seeds, saved, retain_graph: bool) -> dict:
+def _replay(tracer, template: _Template, unpacks: list, freed: list, values, seeds,
+            retain_graph: bool) -> dict:
+    """Append the template's nodes; `unpacks` are the (node, saved tensor) pairs of
+    `template.unpacked`, `freed` the nodes whose saved values the direct path frees."""
     from tracegrad.tensor import Tensor
 
-    env: list = list(seeds) + [None] * len(saved)
     n_seeds = len(seeds)
-    for k in template.unpacked:
-        node, s = saved[k]
-        env[n_seeds + k] = s.unpack(node)
+    env: list = list(seeds) + [None] * template.n_saved
+    returned = template.returned
+    for k, (node, s) in zip(template.unpacked, unpacks):
+        index = n_seeds + k
+        lazy = s.lazy
+        if lazy is not None and index not in returned:
+            # Unpacking a lazy saved tensor checks nothing: only its IR value is needed.
+            position = s.output_index
+            env[index] = lazy._value if position is None else Value(node.out_types[position], node, position)
+        else:
+            env[index] = s.unpack(node)
     tensors = list(env)
     for index in template.resolve:
-        env[index] = tracer.value_of(env[index])
-    graph = tracer.graph
+        item = env[index]
+        if item.__class__ is not Value:
+            env[index] = tracer.value_of(item)
     location = user_location()
-    for op, attrs, refs, out_types in template.nodes:
-        node = Node(op, tuple([env[r] for r in refs]), attrs, out_types, location)
-        graph.add_node(node)
-        for i in range(len(out_types)):
-            env.append(node.output(i))
+    nodes = []
+    for op, attrs, gather, out_types, out_type in template.nodes:
+        node = Node(op, gather(env), attrs, out_types, location)
+        nodes.append(node)
+        if out_type is not None:
+            env.append(Value(out_type, node, 0))
+        else:
+            env.extend(node.output(i) for i in range(len(out_types)))
+    tracer.graph.add_block(nodes, template.parts)
     results = {}
     for canonical, ref, itself in template.results:
         if itself:
@@ -157,9 +275,17 @@ def _replay(tracer, template: _Template, order, values, seeds, saved, retain_gra
             value = env[ref]
             results[values[canonical]] = Tensor._make_lazy(value, value.type)
     if not retain_graph:
-        for position in template.freed:
-            order[position].saved = FREED
+        for node in freed:
+            node.saved = FREED
     return results
+
+
+def _gatherer(refs: list[int]):
+    """A function picking a node's inputs (as a tuple) out of the replay environment."""
+    if len(refs) == 1:
+        (ref,) = refs
+        return lambda env: (env[ref],)
+    return itemgetter(*refs) if refs else lambda env: ()
 
 
 def _without_base(tensor):
@@ -215,7 +341,8 @@ def _record(tracer, order, roots, targets, retain_graph: bool, values, saved) ->
             if index < len(tensors) and index not in resolve:
                 resolve.append(index)
             refs.append(index)
-        nodes.append((node.op, node.attrs, tuple(refs), node.out_types))
+        single = node.out_types[0] if len(node.out_types) == 1 else None
+        nodes.append((node.op, node.attrs, _gatherer(refs), node.out_types, single))
         for i in range(len(node.out_types)):
             env[node.output(i)] = next_index
             next_index += 1
@@ -242,5 +369,7 @@ def _record(tracer, order, roots, targets, retain_graph: bool, values, saved) ->
             return results, None
     positions = {id(node): i for i, node in enumerate(order)}
     freed = tuple(dict.fromkeys(positions[id(saved[k][0])] for k, _ in unpacked))
-    template = _Template(tuple(k for k, _ in unpacked), tuple(resolve), nodes, result_refs, freed)
+    parts = tuple(graph._parts[n_nodes:])
+    template = _Template(tuple(k for k, _ in unpacked), len(saved), tuple(resolve), nodes, parts, result_refs,
+                         freed)
     return results, template

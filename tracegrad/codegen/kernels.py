@@ -513,9 +513,27 @@ class KernelStep:
                 combine(ctypes.addressof(pairs), 0, 0)
 
 
+def _data_field_offset() -> int | None:
+    """Where an ndarray object holds its data pointer (NumPy's `PyArray_DATA`: the field
+    after the object header), checked on a probe array; None if it is not there."""
+    probe = np.arange(4.0)
+    offset = object.__basicsize__
+    if ctypes.c_void_p.from_address(id(probe) + offset).value == probe.ctypes.data:
+        return offset
+    return None
+
+
+_DATA_OFFSET = _data_field_offset()
+_read_pointer = ctypes.c_void_p.from_address
+
+
 def _address(array: np.ndarray) -> int:
-    """The data address of a C-contiguous array: through the buffer protocol (a third of
-    the cost of `.ctypes.data`), which needs a writable, non-empty buffer."""
+    """The data address of an ndarray, read from the array object. Every run takes the
+    addresses of new arrays (outputs, Python scalars), where `.ctypes.data` or the
+    buffer protocol (which builds and caches buffer info per array) cost several times
+    more."""
+    if _DATA_OFFSET is not None:
+        return _read_pointer(id(array) + _DATA_OFFSET).value or 0
     try:
         return ctypes.addressof(ctypes.c_char.from_buffer(array))
     except (TypeError, ValueError, BufferError):

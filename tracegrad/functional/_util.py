@@ -13,7 +13,13 @@ from tracegrad.tensor import Tensor, _normalize_dim
 
 def scalar_tensor(value, dtype: types.DType) -> Tensor:
     """A Python scalar as a 0-d constant tensor (a runtime argument when traced)."""
-    return Tensor._make(np.array(value, dtype=dtype.np), types.TensorType((), dtype))
+    typ = _SCALAR_TYPES.get(dtype)
+    if typ is None:
+        typ = _SCALAR_TYPES.setdefault(dtype, types.TensorType((), dtype))
+    return Tensor._make(np.array(value, dtype=dtype.np), typ)
+
+
+_SCALAR_TYPES: dict[types.DType, types.TensorType] = {}  # one 0-d type per dtype
 
 
 def _category(dtype: types.DType) -> int:

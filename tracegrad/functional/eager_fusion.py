@@ -83,6 +83,8 @@ def fused(composite=None, *, single_op: bool = False):
 
     @functools.wraps(composite)
     def run(*args, **kwargs):
+        if MODE.tracer is not None:  # traced: recorded op by op (checked first, for its per-op cost)
+            return composite(*args, **kwargs)
         signature = _signature(composite, args, kwargs, MIN_ELEMENTS * factor, single_op)
         if signature is None or not _sighted_enough(signature):
             return composite(*args, **kwargs)

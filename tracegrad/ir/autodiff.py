@@ -19,12 +19,6 @@ from tracegrad.ops.primitive import VJPContext
 FREED = ()  # node.saved after backward freed it
 
 
-def _grad_edges(node: Node):
-    for value, needed in zip(node.inputs, node.needs_input_grad):
-        if needed and value.node is not None:
-            yield value.node
-
-
 def forward_order(roots: list[Value]) -> list[Node]:
     """Recorded nodes reachable from `roots` through edges that need grad, inputs first."""
     order: list[Node] = []
@@ -39,7 +33,11 @@ def forward_order(roots: list[Value]) -> list[Node]:
             continue
         expanded.add(id(node))
         stack.append((node, True))
-        stack.extend((n, False) for n in _grad_edges(node) if id(n) not in expanded)
+        # (An explicit loop: this runs per node of every backward, and generators cost calls.)
+        for value, needed in zip(node.inputs, node.needs_input_grad):
+            source = value.node
+            if needed and source is not None and id(source) not in expanded:
+                stack.append((source, False))
     return order
 
 
@@ -47,7 +45,8 @@ def _leads_to_targets(order: list[Node], targets: set[Value]) -> set[int]:
     useful: set[int] = set()
     for node in order:  # inputs first, so producers are decided before consumers
         for value, needed in zip(node.inputs, node.needs_input_grad):
-            if needed and (value in targets or (value.node is not None and id(value.node) in useful)):
+            # The producer test first: it is cheap, and hashing a Value is a Python call.
+            if needed and ((value.node is not None and id(value.node) in useful) or value in targets):
                 useful.add(id(node))
                 break
     return useful

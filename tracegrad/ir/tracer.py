@@ -15,6 +15,12 @@ class Tracer:
     def __init__(self, graph: Graph):
         self.graph = graph
         self.captured: dict[object, tuple[object, Value]] = {}
+        # What a replayed backward (autograd/traced_backward.py) cannot see in the graph's
+        # key: hooks put on traced nodes, lazy tensors rebound by in-place ops, and earlier
+        # backwards (which may have freed saved tensors).
+        self.hooked = False
+        self.rebound = False
+        self.backwards = 0
 
     def value_of(self, tensor) -> Value:
         if tensor._data is None:

@@ -12,9 +12,9 @@ import numpy as np
 
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.autograd.saved import SavedTensor
-from tracegrad.ir.graph import Node, user_location
+from tracegrad.ir.graph import Node, Value, user_location
 from tracegrad.ops.primitive import MOVEMENT, Primitive
-from tracegrad.tensor import Tensor
+from tracegrad.tensor import Tensor, lazy_tensor
 
 
 _NO_ATTRS: dict = {}
@@ -22,7 +22,14 @@ _NO_ATTRS: dict = {}
 
 def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
     """Apply `prim` to `inputs` (Tensors). Returns a Tensor, or a tuple for multi-output ops."""
-    out_types = prim.shape_rule(*[t._type for t in inputs], **attrs)
+    # (No comprehensions on this path: in Python 3.11 each one is a function call.)
+    if len(inputs) == 1:
+        in_types = (inputs[0]._type,)
+    elif len(inputs) == 2:
+        in_types = (inputs[0]._type, inputs[1]._type)
+    else:
+        in_types = tuple(t._type for t in inputs)
+    out_types = prim.shape_rule(*in_types, **attrs) if attrs else prim.shape_rule(*in_types)
     mode = MODE
     grad_enabled = mode.grad_enabled
     volatile = requires_grad = False
@@ -42,7 +49,13 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
               and out_types[0].dtype.is_floating)
     tracer = mode.tracer
     if tracer is None and concrete:
-        result = prim.impl(*[t._data for t in inputs], **attrs)
+        if len(inputs) == 1:
+            arrays = (inputs[0]._data,)
+        elif len(inputs) == 2:
+            arrays = (inputs[0]._data, inputs[1]._data)
+        else:
+            arrays = tuple([t._data for t in inputs])
+        result = prim.impl(*arrays, **attrs) if attrs else prim.impl(*arrays)
         if prim.num_outputs == 1:
             outputs = (Tensor._make(result, out_types[0], mode.inference),)
         else:
@@ -51,20 +64,20 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
             _share_storage(inputs[0], outputs[0])
         node = None
         if record:
-            node = Node(prim, tuple([t._autograd_value() for t in inputs]), attrs, out_types,
-                        user_location())
+            if len(inputs) == 1:
+                values = (inputs[0]._autograd_value(),)
+            elif len(inputs) == 2:
+                values = (inputs[0]._autograd_value(), inputs[1]._autograd_value())
+            else:
+                values = tuple([t._autograd_value() for t in inputs])
+            node = Node(prim, values, attrs, out_types, user_location())
     else:
         if tracer is None:
             raise RuntimeError(f"{prim.name}: a traced (lazy) tensor was used outside of its trace")
-        node = Node(prim, tuple([tracer.value_of(t) for t in inputs]), attrs, out_types,
-                    user_location())
-        tracer.graph.add_node(node)
-        outputs = tuple(Tensor._make_lazy(node.output(i), typ) for i, typ in enumerate(out_types))
-        if prim.kind == MOVEMENT and len(inputs) == 1:
-            # Traced views alias their input as eager views do (shared version counter).
-            _share_storage(inputs[0], outputs[0])
-        if not record:
-            node = None
+        outputs = _bind_traced(prim, inputs, attrs, out_types, tracer, record)
+        if record:
+            return outputs[0] if prim.num_outputs == 1 else outputs
+        node = None
     if record:
         _record(prim, node, inputs, outputs)
     elif volatile:
@@ -73,22 +86,52 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
     return outputs[0] if prim.num_outputs == 1 else outputs
 
 
+def _bind_traced(prim: Primitive, inputs: tuple, attrs: dict, out_types: tuple, tracer, record: bool) -> tuple:
+    """Append a node to the tracer's graph; its outputs as lazy tensors (recorded for
+    autograd when `record`). Every traced op runs this, so it builds each object once."""
+    value_of = tracer.value_of
+    if len(inputs) == 1:
+        values = (value_of(inputs[0]),)
+    elif len(inputs) == 2:
+        values = (value_of(inputs[0]), value_of(inputs[1]))
+    else:
+        values = tuple([value_of(t) for t in inputs])
+    node = Node(prim, values, attrs, out_types, user_location())
+    graph = tracer.graph
+    graph.add_node(node)
+    if len(out_types) == 1:
+        typ = out_types[0]
+        outputs = (lazy_tensor(Value(typ, node, 0), typ, tracer),)
+    else:
+        outputs = tuple([lazy_tensor(Value(typ, node, i), typ, tracer) for i, typ in enumerate(out_types)])
+    if prim.kind == MOVEMENT and len(inputs) == 1:
+        # Traced views alias their input as eager views do (shared version counter).
+        _share_storage(inputs[0], outputs[0])
+    if record:
+        _record(prim, node, inputs, outputs)
+        graph.note_recorded(node)
+    return outputs
+
+
 def _record(prim: Primitive, node: Node, inputs: tuple, outputs: tuple) -> None:
     """Make `node` the grad_fn of `outputs` and save what its gradient rule reads."""
-    node.needs_input_grad = tuple([t._requires_grad for t in inputs])
+    needs = []
+    saved = []
     saves = prim.saves_inputs
-    saved = [SavedTensor(t) if i in saves else None for i, t in enumerate(inputs)] if saves else []
+    for i, t in enumerate(inputs):
+        needs.append(t._requires_grad)
+        saved.append(SavedTensor(t) if i in saves else None)
+    node.needs_input_grad = tuple(needs)
     for i, out in enumerate(outputs):
         if out._type.dtype.is_floating:
             out._requires_grad = True
             out._grad_fn = node
-            out._value = node.output(i)
+            if out._value is None:  # a lazy output is this value already
+                out._value = Value(out._type, node, i)
     if prim.saves_output:  # after marking: a saved output must stay differentiable
-        if not saved:
-            saved = [None] * len(inputs)
         saved.append(SavedTensor(outputs[0], output_index=0))
     # A node that saved nothing has nothing to free: it can be run backward again.
-    node.saved = tuple(saved) if saved and any(s is not None for s in saved) else None
+    node.saved = tuple(saved) if saved.count(None) != len(saved) else None
 
 
 def _share_storage(source, view) -> None:
