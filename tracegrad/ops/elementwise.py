@@ -14,6 +14,7 @@ import numpy as np
 from tracegrad.ir import types
 from tracegrad.ir.types import TensorType
 from tracegrad.ops.dispatch import bind
+from tracegrad.ops.fp_errors import quiet
 from tracegrad.ops.mathfn import erf as _np_erf
 from tracegrad.ops.primitive import ELEMENTWISE, Primitive
 
@@ -62,12 +63,7 @@ def _compare_rule(name):
     return rule
 
 
-def _quiet(fn):
-    """NumPy ufunc without floating-point warnings: inf/nan results are the answer, as in PyTorch."""
-    def run(*arrays):
-        with np.errstate(all="ignore"):
-            return fn(*arrays)
-    return run
+_quiet = quiet  # a NumPy ufunc without floating-point warnings
 
 
 def _unit_operand(inputs, unit, either_side=False):
@@ -114,11 +110,11 @@ TANH = Primitive("tanh", shape_rule=_unary_float_rule("tanh"), impl=_quiet(np.ta
                 lower=lambda b, x: b.math("tanh", x))
 
 
+@quiet
 def _sigmoid_impl(x):
     # Two branches so that neither exp overflows: exp(-|x|) is always in (0, 1].
-    with np.errstate(all="ignore"):
-        z = np.exp(-np.abs(x))
-        return _where_impl(x >= 0, 1 / (1 + z), z / (1 + z)).astype(x.dtype, copy=False)
+    z = np.exp(-np.abs(x))
+    return _where_impl(x >= 0, 1 / (1 + z), z / (1 + z)).astype(x.dtype, copy=False)
 
 
 SIGMOID = Primitive("sigmoid", shape_rule=_unary_float_rule("sigmoid"), impl=_sigmoid_impl,
@@ -179,11 +175,11 @@ MUL = Primitive("mul", shape_rule=_binary_rule("mul"), impl=_quiet(np.multiply),
                 simplify=lambda inputs, attrs: _unit_operand(inputs, 1, either_side=True))
 
 
+@quiet
 def _div_impl(a, b):
-    with np.errstate(all="ignore"):
-        if a.dtype.kind in "iub":  # integer division is true division, as in PyTorch
-            return np.true_divide(a, b).astype(np.float32)
-        return np.true_divide(a, b)
+    if a.dtype.kind in "iub":  # integer division is true division, as in PyTorch
+        return np.true_divide(a, b).astype(np.float32)
+    return np.true_divide(a, b)
 
 
 def _div_rule(a: TensorType, b: TensorType):
