@@ -75,6 +75,11 @@ def _get_engine():
     return _engine
 
 
+# AVX-512 computes llvm.ldexp in one instruction (vscalefps/pd); elsewhere LLVM calls libm's
+# ldexp per element, which would scalarize the loop (see ScalarBuilder.ldexp).
+HAS_SCALEF = bool(llvm.get_host_cpu_features().get("avx512f"))
+
+
 def host_description() -> str:
     """What compiled code depends on: LLVM version, CPU name and features."""
     return (f"llvm-{'.'.join(map(str, llvm.llvm_version_info))}-{llvm.get_host_cpu_name()}-"
@@ -239,6 +244,35 @@ class ScalarBuilder:
         if fn is None:
             fn = ir.Function(self.module, ir.FunctionType(args[0].type, [a.type for a in args]), full_name)
         return self.ir.call(fn, args)
+
+    def fmuladd(self, a, b, c):
+        """a*b + c, fused into one fma where the target has it (rounded once or twice: for
+        polynomials, where either is accurate enough; exact splits use `intrinsic("fma")`)."""
+        return self.intrinsic("fmuladd", a, b, c)
+
+    def ldexp(self, x, n):
+        """x * 2**n for a float x and an integer n of x's width (i32 for float32, i64 for
+        float64), rounded once, with overflow to inf and gradual underflow. With AVX-512
+        this is llvm.ldexp (one vscalef); otherwise two exact power-of-two factors, valid
+        for |n| up to twice the exponent bias."""
+        if HAS_SCALEF:
+            name = f"llvm.ldexp.{'f32' if x.type == F32 else 'f64'}.i32"
+            fn = self.module.globals.get(name)
+            if fn is None:
+                fn = ir.Function(self.module, ir.FunctionType(x.type, [x.type, I32]), name)
+            return self.ir.call(fn, [x, n if n.type == I32 else self.ir.trunc(n, I32)])
+        int_type, mantissa_bits, bias = (I32, 23, 127) if x.type == F32 else (I64, 52, 1023)
+        half = self.ir.ashr(n, int_type(1))
+        for part in (half, self.ir.sub(n, half)):
+            power = self.ir.bitcast(self.ir.shl(self.ir.add(part, int_type(bias)), int_type(mantissa_bits)), x.type)
+            x = self.ir.fmul(x, power)
+        return x
+
+    def clamp(self, x, low: float, high: float):
+        """x limited to [low, high], NaN kept: two compare+selects, each one x86 max/min
+        instruction (llvm.maxnum/minnum would turn NaN into a bound)."""
+        x = self.ir.select(self.ir.fcmp_ordered("<", x, self.like(low, x)), self.like(low, x), x)
+        return self.ir.select(self.ir.fcmp_ordered(">", x, self.like(high, x)), self.like(high, x), x)
 
     # -- arithmetic (float, int or bool by operand type, with NumPy's meaning) --
     def add(self, a, b):
