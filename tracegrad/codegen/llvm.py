@@ -179,11 +179,14 @@ def assembly(llvm_ir: str) -> str:
     return target_machine().emit_assembly(llvm.parse_assembly(llvm_ir))
 
 
-def emit_loop(b: ir.IRBuilder, start, stop, step, carried: list, body: Callable) -> list:
+def emit_loop(b: ir.IRBuilder, start, stop, step, carried: list, body: Callable,
+              interleave: int | Callable[[], int | None] | None = None) -> list:
     """Emit `for i in range(start, stop, step)` carrying `carried` values through phis.
 
     `body(i, values)` emits the loop body and returns the next values; the values after
-    the loop are returned."""
+    the loop are returned. `interleave` (or a function giving it once the body is emitted)
+    asks the loop vectorizer for that many vector iterations in flight: for a reduction,
+    that many partial accumulators."""
     before = b.block
     head = b.append_basic_block("loop.head")
     body_block = b.append_basic_block("loop.body")
@@ -204,9 +207,23 @@ def emit_loop(b: ir.IRBuilder, start, stop, step, carried: list, body: Callable)
     index.add_incoming(b.add(index, step if isinstance(step, ir.Value) else I64(step)), latch)
     for phi, value in zip(phis, updated):
         phi.add_incoming(value, latch)
-    b.branch(head)
+    back_edge = b.branch(head)
+    if callable(interleave):
+        interleave = interleave()
+    if interleave is not None:
+        back_edge.set_metadata("llvm.loop", _loop_id(b.module, interleave))
     b.position_at_end(done)
     return phis
+
+
+def _loop_id(module: ir.Module, interleave: int):
+    """A new loop's metadata: a node whose first operand is itself (which makes it
+    unique to the loop, as LLVM requires), then the hint."""
+    hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"), I32(interleave)])
+    count = len(module.metadata)  # an operand that keeps this node apart from other loops'
+    loop_id = module.add_metadata([None, hint, ir.MetaDataString(module, f"tracegrad.loop.{count}")])
+    loop_id.operands = (loop_id,) + tuple(loop_id.operands[1:])
+    return loop_id
 
 
 class ScalarBuilder:
@@ -238,12 +255,15 @@ class ScalarBuilder:
 
     def intrinsic(self, name: str, *args):
         """Call a same-typed LLVM intrinsic such as `sqrt`, `maxnum`, `maximum`, `smax`."""
+        return self._call_intrinsic(name, args)
+
+    def _call_intrinsic(self, name: str, args, fastmath=()):
         suffix = {F32: "f32", F64: "f64", I64: "i64"}[args[0].type]
         full_name = f"llvm.{name}.{suffix}"
         fn = self.module.globals.get(full_name)
         if fn is None:
             fn = ir.Function(self.module, ir.FunctionType(args[0].type, [a.type for a in args]), full_name)
-        return self.ir.call(fn, args)
+        return self.ir.call(fn, args, fastmath=fastmath)
 
     def fmuladd(self, a, b, c):
         """a*b + c, fused into one fma where the target has it (rounded once or twice: for
@@ -302,15 +322,37 @@ class ScalarBuilder:
         return self.ir.fneg(a) if self.is_float(a) else self.ir.neg(a)
 
     def maximum(self, a, b):
-        """NumPy's maximum: NaN propagates (llvm.maximum, not maxnum)."""
+        """NumPy's maximum: a NaN in either operand propagates; otherwise a > b ? a : b
+        (so maximum(-0.0, 0.0) is 0.0 and maximum(0.0, -0.0) is -0.0, as NumPy gives).
+        A compare and select each, which x86 does as maxps and a masked move."""
         if a.type == I1:
             return self.ir.or_(a, b)
-        return self.intrinsic("maximum" if self.is_float(a) else "smax", a, b)
+        if not self.is_float(a):
+            return self.intrinsic("smax", a, b)
+        return self.select(self.is_nan(a), a, self.select(self.compare(">", a, b), a, b))
 
     def minimum(self, a, b):
+        """NumPy's minimum: NaN propagates; otherwise a < b ? a : b."""
         if a.type == I1:
             return self.ir.and_(a, b)
-        return self.intrinsic("minimum" if self.is_float(a) else "smin", a, b)
+        if not self.is_float(a):
+            return self.intrinsic("smin", a, b)
+        return self.select(self.is_nan(a), a, self.select(self.compare("<", a, b), a, b))
+
+    def reduce_maximum(self, acc, x):
+        """A max reduction's combine step: llvm.maximum (NaN propagates), which the loop
+        vectorizer turns into a vector reduction, where a compare+select recurrence would
+        stay scalar. `nsz` lets it order -0.0 and 0.0 either way (NumPy's reductions do
+        too), which saves x86 the sign fix-ups on the accumulator's dependency chain."""
+        if acc.type == I1 or not self.is_float(acc):
+            return self.maximum(acc, x)
+        return self._call_intrinsic("maximum", (acc, x), fastmath=("nsz",))
+
+    def reduce_minimum(self, acc, x):
+        """A min reduction's combine step (see `reduce_maximum`)."""
+        if acc.type == I1 or not self.is_float(acc):
+            return self.minimum(acc, x)
+        return self._call_intrinsic("minimum", (acc, x), fastmath=("nsz",))
 
     def compare(self, op: str, a, b):
         """op in < <= > >= == != ; float compares are ordered except != (NaN != NaN)."""
