@@ -95,3 +95,10 @@ def test_a_row_reduction_of_values_read_as_they_are_asks_for_8_accumulators():
 def test_a_row_reduction_that_computes_its_values_keeps_llvms_choice():
     x = tg.from_numpy(np.ones((64, 100), dtype=np.float32))
     assert "llvm.loop.interleave.count" not in _kernel_ir(lambda t: t.exp().sum(1), x)
+
+
+def test_kernel_loops_see_every_buffer_as_a_noalias_pointer():
+    x = tg.from_numpy(np.ones((64, 100), dtype=np.float32))
+    ir_text = _kernel_ir(lambda t: (t - t.amax(1, keepdim=True)).exp(), x)
+    loops = next(line for line in ir_text.splitlines() if line.startswith("define internal"))
+    assert loops.count("noalias") == 3  # the row max and the result written, x read

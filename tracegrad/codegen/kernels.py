@@ -170,19 +170,36 @@ def folded_reductions(kernel: FusedKernel) -> list[Node]:
 
 
 def build_llvm(kernel: FusedKernel, name: str) -> ir.Module:
+    """`name(i8** buffers, start, end)`, which passes the buffers to the loops' function as
+    `noalias` pointers. Outputs are fresh buffers, never one of the kernel's inputs, and this
+    lets LLVM keep loads of row values out of the loops without the runtime overlap checks
+    (and scalar copies of every loop) it would otherwise emit."""
     module = ir.Module(name=name)
+    buffers = kernel.results + kernel.leaves
+    pointer_types = [memory_type(value.type.dtype).as_pointer() for value in buffers]
+    loops = ir.Function(module, ir.FunctionType(ir.VoidType(), pointer_types + [I64, I64]), f"{name}.loops")
+    loops.linkage = "internal"
+    loops.attributes.add("alwaysinline")
+    for argument in loops.args[:len(buffers)]:
+        argument.add_attribute("noalias")
+    _build_loops(kernel, loops, dict(zip(buffers, loops.args)))
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer(), I64, I64]), name)
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
-    b = ScalarBuilder(builder, module)
-    pointers = {}
-    for position, value in enumerate(kernel.results + kernel.leaves):
-        raw = builder.load(builder.gep(fn.args[0], [I64(position)], inbounds=True))
-        pointers[value] = builder.bitcast(raw, memory_type(value.type.dtype).as_pointer())
+    arguments = [builder.bitcast(builder.load(builder.gep(fn.args[0], [I64(position)], inbounds=True)), typ)
+                 for position, typ in enumerate(pointer_types)]
+    builder.call(loops, arguments + [fn.args[1], fn.args[2]])
+    builder.ret_void()
+    return module
+
+
+def _build_loops(kernel: FusedKernel, fn: ir.Function, pointers: dict) -> None:
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    b = ScalarBuilder(builder, fn.module)
     emitter = _Emitter(kernel, b, pointers)
     for leaf in kernel.leaves:
         if leaf.type.shape == ():  # a scalar argument: load it once, outside the loops
             emitter.scalars[leaf] = emitter.load(leaf, [])
-    start, end = fn.args[1], fn.args[2]
+    start, end = fn.args[-2], fn.args[-1]
     if outer_extent(kernel) == 1:
         # One iteration at most: emitted with constant bounds under `start < end`. With
         # the range's runtime bounds, a loop whose every access is at index 0 made LLVM
@@ -192,7 +209,6 @@ def build_llvm(kernel: FusedKernel, name: str) -> ir.Module:
     else:
         _emit_loops(builder, b, emitter, kernel, start, end)
     builder.ret_void()
-    return module
 
 
 def _emit_loops(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, start, end) -> None:
