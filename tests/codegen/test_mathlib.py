@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.codegen import llvm
+from tracegrad.codegen import llvm, mathlib
 
 MAX_ULP = 4
 SAMPLES = 400_000
@@ -207,6 +207,25 @@ def test_exp_special_values_match_numpy_with_either_scaling(dtype, scalef, monke
     expected = _reference(np.exp, x, dtype)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
     assert _ulp_error(got, expected, dtype).max() <= 1, dict(zip(x.tolist(), got.tolist()))
+
+
+TANH_RANGES = {  # where tanh switches from its polynomial to 1 - 2/(exp(2|x|) + 1), and saturates
+    "polynomial": lambda rng, dt, n: rng.uniform(-mathlib.TANH_SMALL, mathlib.TANH_SMALL, n).astype(dt),
+    "switch": lambda rng, dt, n: (mathlib.TANH_SMALL * rng.choice([-1, 1], n)
+                                  * (1 + rng.uniform(-1e-3, 1e-3, n))).astype(dt),
+    "saturation": lambda rng, dt, n: (rng.uniform(7, 20, n) * rng.choice([-1, 1], n)).astype(dt),
+    "tiny": lambda rng, dt, n: (_signed_log_uniform(rng, dt, n) * 1e-30).astype(dt),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("range_name", list(TANH_RANGES))
+def test_tanh_within_4_ulp_of_numpy_on_each_range(range_name, dtype):
+    x = TANH_RANGES[range_name](np.random.default_rng(4), dtype, EXP_SAMPLES)
+    got = _compiled("tanh")(tg.from_numpy(x)).numpy()
+    errors = _ulp_error(got, _reference(np.tanh, x, dtype), dtype)
+    worst = int(np.argmax(errors))
+    assert errors[worst] <= MAX_ULP, f"tanh({x[worst]!r}) = {got[worst]!r}: {errors[worst]} ulp"
 
 
 def test_compiled_sin_and_cos_fuse_into_one_llvm_kernel():
