@@ -43,6 +43,7 @@ _SHIFT_F32, _SHIFT_F64 = 1.5 * 2.0 ** 23, 1.5 * 2.0 ** 52
 
 
 def _float_bits(value: float, is_f64: bool) -> int:
+    """The bits of `value` as a float64 or float32, as an unsigned integer."""
     return int.from_bytes(struct.pack("<d" if is_f64 else "<f", value), "little")
 
 
@@ -127,8 +128,8 @@ def _tanh_taylor(terms: int) -> list[float]:
 
 
 TANH_SMALL = 0.55
-# tanh(x)/x as a polynomial in x**2 below TANH_SMALL: for float64 the Taylor series to x**40;
-# for float32 degree 5 with c0 = 1, minimax for the relative error (Remez exchange;
+# tanh(x)/x as a polynomial in x**2 below TANH_SMALL: for float64 20 terms of the Taylor
+# series; for float32 degree 5 with c0 = 1, minimax for the relative error (Remez exchange;
 # 1.0e-9, 0.02 ulp), where the Taylor series needs degree 9.
 _TANH_COEFFICIENTS = {F64: _tanh_taylor(20),
                       F32: (1.0, -0.3333331755963387, 0.13332586137710592, -0.05385230986000507,
