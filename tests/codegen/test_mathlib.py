@@ -228,6 +228,31 @@ def test_tanh_within_4_ulp_of_numpy_on_each_range(range_name, dtype):
     assert errors[worst] <= MAX_ULP, f"tanh({x[worst]!r}) = {got[worst]!r}: {errors[worst]} ulp"
 
 
+def _sigmoid_reference(x: np.ndarray) -> np.ndarray:
+    """In float64, without overflow: exp(x) / (1 + exp(x)) below 0."""
+    with np.errstate(over="ignore"):
+        z = np.exp(-np.abs(x))
+        return np.where(x >= 0, 1 / (1 + z), z / (1 + z))
+
+
+SIGMOID_RANGES = {  # where sigmoid switches from 1/(1+z) to z/(1+z), and its subnormal results
+    "switch": lambda rng, dt, n: rng.uniform(-1e-3, 1e-3, n).astype(dt),
+    "subnormal_results": lambda rng, dt, n: rng.uniform(np.log(np.finfo(dt).smallest_subnormal) - 1,
+                                                        np.log(np.finfo(dt).tiny) + 1, n).astype(dt),
+    "wide": lambda rng, dt, n: rng.uniform(np.log(np.finfo(dt).smallest_subnormal) - 1, 40, n).astype(dt),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("range_name", list(SIGMOID_RANGES))
+def test_sigmoid_within_4_ulp_of_numpy_on_each_range(range_name, dtype):
+    x = SIGMOID_RANGES[range_name](np.random.default_rng(5), dtype, EXP_SAMPLES)
+    got = _compiled("sigmoid")(tg.from_numpy(x)).numpy()
+    errors = _ulp_error(got, _reference(_sigmoid_reference, x, dtype), dtype)
+    worst = int(np.argmax(errors))
+    assert errors[worst] <= MAX_ULP, f"sigmoid({x[worst]!r}) = {got[worst]!r}: {errors[worst]} ulp"
+
+
 def test_compiled_sin_and_cos_fuse_into_one_llvm_kernel():
     f = lambda x: (x.sin() * x.cos() + 1.0).exp()
     x = tg.from_numpy(np.random.default_rng(2).uniform(-1e3, 1e3, 1000))

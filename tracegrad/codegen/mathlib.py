@@ -104,9 +104,12 @@ def sqrt(b, x):
 
 
 def sigmoid(b, x):
-    # 1 / (1 + exp(-x)): exp(-x) overflows to inf for very negative x, giving exactly 0.
+    # With z = exp(-|x|) in (0, 1]: 1 / (1 + z) for x >= 0, z / (1 + z) below, as the NumPy
+    # implementation does. 1 / (1 + exp(-x)) alone would give 0 below -88.7 (float32),
+    # where exp(-x) overflows, instead of the subnormal results down to -103.9.
     one = b.like(1.0, x)
-    return b.div(one, b.add(one, exp(b, b.neg(x))))
+    z = exp(b, b.neg(b.intrinsic("fabs", x)))
+    return b.div(b.select(b.compare(">=", x, b.like(0.0, x)), one, z), b.add(one, z))
 
 
 def _in_f64(b, x, fn):
