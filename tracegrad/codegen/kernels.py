@@ -34,12 +34,6 @@ from tracegrad.ops.indexing import check_bounds
 from tracegrad.ops.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
 
 _names = itertools.count()
-# A reduction of values read as they are (amax(x), sum(x)) does one combine per element, so
-# its speed is that of the accumulators' dependency chains: with LLVM's default of 4 vector
-# accumulators a float max/min (three instructions per step on x86) ran at 60% of a sum's
-# speed; with 8, as fast (row max of 8192x1000 float32: 1.13 -> 0.73 ms; sums unchanged).
-# A loop that computes its values keeps LLVM's choice (8 made exp-sum and abs-max slower).
-PLAIN_REDUCTION_INTERLEAVE = 8
 KERNEL_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
 
@@ -335,16 +329,15 @@ def _row_group(builder, b: ScalarBuilder, emitter: _Emitter, group: RowGroup, st
             result = node.output(0)
             builder.store(b.const(node.op.reduce_identity(result.type.dtype), result.type.dtype), slot)
 
-            plain = []
+            hints = []
 
-            def step(j, node=node, slot=slot, result=result, plain=plain):
+            def step(j, node=node, slot=slot, result=result, hints=hints):
                 emitter.memo.clear()
                 source = node.inputs[0]
                 value = emitter.emit(source, outer_index + [j])
-                plain.append(_is_plain_load(value))
                 b.in_types, b.out_type = (source.type,), result.type
-                builder.store(node.op.lower(b, builder.load(slot), value, **node.attrs), slot)
-            _loop(builder, inner, step, interleave=lambda plain=plain: _reduction_interleave(plain))
+                builder.store(_combine(b, node, builder.load(slot), value, hints), slot)
+            _loop(builder, inner, step, interleave=lambda hints=hints: _reduction_interleave(hints))
             _store(builder, emitter, result, emitter.flat_offset(outer_index, tuple(outer)), builder.load(slot))
 
     _rows(builder, outer, start, end, row)
@@ -354,15 +347,23 @@ def _row_group(builder, b: ScalarBuilder, emitter: _Emitter, group: RowGroup, st
                 _store(builder, emitter, node.output(0), I64(0), builder.load(slot))
 
 
-def _is_plain_load(value) -> bool:
-    """Whether a reduction's input element is read from memory as it is (a bool through
-    its widening from a byte)."""
-    return isinstance(value.operands[0] if isinstance(value, ir.CastInstr) else value, ir.LoadInstr)
+def _combine(b: ScalarBuilder, node: Node, acc, value, hints: list):
+    """One step of a register reduction (its `lower`), noting in `hints` the interleave the
+    step asks for (`ScalarBuilder.reduction_interleave`) when `value` is read from memory
+    as it is (a bool through its widening from a byte)."""
+    b.reduction_interleave = None
+    combined = node.op.lower(b, acc, value, **node.attrs)
+    loaded = isinstance(value.operands[0] if isinstance(value, ir.CastInstr) else value, ir.LoadInstr)
+    hints.append(b.reduction_interleave if loaded else None)
+    return combined
 
 
-def _reduction_interleave(plain: list[bool]) -> int | None:
-    """The interleave hint of a register reduction's loop (see PLAIN_REDUCTION_INTERLEAVE)."""
-    return PLAIN_REDUCTION_INTERLEAVE if plain and all(plain) else None
+def _reduction_interleave(hints: list) -> int | None:
+    """The interleave hint of a register reduction's loop. Only a loop that does nothing
+    but the combine gets one: with 8 accumulators, loops that compute their values
+    (exp-sum, abs-max) ran slower than with LLVM's choice, and so did a plain row sum
+    inside layer norm's row group."""
+    return hints[0] if hints and all(h == hints[0] for h in hints) else None
 
 
 def _store_at(builder, value: Value, pointer, result) -> None:
@@ -387,7 +388,7 @@ def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, s
 
     def outer(kept_index):
         builder.store(b.const(node.op.reduce_identity(dtype), dtype), accumulator)
-        plain = []
+        hints = []
 
         def inner(reduced_index):
             emitter.memo.clear()
@@ -399,10 +400,9 @@ def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, s
             b.in_types = (source.type,)
             b.out_type = result.type
             value = emitter.emit(source, full)
-            plain.append(_is_plain_load(value))
-            builder.store(node.op.lower(b, builder.load(accumulator), value, **node.attrs), accumulator)
+            builder.store(_combine(b, node, builder.load(accumulator), value, hints), accumulator)
 
-        _nest(builder, [shape[d] for d in reduced], inner, interleave=lambda: _reduction_interleave(plain))
+        _nest(builder, [shape[d] for d in reduced], inner, interleave=lambda: _reduction_interleave(hints))
         offset = I64(0)
         for i, stride in zip(kept_index, out_strides):
             offset = builder.add(offset, builder.mul(i, I64(stride)))
