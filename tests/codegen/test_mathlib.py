@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+from tracegrad.codegen import llvm, mathlib
 
 MAX_ULP = 4
 SAMPLES = 400_000
@@ -157,6 +158,99 @@ def test_sin_cos_within_4_ulp_of_exact_near_multiples_of_pi_over_2_at_every_magn
     errors = _ulp_error(got, exact, dtype)
     worst = int(np.argmax(errors))
     assert errors[worst] <= MAX_ULP, f"{name}({x[worst]!r}) = {got[worst]!r}, not {exact[worst]!r}"
+
+
+# exp's branch points: where its reduction x = n*ln2 + r moves to the next n (odd multiples
+# of ln2/2), results that are subnormal, the last finite results, and tiny inputs.
+def _exp_reduction_switches(rng, dtype, n):
+    low, high = _EXP_BOUNDS[dtype]
+    k = rng.integers(int(low / np.log(2)), int(high / np.log(2)), n // 3).astype(np.float64)
+    edges = ((k + 0.5) * np.log(2)).astype(dtype)
+    return np.concatenate([edges, np.nextafter(edges, dtype(np.inf)), np.nextafter(edges, dtype(-np.inf))])
+
+
+_EXP_BOUNDS = {np.float32: (-104.0, 89.0), np.float64: (-746.0, 710.0)}
+EXP_RANGES = {
+    "whole_range": lambda rng, dt, n: rng.uniform(*_EXP_BOUNDS[dt], n).astype(dt),
+    "subnormal_results": lambda rng, dt, n: rng.uniform(np.log(np.finfo(dt).smallest_subnormal) - 1,
+                                                        np.log(np.finfo(dt).tiny), n).astype(dt),
+    "overflow_edge": lambda rng, dt, n: rng.uniform(np.log(np.finfo(dt).max) - 0.5,
+                                                    np.log(np.finfo(dt).max) + 0.5, n).astype(dt),
+    "tiny": lambda rng, dt, n: (_signed_log_uniform(rng, dt, n) * 1e-30).astype(dt),
+    "reduction_switches": _exp_reduction_switches,
+}
+EXP_SAMPLES = 2_000_000
+
+
+@pytest.mark.parametrize("scalef", [True, False], ids=["ldexp", "two_factors"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("range_name", list(EXP_RANGES))
+def test_exp_within_4_ulp_of_numpy_on_each_range_with_either_scaling(range_name, dtype, scalef, monkeypatch):
+    # The scaling by 2**n is one vscalef where the host has AVX-512, two exact factors
+    # elsewhere: both are generated here, whatever the host.
+    monkeypatch.setattr(llvm, "HAS_SCALEF", scalef)
+    x = EXP_RANGES[range_name](np.random.default_rng(3), dtype, EXP_SAMPLES)
+    got = _compiled("exp")(tg.from_numpy(x)).numpy()
+    errors = _ulp_error(got, _reference(np.exp, x, dtype), dtype)
+    worst = int(np.argmax(errors))
+    assert errors[worst] <= MAX_ULP, f"exp({x[worst]!r}) = {got[worst]!r}: {errors[worst]} ulp"
+
+
+@pytest.mark.parametrize("scalef", [True, False], ids=["ldexp", "two_factors"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_exp_special_values_match_numpy_with_either_scaling(dtype, scalef, monkeypatch):
+    monkeypatch.setattr(llvm, "HAS_SCALEF", scalef)
+    finfo = np.finfo(dtype)
+    x = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, finfo.max, -finfo.max, *_EXP_BOUNDS[dtype],
+                  np.log(finfo.max), np.log(finfo.smallest_subnormal), 1e4, -1e4], dtype=dtype)
+    got = _compiled("exp")(tg.from_numpy(x)).numpy()
+    expected = _reference(np.exp, x, dtype)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    assert _ulp_error(got, expected, dtype).max() <= 1, dict(zip(x.tolist(), got.tolist()))
+
+
+TANH_RANGES = {  # where tanh switches from its polynomial to 1 - 2/(exp(2|x|) + 1), and saturates
+    "polynomial": lambda rng, dt, n: rng.uniform(-mathlib.TANH_SMALL, mathlib.TANH_SMALL, n).astype(dt),
+    "switch": lambda rng, dt, n: (mathlib.TANH_SMALL * rng.choice([-1, 1], n)
+                                  * (1 + rng.uniform(-1e-3, 1e-3, n))).astype(dt),
+    "saturation": lambda rng, dt, n: (rng.uniform(7, 20, n) * rng.choice([-1, 1], n)).astype(dt),
+    "tiny": lambda rng, dt, n: (_signed_log_uniform(rng, dt, n) * 1e-30).astype(dt),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("range_name", list(TANH_RANGES))
+def test_tanh_within_4_ulp_of_numpy_on_each_range(range_name, dtype):
+    x = TANH_RANGES[range_name](np.random.default_rng(4), dtype, EXP_SAMPLES)
+    got = _compiled("tanh")(tg.from_numpy(x)).numpy()
+    errors = _ulp_error(got, _reference(np.tanh, x, dtype), dtype)
+    worst = int(np.argmax(errors))
+    assert errors[worst] <= MAX_ULP, f"tanh({x[worst]!r}) = {got[worst]!r}: {errors[worst]} ulp"
+
+
+def _sigmoid_reference(x: np.ndarray) -> np.ndarray:
+    """In float64, without overflow: exp(x) / (1 + exp(x)) below 0."""
+    with np.errstate(over="ignore"):
+        z = np.exp(-np.abs(x))
+        return np.where(x >= 0, 1 / (1 + z), z / (1 + z))
+
+
+SIGMOID_RANGES = {  # where sigmoid switches from 1/(1+z) to z/(1+z), and its subnormal results
+    "switch": lambda rng, dt, n: rng.uniform(-1e-3, 1e-3, n).astype(dt),
+    "subnormal_results": lambda rng, dt, n: rng.uniform(np.log(np.finfo(dt).smallest_subnormal) - 1,
+                                                        np.log(np.finfo(dt).tiny) + 1, n).astype(dt),
+    "wide": lambda rng, dt, n: rng.uniform(np.log(np.finfo(dt).smallest_subnormal) - 1, 40, n).astype(dt),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("range_name", list(SIGMOID_RANGES))
+def test_sigmoid_within_4_ulp_of_numpy_on_each_range(range_name, dtype):
+    x = SIGMOID_RANGES[range_name](np.random.default_rng(5), dtype, EXP_SAMPLES)
+    got = _compiled("sigmoid")(tg.from_numpy(x)).numpy()
+    errors = _ulp_error(got, _reference(_sigmoid_reference, x, dtype), dtype)
+    worst = int(np.argmax(errors))
+    assert errors[worst] <= MAX_ULP, f"sigmoid({x[worst]!r}) = {got[worst]!r}: {errors[worst]} ulp"
 
 
 def test_compiled_sin_and_cos_fuse_into_one_llvm_kernel():

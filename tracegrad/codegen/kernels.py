@@ -104,17 +104,20 @@ class _Emitter:
         return result
 
 
-def _loop(builder: ir.IRBuilder, stop, body, start=None) -> None:
-    """for i in range(start, stop): body(i), with int or i64 bounds (start 0 by default)."""
+def _loop(builder: ir.IRBuilder, stop, body, start=None, interleave=None) -> None:
+    """for i in range(start, stop): body(i), with int or i64 bounds (start 0 by default);
+    `interleave` as in `emit_loop`."""
     emit_loop(builder, I64(0) if start is None else start, stop if isinstance(stop, ir.Value) else I64(stop), 1, [],
-              lambda i, carried: body(i) or [])
+              lambda i, carried: body(i) or [], interleave)
 
 
-def _nest(builder: ir.IRBuilder, shape: list[int], body, prefix=()) -> None:
+def _nest(builder: ir.IRBuilder, shape: list[int], body, prefix=(), interleave=None) -> None:
+    """Nested loops over `shape`; `interleave` is the innermost loop's hint."""
     if not shape:
         body(list(prefix))
         return
-    _loop(builder, shape[0], lambda i: _nest(builder, shape[1:], body, prefix + (i,)))
+    _loop(builder, shape[0], lambda i: _nest(builder, shape[1:], body, prefix + (i,), interleave),
+          interleave=interleave if len(shape) == 1 else None)
 
 
 def _unravel(builder: ir.IRBuilder, flat, shape: list[int]) -> list:
@@ -162,27 +165,43 @@ def folded_reductions(kernel: FusedKernel) -> list[Node]:
 
 
 def build_llvm(kernel: FusedKernel, name: str, whole: bool = False) -> ir.Module:
-    """The kernel's module. `whole`: the kernel is only ever called for its whole range
-    [0, outer_extent), so its loops get constant bounds, which LLVM compiles faster (no
-    runtime trip-count checks, vector epilogue or remainder loop for a small known count)
-    and into tighter code."""
+    """`name(i8** buffers, start, end)`, which passes the buffers to the loops' function as
+    `noalias` pointers. An output is a fresh buffer, never one of the kernel's inputs, or
+    (donated: `kernel.donated`) stored over the leaf it replaces through that leaf's own
+    pointer. This lets LLVM keep loads of row values out of the loops without the runtime
+    overlap checks (and scalar copies of every loop) it would otherwise emit. `whole`: the
+    kernel is only ever called for its whole range [0, outer_extent), so its loops get
+    constant bounds, which LLVM compiles faster (no runtime trip-count checks, vector
+    epilogue or remainder loop for a small known count) and into tighter code."""
     module = ir.Module(name=name)
+    buffers = kernel.results + kernel.leaves
+    pointer_types = [memory_type(value.type.dtype).as_pointer() for value in buffers]
+    loops = ir.Function(module, ir.FunctionType(ir.VoidType(), pointer_types + [I64, I64]), f"{name}.loops")
+    loops.linkage = "internal"
+    loops.attributes.add("alwaysinline")
+    for argument in loops.args[:len(buffers)]:
+        argument.add_attribute("noalias")
+    _build_loops(kernel, loops, dict(zip(buffers, loops.args)), whole)
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer(), I64, I64]), name)
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
-    b = ScalarBuilder(builder, module)
-    pointers = {}
-    for position, value in enumerate(kernel.results + kernel.leaves):
-        raw = builder.load(builder.gep(fn.args[0], [I64(position)], inbounds=True))
-        pointers[value] = builder.bitcast(raw, memory_type(value.type.dtype).as_pointer())
+    arguments = [builder.bitcast(builder.load(builder.gep(fn.args[0], [I64(position)], inbounds=True)), typ)
+                 for position, typ in enumerate(pointer_types)]
+    builder.call(loops, arguments + [fn.args[1], fn.args[2]])
+    builder.ret_void()
+    return module
+
+
+def _build_loops(kernel: FusedKernel, fn: ir.Function, pointers: dict, whole: bool) -> None:
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    b = ScalarBuilder(builder, fn.module)
     for result, leaf in kernel.donated.items():
-        # One pointer for both, so LLVM sees that each element is read before it is
-        # overwritten (with two pointers its runtime overlap check would pick the scalar loop).
+        # One pointer for both, so each element is visibly read before it is overwritten.
         pointers[result] = pointers[leaf]
     emitter = _Emitter(kernel, b, pointers)
     for leaf in kernel.leaves:
         if leaf.type.shape == ():  # a scalar argument: load it once, outside the loops
             emitter.scalars[leaf] = emitter.load(leaf, [])
-    start, end = fn.args[1], fn.args[2]
+    start, end = fn.args[-2], fn.args[-1]
     extent = outer_extent(kernel)
     if whole or extent == 1:
         # Constant bounds under `start < end`. (With the range's runtime bounds, a loop of
@@ -193,7 +212,6 @@ def build_llvm(kernel: FusedKernel, name: str, whole: bool = False) -> ir.Module
     else:
         _emit_loops(builder, b, emitter, kernel, start, end)
     builder.ret_void()
-    return module
 
 
 def _emit_loops(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, start, end) -> None:
@@ -322,13 +340,15 @@ def _row_group(builder, b: ScalarBuilder, emitter: _Emitter, group: RowGroup, st
             result = node.output(0)
             builder.store(b.const(node.op.reduce_identity(result.type.dtype), result.type.dtype), slot)
 
-            def step(j, node=node, slot=slot, result=result):
+            hints = []
+
+            def step(j, node=node, slot=slot, result=result, hints=hints):
                 emitter.memo.clear()
                 source = node.inputs[0]
                 value = emitter.emit(source, outer_index + [j])
                 b.in_types, b.out_type = (source.type,), result.type
-                builder.store(node.op.lower(b, builder.load(slot), value, **node.attrs), slot)
-            _loop(builder, inner, step)
+                builder.store(_combine(b, node, builder.load(slot), value, hints), slot)
+            _loop(builder, inner, step, interleave=lambda hints=hints: _reduction_interleave(hints))
             _store(builder, emitter, result, emitter.flat_offset(outer_index, tuple(outer)), builder.load(slot))
 
     _rows(builder, outer, start, end, row)
@@ -336,6 +356,25 @@ def _row_group(builder, b: ScalarBuilder, emitter: _Emitter, group: RowGroup, st
         for node, slot in zip(member.folded, folded):
             if slot is not None:  # a reduction over every axis, kept in a register
                 _store(builder, emitter, node.output(0), I64(0), builder.load(slot))
+
+
+def _combine(b: ScalarBuilder, node: Node, acc, value, hints: list):
+    """One step of a register reduction (its `lower`), noting in `hints` the interleave the
+    step asks for (`ScalarBuilder.reduction_interleave`) when `value` is read from memory
+    as it is (a bool through its widening from a byte)."""
+    b.reduction_interleave = None
+    combined = node.op.lower(b, acc, value, **node.attrs)
+    loaded = isinstance(value.operands[0] if isinstance(value, ir.CastInstr) else value, ir.LoadInstr)
+    hints.append(b.reduction_interleave if loaded else None)
+    return combined
+
+
+def _reduction_interleave(hints: list) -> int | None:
+    """The interleave hint of a register reduction's loop. Only a loop that does nothing
+    but the combine gets one: with 8 accumulators, loops that compute their values
+    (exp-sum, abs-max) ran slower than with LLVM's choice, and so did a plain row sum
+    inside layer norm's row group."""
+    return hints[0] if hints and all(h == hints[0] for h in hints) else None
 
 
 def _store_at(builder, value: Value, pointer, result) -> None:
@@ -360,6 +399,7 @@ def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, s
 
     def outer(kept_index):
         builder.store(b.const(node.op.reduce_identity(dtype), dtype), accumulator)
+        hints = []
 
         def inner(reduced_index):
             emitter.memo.clear()
@@ -371,9 +411,9 @@ def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, s
             b.in_types = (source.type,)
             b.out_type = result.type
             value = emitter.emit(source, full)
-            builder.store(node.op.lower(b, builder.load(accumulator), value, **node.attrs), accumulator)
+            builder.store(_combine(b, node, builder.load(accumulator), value, hints), accumulator)
 
-        _nest(builder, [shape[d] for d in reduced], inner)
+        _nest(builder, [shape[d] for d in reduced], inner, interleave=lambda: _reduction_interleave(hints))
         offset = I64(0)
         for i, stride in zip(kept_index, out_strides):
             offset = builder.add(offset, builder.mul(i, I64(stride)))

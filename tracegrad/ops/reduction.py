@@ -80,12 +80,12 @@ def _extremum_impl(fn):
 
 AMAX = Primitive("amax", shape_rule=_reduce_rule("amax", empty_ok=False), impl=_extremum_impl(np.max),
                  kind=REDUCTION, saves_inputs=(0,), saves_output=True, vjp=_extremum_vjp,
-                lower=lambda b, acc, x, axes, keepdim: b.maximum(acc, x),
+                lower=lambda b, acc, x, axes, keepdim: b.reduce_maximum(acc, x),
                  reduce_identity=lambda dtype: -float("inf") if dtype.is_floating else (
                      0 if dtype is types.bool_ else -(2 ** 63)))
 AMIN = Primitive("amin", shape_rule=_reduce_rule("amin", empty_ok=False), impl=_extremum_impl(np.min),
                  kind=REDUCTION, saves_inputs=(0,), saves_output=True, vjp=_extremum_vjp,
-                lower=lambda b, acc, x, axes, keepdim: b.minimum(acc, x),
+                lower=lambda b, acc, x, axes, keepdim: b.reduce_minimum(acc, x),
                  reduce_identity=lambda dtype: float("inf") if dtype.is_floating else (
                      1 if dtype is types.bool_ else 2 ** 63 - 1))
 

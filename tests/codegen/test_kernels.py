@@ -1,0 +1,108 @@
+"""Kernel emission: max/min keep NumPy's NaN and signed-zero behaviour wherever the loop
+structure puts an element (vector body, remainder, another thread's chunk), row maxima of
+values read as they are carry the interleave hint that keeps their accumulator chains
+busy, and the loops see their buffers as noalias pointers."""
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad.codegen import threads
+from tracegrad.codegen.kernels import KernelStep
+
+DTYPES = [np.float32, np.float64]
+
+
+def _pairs(dtype):
+    """Every ordered pair of interesting values, tiled so that the loop vectorizes."""
+    values = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, -np.nan, 3.5], dtype=dtype)
+    a, b = np.meshgrid(values, values)
+    return np.tile(a.ravel(), 40), np.tile(b.ravel(), 40)
+
+
+def _same_bits_or_nan(got, expected):
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    finite = ~np.isnan(expected)
+    np.testing.assert_array_equal(got[finite], expected[finite])
+    np.testing.assert_array_equal(np.signbit(got[finite]), np.signbit(expected[finite]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_compiled_maximum_and_minimum_match_numpy_on_nan_and_signed_zeros(name, dtype):
+    a, b = _pairs(dtype)
+    got = tg.compile(lambda x, y: getattr(tg, name)(x, y))(tg.from_numpy(a), tg.from_numpy(b)).numpy()
+    _same_bits_or_nan(got, getattr(np, name)(a, b))
+
+
+def _rows_with_nans(dtype, columns, nan):
+    rows = np.random.default_rng(0).standard_normal((12, columns)).astype(dtype)
+    # First, last, vector-boundary and remainder positions, one per row; one row clean.
+    for row, column in enumerate([0, columns - 1, 15, 16, 63, 64, 127, 128, columns // 2, columns - 8, 1]):
+        rows[row, min(column, columns - 1)] = nan
+    return rows
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("columns", [7, 129, 1000])
+@pytest.mark.parametrize("name", ["amax", "amin"])
+@pytest.mark.parametrize("nan", [np.nan, -np.nan], ids=["nan", "negative_nan"])
+def test_row_max_and_min_propagate_nan_wherever_it_sits(name, columns, dtype, nan):
+    x = _rows_with_nans(dtype, columns, nan)
+    got = tg.compile(lambda t: getattr(t, name)(1))(tg.from_numpy(x)).numpy()
+    expected = getattr(np, name)(x, axis=1)
+    np.testing.assert_array_equal(got, expected)  # NaN rows compare equal to NaN rows
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_max_of_rows_in_a_row_group_propagates_nan_into_what_follows(dtype):
+    x = _rows_with_nans(dtype, 1000, np.nan)
+    f = lambda t: (t - t.amax(1, keepdim=True)).exp().sum(1)  # noqa: E731
+    got = tg.compile(f)(tg.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, f(tg.from_numpy(x)).numpy(), rtol=1e-5)
+    assert np.isnan(got[:-1]).all() and not np.isnan(got[-1])
+
+
+@pytest.mark.parametrize("name", ["amax", "amin"])
+def test_max_over_every_axis_propagates_nan_from_another_threads_chunk(name, monkeypatch):
+    monkeypatch.setattr(threads, "NUM_THREADS", 2)
+    x = np.random.default_rng(1).standard_normal(1 << 21).astype(np.float32)
+    x[-5] = np.nan  # in the last chunk, combined into the first chunk's result
+    compiled = tg.compile(lambda t: getattr(t, name)(0))
+    assert np.isnan(compiled(tg.from_numpy(x)).numpy())
+    x[-5] = 0.5
+    assert compiled(tg.from_numpy(x)).numpy() == getattr(np, name)(x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_max_over_the_first_axis_propagates_nan_per_column(dtype):
+    x = _rows_with_nans(dtype, 129, np.nan)
+    got = tg.compile(lambda t: (t * 2.0).amax(0))(tg.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(got, np.max(x * 2.0, axis=0))
+
+
+def _kernel_ir(fn, *args) -> str:
+    compiled = tg.compile(fn)
+    compiled(*args)
+    program = next(iter(compiled._programs.values()))
+    return "\n".join(step.llvm_ir() for step in program.steps if isinstance(step, KernelStep))
+
+
+@pytest.mark.parametrize("name", ["amax", "amin"])
+def test_a_float_row_max_of_values_read_as_they_are_asks_for_8_accumulators(name):
+    x = tg.from_numpy(np.ones((64, 100), dtype=np.float32))
+    assert '!"llvm.loop.interleave.count", i32 8' in _kernel_ir(lambda t: getattr(t, name)(1), x)
+
+
+@pytest.mark.parametrize("fn", [lambda t: t.sum(1), lambda t: t.exp().sum(1), lambda t: t.abs().amax(1)],
+                         ids=["sum", "exp_sum", "abs_max"])
+def test_row_sums_and_maxima_of_computed_values_keep_llvms_choice(fn):
+    x = tg.from_numpy(np.ones((64, 100), dtype=np.float32))
+    assert "llvm.loop.interleave.count" not in _kernel_ir(fn, x)
+
+
+def test_kernel_loops_see_every_buffer_as_a_noalias_pointer():
+    x = tg.from_numpy(np.ones((64, 100), dtype=np.float32))
+    ir_text = _kernel_ir(lambda t: (t - t.amax(1, keepdim=True)).exp(), x)
+    loops = next(line for line in ir_text.splitlines() if line.startswith("define internal"))
+    assert loops.count("noalias") == 3  # the row max and the result written, x read
