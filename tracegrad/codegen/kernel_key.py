@@ -4,7 +4,8 @@ A kernel's IR is a function of the `FusedKernel` (its nodes, leaves, results and
 fusion decisions recorded on it) and of the code that lowers it. `kernel_description`
 writes the first canonically (values numbered by first appearance, nodes as primitive
 name, attributes, operands and types) and prefixes a hash of the second: the sources of
-`tracegrad/codegen`, `tracegrad/ops` and `tracegrad/ir` and llvmlite's version. A kernel
+`tracegrad/codegen`, `tracegrad/ops` and `tracegrad/ir`, llvmlite's version and the
+lowering's module-level switches (`llvm.ir_settings`). A kernel
 whose description is in the disk cache then loads without building its IR, which is most
 of a warm-cache first call's compile time (the math library's polynomials are built in
 Python).
@@ -66,7 +67,8 @@ def kernel_description(kernel, purpose: str = "kernel") -> str | None:
         body = _describe(kernel, numbers)
     except _Unknown:
         return None
-    return f"{purpose} {source_hash}\n{body}"
+    from tracegrad.codegen.llvm import ir_settings
+    return f"{purpose} {source_hash} {ir_settings()}\n{body}"
 
 
 def _describe(thing, numbers: dict[Value, int]) -> str:

@@ -81,6 +81,13 @@ def _get_engine():
 HAS_SCALEF = bool(llvm.get_host_cpu_features().get("avx512f"))
 
 
+def ir_settings() -> str:
+    """The module-level switches generated IR depends on (tests change them): part of every
+    kernel description (`codegen/kernel_key.py`), so a kernel built under one setting is
+    never found for another."""
+    return f"scalef={HAS_SCALEF}"
+
+
 @functools.cache
 def host_description() -> str:
     """What compiled code depends on: LLVM version, CPU name and features (asked of LLVM
