@@ -199,24 +199,63 @@ def plan(graph: Graph) -> list:
             continue
         steps.append(_collect(node, lambda value: value in buffers))
     from tracegrad.codegen.epilogue import fuse_epilogues  # it builds on this module
-    return fuse_epilogues(drop_internal_outputs(group_rows(merge_loops(steps)), graph), graph)
+    return fuse_epilogues(drop_internal_outputs(group_rows(merge_loops(hoist_row_partners(steps))), graph), graph)
+
+
+def hoist_row_partners(steps: list) -> list:
+    """Move a row kernel up to the run of row kernels over its domain before it, with the
+    steps from in between that it needs, when none of those needs the run: `group_rows`
+    then makes one pass over each row for both. (Cross entropy's backward reads the
+    forward's row max and sum, but also the count of valid labels, which the forward's
+    loss kernel computes after the rows; the count's kernel needs only the labels.) Each
+    kernel is considered once, in the original order, so the reordering terminates."""
+    steps = list(steps)
+    for partner in [s for s in steps if _row_member(s)]:
+        k = next(i for i, s in enumerate(steps) if s is partner)
+        j = k - 1
+        while j >= 0 and not (_row_member(steps[j]) and steps[j].domain == partner.domain):
+            j -= 1
+        if j < 0 or j == k - 1:
+            continue  # no earlier run, or adjacent to it already
+        start = j
+        while start > 0 and _row_member(steps[start - 1]) and steps[start - 1].domain == partner.domain:
+            start -= 1
+        run, between = steps[start:j + 1], steps[j + 1:k]
+        wanted = set(_reads(partner))
+        needed: list = []
+        for step in reversed(between):
+            if wanted.intersection(_writes(step)):
+                needed.insert(0, step)
+                wanted.update(_reads(step))
+        after_run = {v for step in run for v in _writes(step)}
+        waits_for_run: set[int] = set()
+        for step in between:
+            if after_run.intersection(_reads(step)):
+                waits_for_run.add(id(step))
+                after_run.update(_writes(step))
+        if any(id(step) in waits_for_run for step in needed):
+            continue
+        moved = {id(step) for step in needed}
+        steps[start:k + 1] = needed + run + [partner] + [s for s in between if id(s) not in moved]
+    return steps
 
 
 def drop_internal_outputs(steps: list, graph: Graph) -> list:
-    """A kernel output read only inside its own loop needs no buffer."""
+    """A kernel output read only inside its own loop needs no buffer. In a row group, a
+    member recomputes what an earlier member's map computed (the group's nodes are all
+    inlined; only reduction results are read back), so a map output read only within its
+    group is not stored either, and a member left with nothing to store goes."""
     read = set(graph.outputs)
     for step in steps:
         read.update(step.leaves if isinstance(step, FusedKernel) else step.node.inputs)
-        if isinstance(step, RowGroup):  # members read earlier members' buffers
-            for member in step.members:
-                read.update(member.leaves)
     for step in steps:
         for kernel in step.members if isinstance(step, RowGroup) else [step]:
             if isinstance(kernel, FusedKernel) and kernel.reduction is None:
                 kernel.outputs = [v for v in kernel.outputs if v in read]
         if isinstance(step, RowGroup):
+            step.members = [m for m in step.members if m.outputs or m.folded or m.reduction is not None]
             step.outputs = [v for member in step.members for v in member.outputs]
-    return steps
+    return [s for s in steps if not isinstance(s, RowGroup) or s.members]
 
 
 def _row_member(step) -> bool:
