@@ -148,15 +148,26 @@ def build_tile_llvm(kernel: FusedKernel, name: str) -> ir.Module:
     [r0, r1) and columns [c0, c1) of its 2-D domain. buffers: the kernel's results, then
     its leaves (as `kernels.build_llvm` orders them), all C-contiguous."""
     module = ir.Module(name=name)
+    # The loops take the buffers as `noalias` pointers (as kernels.build_llvm does): no
+    # runtime overlap checks and scalar copies of the loops, which also compile faster.
+    values = kernel.results + kernel.leaves
+    pointer_types = [memory_type(value.type.dtype).as_pointer() for value in values]
+    loops = ir.Function(module, ir.FunctionType(ir.VoidType(), pointer_types + [I64] * 4), f"{name}.loops")
+    loops.linkage = "internal"
+    loops.attributes.add("alwaysinline")
+    for argument in loops.args[:len(values)]:
+        argument.add_attribute("noalias")
     function_type = ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer(), I64, I64, I64, I64])
     function = ir.Function(module, function_type, name)
-    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    entry = ir.IRBuilder(function.append_basic_block("entry"))
+    arguments = [entry.bitcast(entry.load(entry.gep(function.args[0], [I64(position)], inbounds=True)), typ)
+                 for position, typ in enumerate(pointer_types)]
+    entry.call(loops, arguments + list(function.args[1:]))
+    entry.ret_void()
+    builder = ir.IRBuilder(loops.append_basic_block("entry"))
     b = ScalarBuilder(builder, module)
-    buffers, row_start, row_end, column_start, column_end = function.args
-    pointers = {}
-    for position, value in enumerate(kernel.results + kernel.leaves):
-        raw = builder.load(builder.gep(buffers, [I64(position)], inbounds=True))
-        pointers[value] = builder.bitcast(raw, memory_type(value.type.dtype).as_pointer())
+    row_start, row_end, column_start, column_end = loops.args[len(values):]
+    pointers = dict(zip(values, loops.args))
     for result, leaf in kernel.donated.items():  # written over the input it replaces
         pointers[result] = pointers[leaf]  # (one pointer: see kernels.build_llvm)
     emitter = _Emitter(kernel, b, pointers)
