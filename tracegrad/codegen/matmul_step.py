@@ -139,12 +139,12 @@ class EpilogueMatmulStep(MatmulStep):
     something else reads it, then the epilogue's results."""
 
     __slots__ = ("epilogue", "keep_product", "operand_views", "leaf_sources", "result_specs", "pointer_array",
-                 "tile_address", "tile_function", "module", "symbol", "from_disk", "compile_seconds", "name",
-                 "identities", "split_n", "donated")
+                 "tile_address", "tile_function", "_module", "symbol", "from_disk", "compile_seconds", "name",
+                 "identities", "split_n", "donated", "description")
 
     def __init__(self, item, inputs: tuple[int, ...], outputs: tuple[int, ...]):
-        from tracegrad.codegen.epilogue import build_tile_llvm
-        from tracegrad.codegen.llvm import compile_kernel
+        from tracegrad.codegen import kernel_key
+        from tracegrad.codegen.llvm import compile_kernel, compile_kernel_keyed
         super().__init__(item.node, inputs, outputs)
         kernel = self.epilogue = item.kernel
         self.keep_product = item.keep_product
@@ -168,10 +168,26 @@ class EpilogueMatmulStep(MatmulStep):
         self.split_n = True if kernel.folded else None
         self.pointer_array = ctypes.c_void_p * (len(kernel.results) + len(kernel.leaves))
         start = time.perf_counter()
-        self.module = build_tile_llvm(kernel, "kernel")
-        self.tile_address, self.symbol, self.from_disk = compile_kernel(self.module, "kernel")
+        self._module = None
+        # Keyed by its description, so a warm disk cache loads it without building its IR.
+        self.description = kernel_key.kernel_description(kernel, "tile")
+        if self.description is None:
+            self.tile_address, self.symbol, self.from_disk = compile_kernel(self.module, "kernel")
+        else:
+            if kernel_key.checking():
+                kernel_key.check_unique(self.description, str(self.module))
+            self.tile_address, self.symbol, self.from_disk = compile_kernel_keyed(
+                self.description, "kernel", lambda: self.module)
         self.tile_function = gemm.EPILOGUE_SIGNATURE(self.tile_address)
         self.compile_seconds = time.perf_counter() - start
+
+    @property
+    def module(self):
+        """The tile function's LLVM module, built on first use."""
+        if self._module is None:
+            from tracegrad.codegen.epilogue import build_tile_llvm
+            self._module = build_tile_llvm(self.epilogue, "kernel")
+        return self._module
 
     def llvm_ir(self) -> str:
         """The epilogue's LLVM IR (before optimization), under its symbol."""
