@@ -23,6 +23,7 @@ import functools
 import hashlib
 import os
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -108,6 +109,19 @@ def _attr_text(value) -> str:
     if value is None or isinstance(value, (bool, int, float, str, DType, np.generic)):
         return repr(value)
     raise _Unknown(value)
+
+
+def compile_described(kernel, purpose: str, build: Callable) -> tuple[int, str, bool, str | None]:
+    """Compile the one-function module `build()` makes for `kernel` (a function named
+    "kernel"), or find it in memory or the disk cache by the kernel's description (by its
+    IR when it has none). Returns (address, symbol, loaded_from_disk, description)."""
+    from tracegrad.codegen.llvm import compile_kernel, compile_kernel_keyed
+    description = kernel_description(kernel, purpose)
+    if description is None:
+        return (*compile_kernel(build(), "kernel"), None)
+    if checking():
+        check_unique(description, str(build()))
+    return (*compile_kernel_keyed(description, "kernel", build), description)
 
 
 _checked: dict[str, str] = {}

@@ -27,7 +27,7 @@ from llvmlite import ir
 
 from tracegrad.codegen import kernel_key, threads
 from tracegrad.codegen.fusion import FusedKernel, RowGroup
-from tracegrad.codegen.llvm import (I8, I64, ScalarBuilder, compile_kernel, compile_kernel_keyed, emit_loop,
+from tracegrad.codegen.llvm import (I8, I64, ScalarBuilder, emit_loop,
                                     memory_type, register_type)
 from tracegrad.ir import types
 from tracegrad.ir.graph import Node, Value
@@ -431,21 +431,15 @@ class KernelStep:
         kernel.name = self.name
         start = time.perf_counter()
         # Built under one fixed name, so identical kernels hash alike (one symbol, one
-        # disk-cache entry); compile_kernel renames it after the hash.
+        # disk-cache entry); the compiler renames it after the hash.
         self._module = None
         self.extent = outer_extent(kernel)
         self.elements = int(np.prod(kernel.domain))
         # Below the size worth splitting over threads, a kernel always runs whole: it is
         # built with constant loop bounds (see build_llvm) and never split later.
         self.whole = self.elements < threads.MIN_PARALLEL_ELEMENTS
-        self.description = kernel_key.kernel_description(kernel, "whole kernel" if self.whole else "kernel")
-        if self.description is None:
-            address, self.symbol, self.from_disk = compile_kernel(self.module, "kernel")
-        else:
-            if kernel_key.checking():
-                kernel_key.check_unique(self.description, str(self.module))
-            address, self.symbol, self.from_disk = compile_kernel_keyed(
-                self.description, "kernel", lambda: self.module)
+        address, self.symbol, self.from_disk, self.description = kernel_key.compile_described(
+            kernel, "whole kernel" if self.whole else "kernel", lambda: self.module)
         self.function = KERNEL_SIGNATURE(address)
         self.inputs = inputs
         self.outputs = outputs
@@ -498,12 +492,8 @@ class KernelStep:
     def combine_function(self):
         """The kernel adding one chunk's partial folded results into another's."""
         if self._combine is None:
-            build = lambda: build_combine_llvm(self.folded, "kernel")  # noqa: E731
-            description = kernel_key.kernel_description(self.kernel, purpose="combine")
-            if description is None:
-                address, _, _ = compile_kernel(build(), "kernel")
-            else:
-                address, _, _ = compile_kernel_keyed(description, "kernel", build)
+            address, _, _, _ = kernel_key.compile_described(
+                self.kernel, "combine", lambda: build_combine_llvm(self.folded, "kernel"))
             self._combine = KERNEL_SIGNATURE(address)
         return self._combine
 

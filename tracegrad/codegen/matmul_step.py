@@ -144,7 +144,6 @@ class EpilogueMatmulStep(MatmulStep):
 
     def __init__(self, item, inputs: tuple[int, ...], outputs: tuple[int, ...]):
         from tracegrad.codegen import kernel_key
-        from tracegrad.codegen.llvm import compile_kernel, compile_kernel_keyed
         super().__init__(item.node, inputs, outputs)
         kernel = self.epilogue = item.kernel
         self.keep_product = item.keep_product
@@ -170,14 +169,8 @@ class EpilogueMatmulStep(MatmulStep):
         start = time.perf_counter()
         self._module = None
         # Keyed by its description, so a warm disk cache loads it without building its IR.
-        self.description = kernel_key.kernel_description(kernel, "tile")
-        if self.description is None:
-            self.tile_address, self.symbol, self.from_disk = compile_kernel(self.module, "kernel")
-        else:
-            if kernel_key.checking():
-                kernel_key.check_unique(self.description, str(self.module))
-            self.tile_address, self.symbol, self.from_disk = compile_kernel_keyed(
-                self.description, "kernel", lambda: self.module)
+        self.tile_address, self.symbol, self.from_disk, self.description = kernel_key.compile_described(
+            kernel, "tile", lambda: self.module)
         self.tile_function = gemm.EPILOGUE_SIGNATURE(self.tile_address)
         self.compile_seconds = time.perf_counter() - start
 
