@@ -107,3 +107,18 @@ def test_a_lowering_switch_changes_the_description(monkeypatch):
     with_scalef = _description(body, x)
     monkeypatch.setattr(llvm, "HAS_SCALEF", not llvm.HAS_SCALEF)
     assert _description(body, x) != with_scalef
+
+
+def test_small_and_full_optimization_are_separate_cache_entries():
+    from llvmlite import ir as llvm_ir
+
+    from tracegrad.codegen.llvm import compile_kernel_keyed
+
+    def build():
+        module = llvm_ir.Module(name="kernel")
+        function = llvm_ir.Function(module, llvm_ir.FunctionType(llvm_ir.VoidType(), []), "kernel")
+        llvm_ir.IRBuilder(function.append_basic_block("entry")).ret_void()
+        return module
+    _, small_symbol, _ = compile_kernel_keyed("test small/full", "kernel", build, small=True)
+    _, full_symbol, _ = compile_kernel_keyed("test small/full", "kernel", build, small=False)
+    assert small_symbol != full_symbol

@@ -111,17 +111,19 @@ def _attr_text(value) -> str:
     raise _Unknown(value)
 
 
-def compile_described(kernel, purpose: str, build: Callable) -> tuple[int, str, bool, str | None]:
+def compile_described(kernel, purpose: str, build: Callable,
+                      small: bool = False) -> tuple[int, str, bool, str | None]:
     """Compile the one-function module `build()` makes for `kernel` (a function named
     "kernel"), or find it in memory or the disk cache by the kernel's description (by its
-    IR when it has none). Returns (address, symbol, loaded_from_disk, description)."""
+    IR when it has none). `small` as in `llvm.optimize`. Returns (address, symbol,
+    loaded_from_disk, description)."""
     from tracegrad.codegen.llvm import compile_kernel, compile_kernel_keyed
     description = kernel_description(kernel, purpose)
     if description is None:
         return (*compile_kernel(build(), "kernel"), None)
     if checking():
         check_unique(description, str(build()))
-    return (*compile_kernel_keyed(description, "kernel", build), description)
+    return (*compile_kernel_keyed(description, "kernel", build, small), description)
 
 
 _checked: dict[str, str] = {}

@@ -35,6 +35,9 @@ from tracegrad.ops.indexing import check_bounds
 from tracegrad.ops.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
 
 _names = itertools.count()
+# Kernels of at most this many elements compile without loop unrolling and interleaving
+# (`llvm.optimize`'s `small`): their run time is the call's overhead anyway.
+SMALL_KERNEL_ELEMENTS = 4096
 KERNEL_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
 
@@ -439,7 +442,8 @@ class KernelStep:
         # built with constant loop bounds (see build_llvm) and never split later.
         self.whole = self.elements < threads.MIN_PARALLEL_ELEMENTS
         address, self.symbol, self.from_disk, self.description = kernel_key.compile_described(
-            kernel, "whole kernel" if self.whole else "kernel", lambda: self.module)
+            kernel, "whole kernel" if self.whole else "kernel", lambda: self.module,
+            small=self.elements <= SMALL_KERNEL_ELEMENTS)
         self.function = KERNEL_SIGNATURE(address)
         self.inputs = inputs
         self.outputs = outputs
