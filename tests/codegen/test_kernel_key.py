@@ -122,3 +122,14 @@ def test_small_and_full_optimization_are_separate_cache_entries():
     _, small_symbol, _ = compile_kernel_keyed("test small/full", "kernel", build, small=True)
     _, full_symbol, _ = compile_kernel_keyed("test small/full", "kernel", build, small=False)
     assert small_symbol != full_symbol
+
+
+def test_generated_gemm_keys_cover_every_lowering_source():
+    # The GEMM generators use llvm.py's emitters too: their keys hash all of codegen/.
+    import numpy as np
+
+    from tracegrad.codegen import gemm, gemm_narrow
+    key = kernel_key.generator_key()
+    assert key.startswith(kernel_key.lowering_source_hash())
+    assert key in gemm._description(np.dtype(np.float32), "row", "row")
+    assert key in gemm_narrow._description("rows", np.dtype(np.float32), 0)

@@ -12,13 +12,12 @@ any graph or autograd logic.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import threading
 from collections.abc import Callable
 
 import numpy as np
 
-from tracegrad.codegen import gemm_ir, gemm_narrow, threads as kernel_threads
+from tracegrad.codegen import gemm_narrow, kernel_key, threads as kernel_threads
 from tracegrad.codegen.gemm_ir import COL, PARAMETER_COUNT, ROW, GemmEmitter, tile_shape as _tile_shape
 from tracegrad.codegen.llvm import compile_kernel_keyed, load_keyed
 
@@ -55,9 +54,11 @@ def _kernel(dtype: np.dtype, a_layout: str, b_layout: str) -> Callable[[int], No
     return function
 
 
-def _description(dtype: np.dtype, a_layout: str, b_layout: str) -> str:
-    # The disk-cache key: the generator's source and the parameters instead of the IR text, so
+def _description(dtype: np.dtype, a_layout: str, b_layout: str) -> str | None:
+    # The disk-cache key: the lowering sources and the parameters instead of the IR text, so
     # a kernel in the disk cache loads without generating its ~6,000 instructions.
+    if _SOURCE_HASH is None:
+        return None
     return f"gemm {_SOURCE_HASH} {dtype} {a_layout} {b_layout} tile={_tile_shape(dtype)} kc={KC_MAX}"
 
 
@@ -82,13 +83,9 @@ def ready(a: np.ndarray, b: np.ndarray, compile: bool = False) -> bool:  # noqa:
     return False
 
 
-def _source_hash() -> str:
-    # The generator's source: the IR depends on it (and on the parameters in _description).
-    with open(gemm_ir.__file__, "rb") as source:
-        return hashlib.sha256(source.read()).hexdigest()[:16]
-
-
-_SOURCE_HASH = _source_hash()
+# What the IR depends on besides the parameters in _description: gemm_ir.py, and the
+# emitters it uses from llvm.py (all of codegen/ is hashed).
+_SOURCE_HASH = kernel_key.generator_key()
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -123,18 +123,26 @@ def _transpose(b: ir.IRBuilder, rows: list) -> list:
 
 # ----------------------------------------------------------------------------- IR generation
 
-class GemmEmitter:
-    """Builds the module of one GEMM function for a dtype, tile shape and operand layouts."""
+class VectorEmitter:
+    """What a GEMM generator's module starts with: the tile (rows x cols of C, lanes per
+    vector), the element and vector types, and the `llvm.fma` of one vector."""
 
-    def __init__(self, dtype: np.dtype, a_layout: str, b_layout: str, tile: tuple[int, int, int]):
+    def __init__(self, dtype: np.dtype, tile: tuple[int, int, int], name: str):
         self.rows, self.cols, self.lanes = tile
         self.element = F32 if dtype == np.float32 else F64
         self.size = dtype.itemsize
         self.vector = ir.VectorType(self.element, self.lanes)
         self.pointer = self.element.as_pointer()
-        self.module = ir.Module(name=f"gemm_{dtype.name}_{a_layout}_{b_layout}")
+        self.module = ir.Module(name=name)
         self.fma = ir.Function(self.module, ir.FunctionType(self.vector, [self.vector] * 3),
                                f"llvm.fma.v{self.lanes}f{8 * self.size}")
+
+
+class GemmEmitter(VectorEmitter):
+    """Builds the module of one GEMM function for a dtype, tile shape and operand layouts."""
+
+    def __init__(self, dtype: np.dtype, a_layout: str, b_layout: str, tile: tuple[int, int, int]):
+        super().__init__(dtype, tile, f"gemm_{dtype.name}_{a_layout}_{b_layout}")
         # Packing views an operand as X[w, k] (w: the rows of A or the columns of B). A
         # row-major A and a column-major B are contiguous along k: packed by transposes.
         self.pack_a = self._pack_function("pack_a", self.rows, k_contiguous=a_layout == ROW)

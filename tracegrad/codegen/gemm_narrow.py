@@ -20,13 +20,13 @@ GEMM, the choice of NumPy or generated (`codegen/matmul_step.py`).
 from __future__ import annotations
 
 import ctypes
-import hashlib
 
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.codegen.gemm_ir import tile_shape
-from tracegrad.codegen.llvm import F32, F64, I64, compile_kernel_keyed, emit_loop, load_keyed
+from tracegrad.codegen import kernel_key
+from tracegrad.codegen.gemm_ir import VectorEmitter, tile_shape
+from tracegrad.codegen.llvm import I64, compile_kernel_keyed, emit_loop, load_keyed
 
 NCOLS = 12        # at most this many columns of C for a `cols` kernel
 ACCUMULATORS = 24  # vector registers a `cols` kernel spends on accumulators (of 32)
@@ -46,16 +46,9 @@ def _rows_per_step(n: int) -> int:
     return max(1, min(8, ACCUMULATORS // n))
 
 
-class _Emitter:
+class _Emitter(VectorEmitter):
     def __init__(self, dtype: np.dtype, kind: str, n: int):
-        self.rows, self.cols, self.lanes = tile_shape(dtype)
-        self.element = F32 if dtype == np.float32 else F64
-        self.size = dtype.itemsize
-        self.vector = ir.VectorType(self.element, self.lanes)
-        self.pointer = self.element.as_pointer()
-        self.module = ir.Module(name=f"gemm_narrow_{kind}_{dtype.name}_{n}")
-        self.fma = ir.Function(self.module, ir.FunctionType(self.vector, [self.vector] * 3),
-                               f"llvm.fma.v{self.lanes}f{8 * self.size}")
+        super().__init__(dtype, tile_shape(dtype), f"gemm_narrow_{kind}_{dtype.name}_{n}")
         function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64.as_pointer()]), "gemm_narrow")
         b = self.b = ir.IRBuilder(function.append_basic_block("entry"))
         params = function.args[0]
@@ -167,16 +160,13 @@ class _Emitter:
         emit_loop(b, I64(0), m, row_count, [], row_block)
 
 
-def _source_hash() -> str:
-    with open(__file__, "rb") as source:
-        return hashlib.sha256(source.read()).hexdigest()[:16]
-
-
-_SOURCE_HASH = _source_hash()
+_SOURCE_HASH = kernel_key.generator_key()  # this file, gemm_ir's tile and llvm's emitters
 _kernels: dict[tuple, object] = {}
 
 
-def _description(kind: str, dtype: np.dtype, n: int) -> str:
+def _description(kind: str, dtype: np.dtype, n: int) -> str | None:
+    if _SOURCE_HASH is None:
+        return None
     return f"gemm_narrow {_SOURCE_HASH} {kind} {dtype} n={n} tile={tile_shape(dtype)}"
 
 

@@ -57,6 +57,14 @@ def lowering_source_hash() -> str | None:
     return digest.hexdigest()
 
 
+def generator_key() -> str | None:
+    """What a hand-written generator's IR (the GEMMs') depends on besides its parameters:
+    the lowering sources, llvmlite and the lowering's switches; None if not hashable."""
+    from tracegrad.codegen.llvm import ir_settings
+    source_hash = lowering_source_hash()
+    return None if source_hash is None else f"{source_hash} {ir_settings()}"
+
+
 def kernel_description(kernel, purpose: str = "kernel") -> str | None:
     """A text that determines the IR `purpose` (a kernel, or its combine function) builds
     from `kernel`, or None if the kernel cannot be described."""
@@ -117,11 +125,9 @@ def compile_described(kernel, purpose: str, build: Callable,
     "kernel"), or find it in memory or the disk cache by the kernel's description (by its
     IR when it has none). `small` as in `llvm.optimize`. Returns (address, symbol,
     loaded_from_disk, description)."""
-    from tracegrad.codegen.llvm import compile_kernel, compile_kernel_keyed
+    from tracegrad.codegen.llvm import compile_kernel_keyed
     description = kernel_description(kernel, purpose)
-    if description is None:
-        return (*compile_kernel(build(), "kernel"), None)
-    if checking():
+    if description is not None and checking():
         check_unique(description, str(build()))
     return (*compile_kernel_keyed(description, "kernel", build, small), description)
 

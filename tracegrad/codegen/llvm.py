@@ -124,17 +124,21 @@ def compile_kernel(module: ir.Module, name: str) -> tuple[int, str, bool]:
     return _compile(text, name, lambda: text)
 
 
-def compile_kernel_keyed(description: str, name: str, build: Callable[[], ir.Module],
+def compile_kernel_keyed(description: str | None, name: str, build: Callable[[], ir.Module],
                          small: bool = False) -> tuple[int, str, bool]:
     """`compile_kernel` for a module that is costly to generate: keyed by `description`
     (which must name everything the IR depends on, such as a hash of the generator's
     source), so that a kernel in memory or in the disk cache is found without building it.
-    `small` as in `optimize` (part of the key)."""
+    `small` as in `optimize` (part of the key). A None description (the sources could not
+    be hashed) keys the kernel by its IR text."""
     def text() -> str:
         module = build()
         module.triple = llvm.get_process_triple()
         module.data_layout = str(target_machine().target_data)
         return str(module)
+    if description is None:
+        ir_text = text()
+        return _compile(ir_text + (" small" if small else ""), name, lambda: ir_text, small)
     return _compile(description + (" small" if small else ""), name, text, small)
 
 
@@ -160,10 +164,13 @@ def _compile(key_text: str, name: str, ir_text: Callable[[], str], small: bool =
     return _add_object(symbol, obj), symbol, from_disk
 
 
-def load_keyed(description: str) -> int | None:
+def load_keyed(description: str | None) -> int | None:
     """The address of a `compile_kernel_keyed` kernel if it is in memory or in the disk
     cache (loaded now), else None; never compiles."""
     from tracegrad.codegen import cache
+
+    if description is None:
+        return None
 
     host = host_description()
     key = cache.kernel_key(description, host)
