@@ -12,7 +12,7 @@ def test_a_kernel_reads_the_data_address_of_every_kind_of_array():
               base[1:], base[:, 2:].copy(), np.broadcast_to(np.arange(3.0), (2, 3)),
               np.frombuffer(bytes(16), dtype=np.int64)]  # read-only, not owning its data
     for array in arrays:
-        assert kernels._address(array) == array.ctypes.data
+        assert kernels.data_address(array) == array.ctypes.data
 
 
 def test_python_scalars_reach_a_kernel_with_new_values_on_every_call():

@@ -504,14 +504,11 @@ class KernelStep:
     def run(self, slots: list, pool: dict | None = None) -> None:
         for position, size, name in self.index_checks:
             check_bounds(name, np.asarray(slots[self.inputs[position]]), size)
-        outs = [_take(pool, shape, dtype) for shape, dtype in self.out_specs]
+        outs = [take_buffer(pool, shape, dtype) for shape, dtype in self.out_specs]
         leaves = [np.ascontiguousarray(slots[i]) for i in self.inputs]
-        for result, leaf in self.donated:
-            if not leaves[leaf].flags.writeable:
-                leaves[leaf] = leaves[leaf].copy()
-            outs[result] = leaves[leaf]
+        write_over_leaves(outs, leaves, self.donated)
         arrays = outs + leaves
-        addresses = [_address(a) for a in arrays]
+        addresses = [data_address(a) for a in arrays]
         chunks = self.chunk_count()
         if chunks == 1:
             pointers = self.pointer_array(*addresses)  # alive until the call returns
@@ -532,7 +529,7 @@ class KernelStep:
                 scratch = [np.empty(*self.out_specs[p]) for p in self.folded_positions]
                 mine = list(addresses)
                 for p, array in zip(self.folded_positions, scratch):
-                    mine[p] = _address(array)
+                    mine[p] = data_address(array)
                 pointers = self.pointer_array(*mine)
                 keep.append(pointers)
                 partials.append(scratch)
@@ -543,7 +540,7 @@ class KernelStep:
             pairs = (ctypes.c_void_p * (2 * len(self.folded)))()
             for scratch in partials:  # in chunk order: the result does not depend on timing
                 for k, (p, array) in enumerate(zip(self.folded_positions, scratch)):
-                    pairs[2 * k], pairs[2 * k + 1] = addresses[p], _address(array)
+                    pairs[2 * k], pairs[2 * k + 1] = addresses[p], data_address(array)
                 combine(ctypes.addressof(pairs), 0, 0)
 
 
@@ -561,7 +558,16 @@ _DATA_OFFSET = _data_field_offset()
 _read_pointer = ctypes.c_void_p.from_address
 
 
-def _address(array: np.ndarray) -> int:
+def write_over_leaves(results: list, leaves: list, donated: list[tuple[int, int]]) -> None:
+    """Make each donated result the buffer of the leaf it replaces (a writable copy if the
+    leaf's array is read-only), as the kernel's IR stores it through the leaf's pointer."""
+    for result, leaf in donated:
+        if not leaves[leaf].flags.writeable:
+            leaves[leaf] = leaves[leaf].copy()
+        results[result] = leaves[leaf]
+
+
+def data_address(array: np.ndarray) -> int:
     """The data address of an ndarray, read from the array object. Every run takes the
     addresses of new arrays (outputs, Python scalars), where `.ctypes.data` or the
     buffer protocol (which builds and caches buffer info per array) cost several times
@@ -574,7 +580,7 @@ def _address(array: np.ndarray) -> int:
         return array.ctypes.data
 
 
-def _take(pool: dict | None, shape: tuple[int, ...], dtype) -> np.ndarray:
+def take_buffer(pool: dict | None, shape: tuple[int, ...], dtype) -> np.ndarray:
     """A dead buffer of this shape and dtype from the run's pool, or a new one."""
     free = pool.get((shape, np.dtype(dtype))) if pool else None
     return free.pop() if free else np.empty(shape, dtype=dtype)

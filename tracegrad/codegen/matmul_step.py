@@ -32,6 +32,7 @@ import time
 import numpy as np
 
 from tracegrad.codegen import gemm
+from tracegrad.codegen.kernels import data_address, take_buffer, write_over_leaves
 from tracegrad.codegen.program import NumpyStep
 
 ROUNDS = 3
@@ -191,17 +192,14 @@ class EpilogueMatmulStep(MatmulStep):
         for position, view in self.operand_views:
             operands[position] = view.op.impl(operands[position], **view.attrs)
         a, b = operands
-        product = _take(pool, self.out_shape, self.out_dtype)
-        results = [_take(pool, shape, dtype) for shape, dtype in self.result_specs]
+        product = take_buffer(pool, self.out_shape, self.out_dtype)
+        results = [take_buffer(pool, shape, dtype) for shape, dtype in self.result_specs]
         for position, identity in self.identities:
             results[position].fill(identity)
         leaves = [product if source is None else np.ascontiguousarray(slots[self.inputs[source]])
                   for source in self.leaf_sources]
-        for result, leaf in self.donated:
-            if not leaves[leaf].flags.writeable:
-                leaves[leaf] = leaves[leaf].copy()
-            results[result] = leaves[leaf]
-        pointers = self.pointer_array(*(_address(x) for x in results + leaves))  # alive during the calls
+        write_over_leaves(results, leaves, self.donated)
+        pointers = self.pointer_array(*(data_address(x) for x in results + leaves))  # alive during the calls
         if choose(a, b, product) == GENERATED and self._generated_ready(a, b):
             gemm.matmul(a, b, out=product, epilogue=(self.tile_address, ctypes.addressof(pointers)),
                         split_n=self.split_n)
@@ -213,16 +211,6 @@ class EpilogueMatmulStep(MatmulStep):
             slots[slot] = array
         if not self.keep_product and pool is not None:
             pool.setdefault((product.shape, product.dtype), []).append(product)
-
-
-def _take(pool: dict | None, shape: tuple[int, ...], dtype) -> np.ndarray:
-    """A dead buffer of this shape and dtype from the run's pool, or a new one."""
-    free = pool.get((shape, np.dtype(dtype))) if pool else None
-    return free.pop() if free else np.empty(shape, dtype=dtype)
-
-
-def _address(array: np.ndarray) -> int:
-    return array.__array_interface__["data"][0]
 
 
 def eager_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
