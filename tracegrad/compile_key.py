@@ -76,6 +76,7 @@ class KeyedGraph(Graph):
         return value
 
     def add_node(self, node: Node) -> None:
+        """Append `node`, after `bind` recorded it for autograd if it did."""
         self.nodes.append(node)
         number = self._number
         refs = []
@@ -84,18 +85,19 @@ class KeyedGraph(Graph):
             refs.append(number[id(value)] if source is None else number[id(source)] + value.index)
         attrs = node.attrs
         self._parts.append((node.op.name, attr_key(attrs) if attrs else (), tuple(refs)))
-        number[id(node)] = self._serial
-        self._serial += len(node.out_types)
-
-    def note_recorded(self, node: Node) -> None:
-        saved = node.saved
-        kinds = None
-        if saved is not None:
-            kinds = []
-            for s in saved:
-                kinds.append(None if s is None else s.lazy is None)
-            kinds = tuple(kinds)
-        self._grad_parts.append((self._number[id(node)], node.needs_input_grad, kinds))
+        serial = self._serial
+        number[id(node)] = serial
+        self._serial = serial + len(node.out_types)
+        needs = node.needs_input_grad
+        if needs:  # recorded for autograd
+            saved = node.saved
+            kinds = None
+            if saved is not None:
+                kinds = []
+                for entry in saved:
+                    kinds.append(None if entry is None else entry.lazy is None)
+                kinds = tuple(kinds)
+            self._grad_parts.append((serial, needs, kinds))
 
     def add_block(self, nodes: list[Node], parts: tuple) -> None:
         """Append `nodes` whose key parts are known already: `parts` must be what

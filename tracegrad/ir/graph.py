@@ -124,10 +124,6 @@ class Graph:
     def add_node(self, node: Node) -> None:
         self.nodes.append(node)
 
-    def note_recorded(self, node: Node) -> None:
-        """Called by `bind` when a node it appended while tracing was recorded for autograd
-        (`compile_key.KeyedGraph` keys what the backward will see; a plain graph does not)."""
-
     def __str__(self) -> str:
         from tracegrad.ir.printer import format_graph
         return format_graph(self)

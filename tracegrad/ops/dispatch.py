@@ -89,16 +89,17 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
 def _bind_traced(prim: Primitive, inputs: tuple, attrs: dict, out_types: tuple, tracer, record: bool) -> tuple:
     """Append a node to the tracer's graph; its outputs as lazy tensors (recorded for
     autograd when `record`). Every traced op runs this, so it builds each object once."""
-    value_of = tracer.value_of
+    # Every tracer's value_of gives a lazy tensor its own value: asked only for concrete ones.
     if len(inputs) == 1:
-        values = (value_of(inputs[0]),)
+        t = inputs[0]
+        values = (t._value if t._data is None else tracer.value_of(t),)
     elif len(inputs) == 2:
-        values = (value_of(inputs[0]), value_of(inputs[1]))
+        a, b = inputs
+        values = (a._value if a._data is None else tracer.value_of(a),
+                  b._value if b._data is None else tracer.value_of(b))
     else:
-        values = tuple([value_of(t) for t in inputs])
+        values = tuple([t._value if t._data is None else tracer.value_of(t) for t in inputs])
     node = Node(prim, values, attrs, out_types, user_location())
-    graph = tracer.graph
-    graph.add_node(node)
     if len(out_types) == 1:
         typ = out_types[0]
         outputs = (lazy_tensor(Value(typ, node, 0), typ, tracer),)
@@ -109,29 +110,46 @@ def _bind_traced(prim: Primitive, inputs: tuple, attrs: dict, out_types: tuple, 
         _share_storage(inputs[0], outputs[0])
     if record:
         _record(prim, node, inputs, outputs)
-        graph.note_recorded(node)
+    # After recording: the graph keys what the backward will see of a recorded node.
+    tracer.graph.add_node(node)
     return outputs
 
 
 def _record(prim: Primitive, node: Node, inputs: tuple, outputs: tuple) -> None:
     """Make `node` the grad_fn of `outputs` and save what its gradient rule reads."""
-    needs = []
-    saved = []
-    saves = prim.saves_inputs
-    for i, t in enumerate(inputs):
-        needs.append(t._requires_grad)
-        saved.append(SavedTensor(t) if i in saves else None)
-    node.needs_input_grad = tuple(needs)
-    for i, out in enumerate(outputs):
+    # (Unrolled for one and two inputs and one output: every recorded op pays this.)
+    n_inputs = len(inputs)
+    if n_inputs == 1:
+        node.needs_input_grad = (inputs[0]._requires_grad,)
+    elif n_inputs == 2:
+        node.needs_input_grad = (inputs[0]._requires_grad, inputs[1]._requires_grad)
+    else:
+        node.needs_input_grad = tuple([t._requires_grad for t in inputs])
+    if len(outputs) == 1:
+        out = outputs[0]
         if out._type.dtype.is_floating:
             out._requires_grad = True
             out._grad_fn = node
             if out._value is None:  # a lazy output is this value already
-                out._value = Value(out._type, node, i)
+                out._value = Value(out._type, node, 0)
+    else:
+        for i, out in enumerate(outputs):
+            if out._type.dtype.is_floating:
+                out._requires_grad = True
+                out._grad_fn = node
+                if out._value is None:
+                    out._value = Value(out._type, node, i)
+    saves = prim.saves_inputs
+    if not saves and not prim.saves_output:
+        return
+    saved = [None] * n_inputs
+    for i in saves:
+        if i < n_inputs:  # ops of any arity name their largest list of saved inputs
+            saved[i] = SavedTensor(inputs[i])
     if prim.saves_output:  # after marking: a saved output must stay differentiable
         saved.append(SavedTensor(outputs[0], output_index=0))
     # A node that saved nothing has nothing to free: it can be run backward again.
-    node.saved = tuple(saved) if saved.count(None) != len(saved) else None
+    node.saved = tuple(saved) if saved.count(None) != n_inputs + prim.saves_output else None
 
 
 def _share_storage(source, view) -> None:
