@@ -84,18 +84,25 @@ def broadcast_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
     return mv.expand(x, shape)
 
 
+def common_operands(a, b) -> list[Tensor] | None:
+    """`prepare(name, a, b)` in the common cases, decided without the general promotion
+    (per-op cost matters when every call retraces): equal types, or a float tensor and a
+    Python number. None otherwise."""
+    if isinstance(a, Tensor):
+        if isinstance(b, Tensor):
+            if a._type == b._type:
+                return [a, b]
+        elif type(b) in (float, int) and a._type.dtype.is_floating:
+            return [a, scalar_tensor(b, a._type.dtype)]
+    return None
+
+
 def prepare(name: str, *operands, dtype: types.DType | None = None) -> list[Tensor]:
     """Convert, promote and broadcast operands of an elementwise op."""
     if dtype is None and len(operands) == 2:
-        # The common cases, decided without the general promotion (per-op cost matters
-        # when every call retraces): equal types, or a float tensor and a Python number.
-        a, b = operands
-        if isinstance(a, Tensor):
-            if isinstance(b, Tensor):
-                if a._type == b._type:
-                    return [a, b]
-            elif type(b) in (float, int) and a._type.dtype.is_floating:
-                return [a, scalar_tensor(b, a._type.dtype)]
+        common = common_operands(*operands)
+        if common is not None:
+            return common
     for operand in operands:
         check_operand(name, operand)
     dtype = dtype or result_dtype(*operands)

@@ -8,7 +8,7 @@ import numpy as np
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
 from tracegrad.tensor import Tensor
-from tracegrad.functional._util import as_operand, check_operand, prepare, result_dtype
+from tracegrad.functional._util import as_operand, check_operand, common_operands, prepare, result_dtype
 from tracegrad.functional.eager_fusion import fused
 
 
@@ -49,6 +49,9 @@ def sub(input, other, *, alpha=1) -> Tensor:
 
 
 def div(input, other) -> Tensor:
+    common = common_operands(input, other)
+    if common is not None and common[0]._type.dtype.is_floating:
+        return ew.div(*common)
     for operand in (input, other):
         check_operand("div", operand)
     dtype = result_dtype(input, other)

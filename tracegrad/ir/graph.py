@@ -177,7 +177,11 @@ class Graph:
 
 def attr_key(attrs: dict) -> tuple:
     """A node's attributes as a hashable, order-independent key (lists become tuples)."""
-    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
+    items = sorted(attrs.items())  # names are unique, so values are never compared
+    for _, v in items:
+        if isinstance(v, list):
+            return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in items)
+    return tuple(items)
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -49,8 +49,11 @@ def _sum_impl(x, axes, keepdim):
     return np.asarray(result)
 
 
+_plain_sum_rule = _reduce_rule("sum")
+
+
 def _sum_rule(x: TensorType, axes, keepdim):
-    (out,) = _reduce_rule("sum")(x, axes, keepdim)
+    (out,) = _plain_sum_rule(x, axes, keepdim)
     return (TensorType(out.shape, types.int64) if x.dtype is types.bool_ else out,)
 
 
@@ -91,8 +94,10 @@ AMIN = Primitive("amin", shape_rule=_reduce_rule("amin", empty_ok=False), impl=_
 
 
 def _arg_rule(name):
+    reduce_rule = _reduce_rule(name, empty_ok=False)
+
     def rule(x: TensorType, axis, keepdim):
-        (out,) = _reduce_rule(name, empty_ok=False)(x, (axis,), keepdim)
+        (out,) = reduce_rule(x, (axis,), keepdim)
         return (TensorType(out.shape, types.int64),)
     return rule
 
