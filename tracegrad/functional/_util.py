@@ -31,6 +31,10 @@ def result_dtype(*operands) -> types.DType:
     scalars. Each group is promoted within itself; a lower-ranked group decides the result
     only when its category (bool < int < float) is higher: a 0-d tensor then brings its own
     dtype (int64 + 0-d float64 -> float64), a scalar its category's default (-> float32)."""
+    if len(operands) == 2:  # the common case first: two tensors of one dtype
+        a, b = operands
+        if isinstance(a, Tensor) and isinstance(b, Tensor) and a._type.dtype is b._type.dtype:
+            return a._type.dtype
     scalars = [o.item() if isinstance(o, np.number) else o for o in operands if not isinstance(o, Tensor)]
     groups = ([o.dtype for o in operands if isinstance(o, Tensor) and o.ndim > 0],
               [o.dtype for o in operands if isinstance(o, Tensor) and o.ndim == 0],
