@@ -107,10 +107,14 @@ def prepare(name: str, *operands, dtype: types.DType | None = None) -> list[Tens
         common = common_operands(*operands)
         if common is not None:
             return common
-    for operand in operands:
-        check_operand(name, operand)
-    dtype = dtype or result_dtype(*operands)
-    tensors = [as_operand(o, dtype) for o in operands]
+    if (dtype is None and len(operands) == 2 and isinstance(operands[0], Tensor)
+            and isinstance(operands[1], Tensor) and operands[0]._type.dtype is operands[1]._type.dtype):
+        tensors = list(operands)  # one dtype: nothing to promote, only shapes to broadcast
+    else:
+        for operand in operands:
+            check_operand(name, operand)
+        dtype = dtype or result_dtype(*operands)
+        tensors = [as_operand(o, dtype) for o in operands]
     shape = broadcast_shapes(name, *(t.shape for t in tensors))
     # 0-d operands broadcast implicitly inside elementwise primitives (no expand node).
     return [t if t.shape == () else broadcast_to(t, shape) for t in tensors]
