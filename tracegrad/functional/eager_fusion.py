@@ -85,6 +85,13 @@ def fused(composite=None, *, single_op: bool = False):
     def run(*args, **kwargs):
         if MODE.tracer is not None:  # traced: recorded op by op (checked first, for its per-op cost)
             return composite(*args, **kwargs)
+        if not kwargs:  # small eager tensors (the common call) leave before `_signature`
+            threshold = MIN_ELEMENTS * factor
+            for item in args:
+                if isinstance(item, Tensor) and item._data is not None and item._data.size >= threshold:
+                    break
+            else:
+                return composite(*args)
         signature = _signature(composite, args, kwargs, MIN_ELEMENTS * factor, single_op)
         if signature is None or not _sighted_enough(signature):
             return composite(*args, **kwargs)
