@@ -7,33 +7,34 @@ import numpy as np
 
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
+from tracegrad.ops.dispatch import bind
 from tracegrad.tensor import Tensor
 from tracegrad.functional._util import as_operand, check_operand, common_operands, prepare, result_dtype
 from tracegrad.functional.eager_fusion import fused
 
 
-def _binary(prim_fn, name):
+def _binary(prim, name):
     def op(input, other):
         a, b = prepare(name, input, other)
-        return prim_fn(a, b)
+        return bind(prim, (a, b))  # not through ew's function: one frame less per op
     op.__name__ = name
     return op
 
 
 # Arithmetic on millions of elements runs as one threaded kernel (with its broadcast).
-add_same = fused(_binary(ew.add, "add"), single_op=True)
-sub_same = fused(_binary(ew.sub, "sub"), single_op=True)
-mul = fused(_binary(ew.mul, "mul"), single_op=True)
-maximum = _binary(ew.maximum, "maximum")
-minimum = _binary(ew.minimum, "minimum")
-lt = _binary(ew.lt, "lt")
-le = _binary(ew.le, "le")
-gt = _binary(ew.gt, "gt")
-ge = _binary(ew.ge, "ge")
-eq = _binary(ew.eq, "eq")
-ne = _binary(ew.ne, "ne")
-logical_and = _binary(ew.logical_and, "logical_and")
-logical_or = _binary(ew.logical_or, "logical_or")
+add_same = fused(_binary(ew.ADD, "add"), single_op=True)
+sub_same = fused(_binary(ew.SUB, "sub"), single_op=True)
+mul = fused(_binary(ew.MUL, "mul"), single_op=True)
+maximum = _binary(ew.MAXIMUM, "maximum")
+minimum = _binary(ew.MINIMUM, "minimum")
+lt = _binary(ew.LT, "lt")
+le = _binary(ew.LE, "le")
+gt = _binary(ew.GT, "gt")
+ge = _binary(ew.GE, "ge")
+eq = _binary(ew.EQ, "eq")
+ne = _binary(ew.NE, "ne")
+logical_and = _binary(ew.LOGICAL_AND, "logical_and")
+logical_or = _binary(ew.LOGICAL_OR, "logical_or")
 
 
 def add(input, other, *, alpha=1) -> Tensor:
@@ -51,7 +52,7 @@ def sub(input, other, *, alpha=1) -> Tensor:
 def div(input, other) -> Tensor:
     common = common_operands(input, other)
     if common is not None and common[0]._type.dtype.is_floating:
-        return ew.div(*common)
+        return bind(ew.DIV, (common[0], common[1]))
     for operand in (input, other):
         check_operand("div", operand)
     dtype = result_dtype(input, other)
@@ -68,25 +69,25 @@ def neg(input: Tensor) -> Tensor:
     return ew.neg(input)
 
 
-def _float_unary(prim_fn, name):
+def _float_unary(prim, name):
     def op(input: Tensor) -> Tensor:
         if not isinstance(input, Tensor):
             raise TypeError(f"{name}(): argument 'input' must be Tensor, not {type(input).__name__}")
         if not input.dtype.is_floating:
             input = ew.convert(input, types.default_float)
-        return prim_fn(input)
+        return bind(prim, (input,))
     op.__name__ = name
     return op
 
 
-exp = _float_unary(ew.exp, "exp")
-log = _float_unary(ew.log, "log")
-sqrt = _float_unary(ew.sqrt, "sqrt")
-sin = _float_unary(ew.sin, "sin")
-cos = _float_unary(ew.cos, "cos")
-tanh = _float_unary(ew.tanh, "tanh")
-erf = _float_unary(ew.erf, "erf")
-sigmoid = _float_unary(ew.sigmoid, "sigmoid")
+exp = _float_unary(ew.EXP, "exp")
+log = _float_unary(ew.LOG, "log")
+sqrt = _float_unary(ew.SQRT, "sqrt")
+sin = _float_unary(ew.SIN, "sin")
+cos = _float_unary(ew.COS, "cos")
+tanh = _float_unary(ew.TANH, "tanh")
+erf = _float_unary(ew.ERF, "erf")
+sigmoid = _float_unary(ew.SIGMOID, "sigmoid")
 
 
 def rsqrt(input: Tensor) -> Tensor:

@@ -190,9 +190,11 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _file_labels: dict[str, str | None] = {}  # filename -> basename, or None inside tracegrad
 
 
-def user_location() -> str:
-    """`file:line` of the innermost frame outside the tracegrad package."""
-    frame = sys._getframe(1)
+def user_location(skip: int = 0) -> str:
+    """`file:line` of the innermost frame outside the tracegrad package. `skip`: how many
+    frames above the caller's are tracegrad's for sure (`sys._getframe` passes over them
+    without creating their frame objects, which is most of this function's cost)."""
+    frame = sys._getframe(1 + skip)
     labels = _file_labels
     while frame is not None:
         filename = frame.f_code.co_filename

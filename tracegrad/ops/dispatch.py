@@ -70,7 +70,7 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
                 values = (inputs[0]._autograd_value(), inputs[1]._autograd_value())
             else:
                 values = tuple([t._autograd_value() for t in inputs])
-            node = Node(prim, values, attrs, out_types, user_location())
+            node = Node(prim, values, attrs, out_types, user_location(skip=1))  # skip: bind
     else:
         if tracer is None:
             raise RuntimeError(f"{prim.name}: a traced (lazy) tensor was used outside of its trace")
@@ -99,7 +99,7 @@ def _bind_traced(prim: Primitive, inputs: tuple, attrs: dict, out_types: tuple, 
                   b._value if b._data is None else tracer.value_of(b))
     else:
         values = tuple([t._value if t._data is None else tracer.value_of(t) for t in inputs])
-    node = Node(prim, values, attrs, out_types, user_location())
+    node = Node(prim, values, attrs, out_types, user_location(skip=2))  # skip: _bind_traced, bind
     if len(out_types) == 1:
         typ = out_types[0]
         outputs = (lazy_tensor(Value(typ, node, 0), typ, tracer),)
