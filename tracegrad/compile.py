@@ -287,16 +287,18 @@ def _substitute(value, trace: CompileTrace, name: str):
 
 def _finish(trace: CompileTrace) -> None:
     """Run the traced graph for every live lazy tensor and every pending write."""
+    pending = trace.writes
     for tensor, proxy, value in trace.arguments:
-        if proxy._value is not value and id(tensor) not in trace.writes:
-            trace.writes[id(tensor)] = (tensor, proxy)  # an in-place op rebound the stand-in
+        if proxy._value is not value and id(tensor) not in pending:
+            pending[id(tensor)] = (tensor, proxy)  # an in-place op rebound the stand-in
     alive = trace.live_lazy_tensors()
-    writes = [(target, result._value) for target, result in trace.writes.values()]
-    trace.output_tensors = ([(t, t._value) for t in alive], writes)
+    alive_values = [t._value for t in alive]
+    writes = [(target, result._value) for target, result in pending.values()] if pending else []
+    trace.output_tensors = (list(zip(alive, alive_values)), writes)
     outputs: list[Value] = []
     position: dict[Value, int] = {}
-    for value in [t._value for t in alive] + [v for _, v in writes]:
-        if value not in position and value.node is not None:
+    for value in alive_values + [v for _, v in writes] if writes else alive_values:
+        if value.node is not None and value not in position:
             position[value] = len(outputs)
             outputs.append(value)
     inputs_by_value = {id(v): t._data for t, v in trace.captured.values()}
@@ -305,20 +307,25 @@ def _finish(trace: CompileTrace) -> None:
         graph = Graph(traced.inputs, traced.nodes, outputs, traced.name)
         inputs = [inputs_by_value[id(v)] for v in graph.inputs]
         key = traced.key(outputs, inputs)
-        donations = _donations(writes, position, inputs, key[-1])
-        key = key_with_donations(key, donations)
-        arrays = [owned_array(np.asarray(a))
-                  for a in trace.compiled._run(graph, inputs, trace, key, donations)]
+        if writes:
+            donations = _donations(writes, position, inputs, key[-1])
+            key = key_with_donations(key, donations)
+        else:
+            donations = ()
+        arrays = trace.compiled._run(graph, inputs, trace, key, donations)
     else:
         arrays = []
-    for t in alive:
-        value = t._value
-        array = arrays[position[value]] if value in position else inputs_by_value[id(value)]
-        t._data = np.asarray(array)
+    for t, value in zip(alive, alive_values):
+        index = position.get(value) if value.node is not None else None
+        array = arrays[index] if index is not None else inputs_by_value[id(value)]
+        # A program result becomes the tensor's own buffer (results may be views or
+        # read-only broadcasts); an input passed through stays the array it is.
+        t._data = owned_array(np.asarray(array)) if index is not None else np.asarray(array)
         if t._grad_fn is None:
             t._value = None
     for target, value in writes:
-        array = arrays[position[value]] if value in position else inputs_by_value[id(value)]
+        index = position.get(value) if value.node is not None else None
+        array = arrays[index] if index is not None else inputs_by_value[id(value)]
         if array is not target._data:  # else the program wrote it in place (a donation)
             np.copyto(target._data, array, casting="unsafe")
 
