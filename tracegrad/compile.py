@@ -260,9 +260,9 @@ class CompiledFunction:
     def _traced_call(self, args: tuple, kwargs: dict) -> tuple[object, CompileTrace]:
         trace = CompileTrace(self, self._graph_name)
         with trace:
-            names = self._argument_names
-            traced_args = [_substitute(a, trace, names[i]) for i, a in enumerate(args)]
-            traced_kwargs = {k: _substitute(v, trace, k) for k, v in kwargs.items()}
+            names = self._argument_names.first(len(args))
+            traced_args = [_substitute(a, trace, name) for a, name in zip(args, names)]
+            traced_kwargs = {k: _substitute(v, trace, k) for k, v in kwargs.items()} if kwargs else {}
             result = self.fn(*traced_args, **traced_kwargs)
             del traced_args, traced_kwargs
         trace.result = result

@@ -124,5 +124,8 @@ class KeyedGraph(Graph):
     def key(self, outputs: list[Value], inputs: list[np.ndarray]) -> tuple:
         """`structural_key` of this graph with these outputs, fed with `inputs`."""
         number = self._number
-        return (tuple(self._input_types), *self._parts,
-                tuple([_reference(number, v) for v in outputs]), alias_pattern(inputs))
+        references = []
+        for value in outputs:  # `_reference`, inlined: this runs on every compiled call
+            node = value.node
+            references.append(number[id(value)] if node is None else number[id(node)] + value.index)
+        return (tuple(self._input_types), *self._parts, tuple(references), alias_pattern(inputs))
