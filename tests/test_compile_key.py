@@ -5,7 +5,7 @@ import numpy as np
 
 import tracegrad as tg
 from tracegrad.compile import CompiledFunction, key_with_donations
-from tracegrad.compile_key import structural_key
+from tracegrad.compile_key import alias_pattern, structural_key
 
 W = tg.randn(3, dtype=tg.float64, requires_grad=True)
 
@@ -85,3 +85,23 @@ def test_equal_structure_with_other_aliasing_is_another_key():
     np.testing.assert_allclose(compiled(x, x).numpy(), 2 * np.arange(4.0))
     np.testing.assert_allclose(compiled(x, x + 1).numpy(), 2 * np.arange(4.0) + 1)
     assert compiled.cache_info().misses == 2
+
+
+def test_the_alias_pattern_groups_inputs_by_the_memory_they_view():
+    a, c = np.zeros(4), np.zeros(3)
+    inputs = [a, a[1:], c, a[1:][1:], a, np.float32(2.0), c.T]
+    assert alias_pattern(inputs) == (0, 0, 2, 0, 0, 5, 2)
+
+
+def test_the_alias_pattern_takes_objects_other_than_arrays_as_their_own_memory():
+    a, one = np.zeros(4), 1.0
+    assert alias_pattern([a, one, a[1:], one, 2.0]) == (0, 1, 0, 1, 4)
+
+
+def test_a_function_calling_two_graphs_of_one_key_length_hits_both():
+    compiled = tg.compile(lambda x, scale: x * 2.0 if scale else x + 2.0)
+    x = tg.arange(4.0)
+    for scale in [True, False, True, False]:
+        want = np.arange(4.0) * 2.0 if scale else np.arange(4.0) + 2.0
+        np.testing.assert_allclose(compiled(x, scale).numpy(), want)
+    assert (compiled.cache_info().hits, compiled.cache_info().misses) == (2, 2)

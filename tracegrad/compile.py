@@ -186,6 +186,7 @@ class CompiledFunction:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self._programs: dict[tuple, Program] = {}
+        self._recent: dict[int, tuple[tuple, Program]] = {}  # see _program
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
@@ -202,6 +203,7 @@ class CompiledFunction:
     def cache_clear(self) -> None:
         with self._lock:
             self._programs.clear()
+            self._recent.clear()
             self._hits = self._misses = 0
             self._compile_time = 0.0
         self._inspect.clear()
@@ -213,7 +215,15 @@ class CompiledFunction:
         if key is None:
             key = structural_key(graph, inputs)
         with self._lock:
-            program = self._programs.get(key)
+            # The last program found for a key of this length, checked by `==` alone: a
+            # function calling the same graph again skips hashing its whole key.
+            recent = self._recent.get(len(key))
+            if recent is not None and recent[0] == key:
+                program = recent[1]
+            else:
+                program = self._programs.get(key)
+                if program is not None:
+                    self._recent[len(key)] = (key, program)
             if program is not None:
                 self._hits += 1
         if program is not None:
@@ -250,9 +260,9 @@ class CompiledFunction:
     def _traced_call(self, args: tuple, kwargs: dict) -> tuple[object, CompileTrace]:
         trace = CompileTrace(self, self._graph_name)
         with trace:
-            names = self._argument_names
-            traced_args = [_substitute(a, trace, names[i]) for i, a in enumerate(args)]
-            traced_kwargs = {k: _substitute(v, trace, k) for k, v in kwargs.items()}
+            names = self._argument_names.first(len(args))
+            traced_args = [_substitute(a, trace, name) for a, name in zip(args, names)]
+            traced_kwargs = {k: _substitute(v, trace, k) for k, v in kwargs.items()} if kwargs else {}
             result = self.fn(*traced_args, **traced_kwargs)
             del traced_args, traced_kwargs
         trace.result = result
@@ -287,40 +297,74 @@ def _substitute(value, trace: CompileTrace, name: str):
 
 def _finish(trace: CompileTrace) -> None:
     """Run the traced graph for every live lazy tensor and every pending write."""
+    pending = trace.writes
     for tensor, proxy, value in trace.arguments:
-        if proxy._value is not value and id(tensor) not in trace.writes:
-            trace.writes[id(tensor)] = (tensor, proxy)  # an in-place op rebound the stand-in
+        if proxy._value is not value and id(tensor) not in pending:
+            pending[id(tensor)] = (tensor, proxy)  # an in-place op rebound the stand-in
     alive = trace.live_lazy_tensors()
-    writes = [(target, result._value) for target, result in trace.writes.values()]
-    trace.output_tensors = ([(t, t._value) for t in alive], writes)
+    alive_values = [t._value for t in alive]
+    writes = [(target, result._value) for target, result in pending.values()] if pending else []
+    trace.output_tensors = (list(zip(alive, alive_values)), writes)
+    # Output positions keyed by (id of the node, output index): what Value equality
+    # compares, without a call of the Python-level Value.__hash__ per lookup.
     outputs: list[Value] = []
-    position: dict[Value, int] = {}
-    for value in [t._value for t in alive] + [v for _, v in writes]:
-        if value not in position and value.node is not None:
-            position[value] = len(outputs)
-            outputs.append(value)
-    inputs_by_value = {id(v): t._data for t, v in trace.captured.values()}
+    position: dict[tuple[int, int], int] = {}
+    for value in alive_values + [v for _, v in writes] if writes else alive_values:
+        node = value.node
+        if node is not None:
+            ident = (id(node), value.index)
+            if ident not in position:
+                position[ident] = len(outputs)
+                outputs.append(value)
+    traced = trace.graph
+    inputs = _input_arrays(trace)
     if outputs:
-        traced = trace.graph
         graph = Graph(traced.inputs, traced.nodes, outputs, traced.name)
-        inputs = [inputs_by_value[id(v)] for v in graph.inputs]
         key = traced.key(outputs, inputs)
-        donations = _donations(writes, position, inputs, key[-1])
-        key = key_with_donations(key, donations)
-        arrays = [owned_array(np.asarray(a))
-                  for a in trace.compiled._run(graph, inputs, trace, key, donations)]
+        if writes:
+            donations = _donations(writes, position, inputs, key[-1])
+            key = key_with_donations(key, donations)
+        else:
+            donations = ()
+        arrays = trace.compiled._run(graph, inputs, trace, key, donations)
     else:
         arrays = []
-    for t in alive:
-        value = t._value
-        array = arrays[position[value]] if value in position else inputs_by_value[id(value)]
-        t._data = np.asarray(array)
+    for t, value in zip(alive, alive_values):
+        node = value.node
+        if node is not None:
+            # A program result becomes the tensor's own buffer (results may be views or
+            # read-only broadcasts).
+            t._data = owned_array(np.asarray(arrays[position[(id(node), value.index)]]))
+        else:  # an input passed through (an argument's stand-in) stays the array it is
+            t._data = np.asarray(inputs[_input_position(traced.inputs, value)])
         if t._grad_fn is None:
             t._value = None
     for target, value in writes:
-        array = arrays[position[value]] if value in position else inputs_by_value[id(value)]
+        node = value.node
+        if node is not None:
+            array = arrays[position[(id(node), value.index)]]
+        else:
+            array = inputs[_input_position(traced.inputs, value)]
         if array is not target._data:  # else the program wrote it in place (a donation)
             np.copyto(target._data, array, casting="unsafe")
+
+
+def _input_position(inputs: list[Value], value: Value) -> int:
+    """Where `value` is among `inputs` (by identity: arguments come first, so the search
+    is short where it is frequent, for the stand-in of every argument)."""
+    for index, candidate in enumerate(inputs):
+        if candidate is value:
+            return index
+    raise KeyError(value)
+
+
+def _input_arrays(trace: CompileTrace) -> list[np.ndarray]:
+    """The array of every input of the traced graph, in order: its captured tensor's data."""
+    entries = trace.captured.values()
+    if [v for _, v in entries] == trace.graph.inputs:  # captured in input order (the rule)
+        return [t._data for t, _ in entries]
+    by_value = {id(v): t._data for t, v in entries}
+    return [by_value[id(v)] for v in trace.graph.inputs]
 
 
 def key_with_donations(key: tuple, donations: tuple) -> tuple:
@@ -335,14 +379,17 @@ def _donations(writes: list, position: dict, inputs: list[np.ndarray], aliasing:
     """(output position, input index) pairs: a written tensor's new value, and the graph
     input holding the tensor's current buffer, which the program may write the value into
     instead of a new buffer (the program decides which it can; see build_program). Only
-    inputs sharing memory with no other input qualify."""
+    inputs sharing memory with no other input qualify. `position` maps (id of a node,
+    output index) to the output's position."""
     index_of = {id(array): i for i, array in enumerate(inputs)}
     shared = {i for pair in enumerate(aliasing) if pair[0] != pair[1] for i in pair}
     pairs = []
     for target, value in writes:
         i = index_of.get(id(target._data))
-        if i is not None and value in position and i not in shared:
-            pairs.append((position[value], i))
+        if i is not None and value.node is not None and i not in shared:
+            found = position.get((id(value.node), value.index))
+            if found is not None:
+                pairs.append((found, i))
     return tuple(pairs)
 
 

@@ -148,10 +148,13 @@ def record_miss(compiled, trace, graph, key: tuple, program, seconds: float) -> 
 def call_finished(trace) -> None:
     """Count the call; warn once when the function has recompiled too often."""
     state = trace.compiled._inspect
-    misses = [e for e in trace.events if e.reason is not None and e.reason.kind != "first"]
-    if not misses:  # the common case: no lock (an approximate call count is harmless)
+    for event in trace.events:
+        if event.reason is not None and event.reason.kind != "first":
+            break
+    else:  # the common case, no recompile: no lock (an approximate call count is harmless)
         state.calls += 1
         return
+    misses = [e for e in trace.events if e.reason is not None and e.reason.kind != "first"]
     with state.lock:
         earlier_calls = state.calls
         state.calls += 1

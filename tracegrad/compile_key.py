@@ -44,15 +44,26 @@ def _reference(number: dict[int, int], value: Value) -> int:
 
 
 def alias_pattern(arrays: list[np.ndarray]) -> tuple:
-    """Groups of inputs backed by the same memory (by base buffer)."""
+    """Groups of inputs backed by the same memory (by base buffer): for each input, the
+    index of the first input with the same base."""
     owners: dict[int, int] = {}
     pattern = []
-    for i, a in enumerate(arrays):
-        base = a
-        while isinstance(base, np.ndarray) and base.base is not None:
-            base = base.base
-        pattern.append(owners.setdefault(id(base), i))
+    try:
+        for i, a in enumerate(arrays):
+            if a.base is not None:  # a view (most inputs are not: one attribute read)
+                a = _owner(a)
+            pattern.append(owners.setdefault(id(a), i))
+    except AttributeError:  # not an ndarray nor a NumPy scalar: its own base
+        owners.clear()
+        pattern = [owners.setdefault(id(_owner(a)), i) for i, a in enumerate(arrays)]
     return tuple(pattern)
+
+
+def _owner(array):
+    """The array whose memory `array` views (`array` itself if it is not a view)."""
+    while isinstance(array, np.ndarray) and array.base is not None:
+        array = array.base
+    return array
 
 
 class KeyedGraph(Graph):
@@ -115,5 +126,8 @@ class KeyedGraph(Graph):
     def key(self, outputs: list[Value], inputs: list[np.ndarray]) -> tuple:
         """`structural_key` of this graph with these outputs, fed with `inputs`."""
         number = self._number
-        return (tuple(self._input_types), *self._parts,
-                tuple([_reference(number, v) for v in outputs]), alias_pattern(inputs))
+        references = []
+        for value in outputs:  # `_reference`, inlined: this runs on every compiled call
+            node = value.node
+            references.append(number[id(value)] if node is None else number[id(node)] + value.index)
+        return (tuple(self._input_types), *self._parts, tuple(references), alias_pattern(inputs))

@@ -35,6 +35,7 @@ class ArgumentNames:
     def __init__(self, fn):
         self.positional: tuple[str, ...] = ()
         self.varargs: str | None = None
+        self._first: dict[int, tuple[str, ...]] = {}
         try:
             parameters = inspect.signature(signature_target(fn)).parameters.values()
         except (TypeError, ValueError):
@@ -42,6 +43,13 @@ class ArgumentNames:
         kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         self.positional = tuple(p.name for p in parameters if p.kind in kinds)
         self.varargs = next((p.name for p in parameters if p.kind == inspect.Parameter.VAR_POSITIONAL), None)
+
+    def first(self, count: int) -> tuple[str, ...]:
+        """The names of the first `count` positional arguments (made once per count)."""
+        names = self._first.get(count)
+        if names is None:
+            names = self._first[count] = tuple(self[i] for i in range(count))
+        return names
 
     def __getitem__(self, position: int) -> str:
         if position < len(self.positional):

@@ -14,6 +14,8 @@ chunks run on several threads (`codegen/threads.py`). Chunks write disjoint part
 every output, except folded reductions, which reduce across the split loop: every chunk
 but the first writes them into its own scratch buffers, and a small combine kernel (each
 reduction's own `lower`, applied to two partial results) adds those into the first's.
+A small kernel (at most `FAST_CALL_ELEMENTS`) is called through `codegen/fastcall.py`
+rather than ctypes, where this Python build allows it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import time
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.codegen import kernel_key, threads
+from tracegrad.codegen import fastcall, kernel_key, threads
 from tracegrad.codegen.fusion import FusedKernel, RowGroup
 from tracegrad.codegen.llvm import (I8, I64, ScalarBuilder, emit_loop,
                                     memory_type, register_type)
@@ -38,6 +40,9 @@ _names = itertools.count()
 # Kernels of at most this many elements compile without loop unrolling and interleaving
 # (`llvm.optimize`'s `small`): their run time is the call's overhead anyway.
 SMALL_KERNEL_ELEMENTS = 4096
+# Kernels of at most this many elements are called through `fastcall`, which saves ~1-2
+# µs a call but keeps the GIL while the kernel runs (tens of microseconds at most here).
+FAST_CALL_ELEMENTS = 1 << 14
 KERNEL_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
 
@@ -445,6 +450,11 @@ class KernelStep:
             kernel, "whole kernel" if self.whole else "kernel", lambda: self.module,
             small=self.elements <= SMALL_KERNEL_ELEMENTS)
         self.function = KERNEL_SIGNATURE(address)
+        # A small kernel, always one call over its whole range, is called through
+        # `fastcall` (its buffers straight from Python, no ctypes conversions; None where
+        # Python cannot): big ones through ctypes, which lets other threads run meanwhile.
+        self.fast_call = (fastcall.fast_caller(address, 0, self.extent)
+                          if self.whole and self.elements <= FAST_CALL_ELEMENTS else None)
         self.inputs = inputs
         self.outputs = outputs
         self.out_specs = [(v.type.shape, v.type.dtype.np) for v in kernel.results]
@@ -504,17 +514,23 @@ class KernelStep:
     def run(self, slots: list, pool: dict | None = None) -> None:
         for position, size, name in self.index_checks:
             check_bounds(name, np.asarray(slots[self.inputs[position]]), size)
-        outs = [take_buffer(pool, shape, dtype) for shape, dtype in self.out_specs]
-        leaves = [np.ascontiguousarray(slots[i]) for i in self.inputs]
-        write_over_leaves(outs, leaves, self.donated)
-        arrays = outs + leaves
-        addresses = [data_address(a) for a in arrays]
-        chunks = self.chunk_count()
-        if chunks == 1:
-            pointers = self.pointer_array(*addresses)  # alive until the call returns
-            self.function(ctypes.addressof(pointers), 0, self.extent)
+        if pool:
+            outs = [take_buffer(pool, shape, dtype) for shape, dtype in self.out_specs]
         else:
-            self._run_chunks(addresses, chunks)
+            outs = [np.empty(shape, dtype) for shape, dtype in self.out_specs]
+        leaves = [np.ascontiguousarray(slots[i]) for i in self.inputs]
+        if self.donated:
+            write_over_leaves(outs, leaves, self.donated)
+        if self.fast_call is not None:
+            self.fast_call(*outs, *leaves)
+        else:
+            addresses = [data_address(a) for a in outs + leaves]
+            chunks = self.chunk_count()
+            if chunks == 1:
+                pointers = self.pointer_array(*addresses)  # alive until the call returns
+                self.function(ctypes.addressof(pointers), 0, self.extent)
+            else:
+                self._run_chunks(addresses, chunks)
         for slot, array in zip(self.outputs, outs):
             slots[slot] = array
 

@@ -70,19 +70,27 @@ class Program:
         # Which of its caller's arrays the program reads, when the caller's graph had inputs
         # the program's (pruned) graph dropped; None: all of them (set by tracegrad.compile).
         self.feeds: tuple[int, ...] | None = None
+        # What `run` does per call, worked out once: the slots after the inputs, and per
+        # step its bound `run` with the slots it recycles and frees (None when none).
+        self._unfilled = [None] * (n_slots - self.n_inputs)
+        self._plan = [(step.run, recycles or None, frees or None)
+                      for step, frees, recycles in zip(steps, self.frees, self.recycles)]
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         if inspect_log.TIMING:
             return self._run_timed(inputs)
-        slots: list = list(inputs) + [None] * (self.n_slots - len(inputs))
+        slots: list = list(inputs)
+        slots += self._unfilled if len(slots) == self.n_inputs else [None] * (self.n_slots - len(slots))
         pool: dict = {}  # (shape, dtype) -> buffers free for reuse in this run
-        for step, frees, recycles in zip(self.steps, self.frees, self.recycles):
-            step.run(slots, pool)
-            for slot in recycles:
-                array = slots[slot]
-                pool.setdefault((array.shape, array.dtype), []).append(array)
-            for slot in frees:
-                slots[slot] = None
+        for run, recycles, frees in self._plan:
+            run(slots, pool)
+            if recycles is not None:
+                for slot in recycles:
+                    array = slots[slot]
+                    pool.setdefault((array.shape, array.dtype), []).append(array)
+            if frees is not None:
+                for slot in frees:
+                    slots[slot] = None
         return [slots[i] for i in self.output_slots]
 
     def _run_timed(self, inputs: list[np.ndarray]) -> list[np.ndarray]:

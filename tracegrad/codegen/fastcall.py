@@ -1,0 +1,143 @@
+"""Calling a small kernel from Python without ctypes' per-call conversions.
+
+A ctypes call of a kernel `void kernel(i8** buffers, i64 start, i64 end)` costs, per
+call, a ctypes pointer array built from the data address of every buffer (each read from
+Python) and the conversion of three arguments: about 2 µs for a kernel of ten buffers,
+more than a 16-element kernel takes to run. Instead, `trampoline` is one LLVM function,
+compiled once per process, with the signature of a CPython builtin taking its arguments
+as a vector (METH_FASTCALL): it reads each argument ndarray's data pointer from the array
+object itself (the field `kernels.data_address` reads), and calls the kernel whose
+address and range it finds in its `self`, an int64 array [address, start, end].
+`fast_caller(address, start, end)` makes such a builtin for one kernel; calling it with
+the kernel's buffers (C-contiguous ndarrays, in the kernel's order) runs the kernel.
+
+It reads CPython's object layout (the reference count at offset 0, NumPy's data pointer
+after the object header), so it is only used on the builds where that layout is known:
+CPython with the GIL, not a debug build (whose reference counting does more), and only
+after a probe kernel run through it gave the expected results (else `fast_caller`
+returns None and kernels are called through ctypes as before). Unlike a ctypes call it
+keeps the GIL while the kernel runs, so `KernelStep` uses it only for small kernels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import sysconfig
+import threading
+
+import numpy as np
+from llvmlite import ir
+
+from tracegrad.codegen.llvm import I8, I64, compile_kernel, emit_loop
+
+_METH_FASTCALL = 0x0080
+
+
+class _MethodDef(ctypes.Structure):
+    """CPython's PyMethodDef."""
+
+    _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p),
+                ("ml_flags", ctypes.c_int), ("ml_doc", ctypes.c_char_p)]
+
+
+def trampoline_module(data_offset: int) -> ir.Module:
+    """`PyObject* trampoline(PyObject* self, PyObject* const* args, Py_ssize_t nargs)`:
+    kernel(data pointers of args, self's start, self's end), where `self` is an int64
+    ndarray [kernel address, start, end]; returns `self` (a new reference)."""
+    module = ir.Module(name="fastcall")
+    pointer = I8.as_pointer()
+    fn = ir.Function(module, ir.FunctionType(pointer, [pointer, pointer.as_pointer(), I64]), "trampoline")
+    owner, args, count = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def data_of(array):
+        field = b.gep(array, [I64(data_offset)], inbounds=True)
+        return b.load(b.bitcast(field, pointer.as_pointer()))
+
+    info = b.bitcast(data_of(owner), I64.as_pointer())
+    address, start, end = (b.load(b.gep(info, [I64(k)], inbounds=True)) for k in range(3))
+    buffers = b.alloca(pointer, count)
+
+    def gather(i, carried):
+        b.store(data_of(b.load(b.gep(args, [i], inbounds=True))), b.gep(buffers, [i], inbounds=True))
+        return []
+
+    emit_loop(b, I64(0), count, 1, [], gather)
+    kernel_type = ir.FunctionType(ir.VoidType(), [pointer.as_pointer(), I64, I64])
+    b.call(b.inttoptr(address, kernel_type.as_pointer()), [buffers, start, end])
+    refcount = b.bitcast(owner, I64.as_pointer())  # Py_INCREF(self)
+    b.store(b.add(b.load(refcount), I64(1)), refcount)
+    b.ret(owner)
+    return module
+
+
+def _probe_module() -> ir.Module:
+    """A kernel writing [start, end, buffers[1][0]] into the int64 buffers[0]."""
+    module = ir.Module(name="fastcall_probe")
+    pointer = I8.as_pointer()
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [pointer.as_pointer(), I64, I64]), "kernel")
+    buffers, start, end = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    out, source = (b.bitcast(b.load(b.gep(buffers, [I64(k)])), I64.as_pointer()) for k in range(2))
+    for k, value in enumerate((start, end, b.load(source))):
+        b.store(value, b.gep(out, [I64(k)]))
+    b.ret_void()
+    return module
+
+
+def _layout_known() -> bool:
+    from tracegrad.codegen.kernels import _DATA_OFFSET
+    return (sys.implementation.name == "cpython" and _DATA_OFFSET is not None
+            and not hasattr(sys, "gettotalrefcount")  # a debug build
+            and not sysconfig.get_config_var("Py_GIL_DISABLED")
+            and ctypes.sizeof(ctypes.c_void_p) == 8)
+
+
+_definition: _MethodDef | None = None  # shared by every caller: must outlive them all
+_new_function = None
+_ready: bool | None = None
+_lock = threading.Lock()
+
+
+def _make(address: int, start: int, end: int):
+    info = np.array([address, start, end], dtype=np.int64)
+    return _new_function(ctypes.addressof(_definition), info, None)
+
+
+def _setup() -> bool:
+    """Compile the trampoline and check it on the probe kernel; False if unusable."""
+    global _definition, _new_function
+    if not _layout_known():
+        return False
+    from tracegrad.codegen.kernels import _DATA_OFFSET
+    try:
+        address, _, _ = compile_kernel(trampoline_module(_DATA_OFFSET), "trampoline")
+        probe, _, _ = compile_kernel(_probe_module(), "kernel")
+        new_function = ctypes.pythonapi.PyCFunction_NewEx
+        new_function.restype = ctypes.py_object
+        new_function.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
+    except (AttributeError, OSError, RuntimeError):  # no such C API, or LLVM refused
+        return False
+    _definition = _MethodDef(b"tracegrad_kernel", address, _METH_FASTCALL, None)
+    _new_function = new_function
+    call = _make(probe, 3, 11)
+    out, source = np.zeros(3, dtype=np.int64), np.array([42], dtype=np.int64)
+    info = call.__self__
+    references = sys.getrefcount(info)
+    returned = call(out, source)
+    ok = returned is info and out.tolist() == [3, 11, 42]
+    del returned
+    return ok and sys.getrefcount(info) == references
+
+
+def fast_caller(address: int, start: int, end: int):
+    """A builtin running the kernel at `address` over [start, end) on the ndarrays it is
+    called with (C-contiguous, in the kernel's buffer order), or None where this build of
+    Python cannot have one (see the module docstring)."""
+    global _ready
+    if _ready is None:
+        with _lock:
+            if _ready is None:
+                _ready = _setup()
+    return _make(address, start, end) if _ready else None
