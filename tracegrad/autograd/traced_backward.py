@@ -18,24 +18,25 @@ the same call): then the graph is described node by node as on the first call.
 
 What the direct path does besides appending nodes happens on replay too: the saved tensors
 it unpacked are unpacked (version checks) and the nodes whose rules ran have their saved
-values freed unless `retain_graph`. Graphs the template cannot describe (hooks, custom
-Functions, a rule that captured a constant or needed a value) take the direct path.
+values freed unless `retain_graph`. A concrete saved input (a captured tensor: a Python
+scalar, a parameter) is read, after its version check, from the graph input its forward
+node read, not captured anew as one more graph input, when recording and on replay alike.
+Graphs the template cannot describe (hooks, custom Functions, a rule that captured a
+constant or needed a value) take the direct path.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from operator import itemgetter
 
 from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.autograd.recency import RecencyCache
 from tracegrad.ir.autodiff import FREED, forward_order, reverse_mode
 from tracegrad.ir.graph import Node, Value, user_location
 
 CAPACITY = 256
 
-_lock = threading.Lock()
-_templates: OrderedDict[tuple, _Template | None] = OrderedDict()
+_templates = RecencyCache(CAPACITY)  # template key -> _Template, or None for the direct path
 
 
 class _Template:
@@ -87,7 +88,7 @@ class _Direct:
         self.freed_at = freed_at  # node indices whose saved values get freed
 
 
-_direct: OrderedDict[tuple, _Direct] = OrderedDict()
+_direct = RecencyCache(CAPACITY)  # direct key -> _Direct
 
 # How a replay unpacks a saved tensor (`_Template.kinds`, `_unpack`).
 _LAZY_VALUE, _TENSOR, _ALIASED_INPUT = range(3)
@@ -122,9 +123,8 @@ def _alias(tracer, tensor, value: Value) -> None:
 
 def clear() -> None:
     """Forget every template."""
-    with _lock:
-        _templates.clear()
-        _direct.clear()
+    _templates.clear()
+    _direct.clear()
 
 
 def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) -> dict | None:
@@ -139,10 +139,7 @@ def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) ->
     values = targets if targets is not None else graph.inputs
     direct_key = _direct_key(tracer, graph, root_values, targets, seeds)
     if direct_key is not None:
-        with _lock:
-            found = _direct.get(direct_key)
-            if found is not None:
-                _direct.move_to_end(direct_key)
+        found = _direct.get(direct_key)
         if found is not None:
             template = found.template
             nodes = graph.nodes
@@ -153,17 +150,14 @@ def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) ->
                     env[index] = node.saved[j].lazy._value
                 else:
                     env[index] = _unpack(node, j, kind)
-            freed = () if retain_graph else [nodes[i] for i in found.freed_at]
+            freed = () if retain_graph else map(nodes.__getitem__, found.freed_at)
             return _replay(tracer, template, env, freed, values)
     order = forward_order(root_values)
     description = _describe(graph, order, root_values, targets, seeds)
     if description is None:
         return None
     key, saved = description
-    with _lock:
-        template = _templates.get(key, False)
-        if template is not False:
-            _templates.move_to_end(key)
+    template = _templates.get(key, False)
     if template is None:
         return None
     if template is not False:
@@ -178,10 +172,7 @@ def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) ->
     if direct_key is not None:
         saved_at = _saved_positions(graph, saved)  # before the transform frees them
     results, template = _record(tracer, order, roots, targets, retain_graph, values, saved)
-    with _lock:
-        _templates[key] = template
-        if len(_templates) > CAPACITY:
-            _templates.popitem(last=False)
+    _templates.put(key, template)
     if direct_key is not None and template is not None:
         _remember_direct(direct_key, template, graph, order, saved, len(seeds), saved_at)
     return results
@@ -221,10 +212,7 @@ def _remember_direct(direct_key: tuple, template: _Template, graph, order: list,
     index = {id(node): i for i, node in enumerate(graph.nodes)}
     entry = _Direct(template, tuple(saved_at[k] for k in template.unpacked),
                     tuple(index[id(order[position])] for position in template.freed), n_seeds)
-    with _lock:
-        _direct[direct_key] = entry
-        if len(_direct) > CAPACITY:
-            _direct.popitem(last=False)
+    _direct.put(direct_key, entry)
 
 
 def _describe(graph, order: list[Node], roots: list[Value], targets: list[Value] | None, seeds: list):
