@@ -299,3 +299,23 @@ def test_the_replay_checks_the_version_of_a_concrete_saved_input(transform_calls
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         compiled(x)
     assert len(transform_calls) == 1  # the error came from the replay
+
+
+def test_the_direct_path_reads_a_concrete_saved_input_as_a_replay_does(transform_calls):
+    w = tg.tensor([2.0, 3.0])
+    added = []
+
+    def fn(x):
+        y = x * w
+        y.register_hook(lambda g: None)  # a hook: the direct path on every call
+        before = len(MODE.tracer.graph.inputs)
+        y.sum().backward()
+        added.append(len(MODE.tracer.graph.inputs) - before)
+
+    compiled = tg.compile(fn)
+    for _ in range(2):
+        x = tg.ones(2, requires_grad=True)
+        compiled(x)
+        np.testing.assert_allclose(x.grad.numpy(), [2.0, 3.0])
+    assert added == [1, 1]  # the seed only: `w` is read from the forward's input
+    assert len(transform_calls) == 2

@@ -20,7 +20,8 @@ What the direct path does besides appending nodes happens on replay too: the sav
 it unpacked are unpacked (version checks) and the nodes whose rules ran have their saved
 values freed unless `retain_graph`. A concrete saved input (a captured tensor: a Python
 scalar, a parameter) is read, after its version check, from the graph input its forward
-node read, not captured anew as one more graph input, when recording and on replay alike.
+node read, not captured anew as one more graph input (`unpacker`: when recording, on
+replay and on the direct path alike).
 Graphs the template cannot describe (hooks, custom Functions, a rule that captured a
 constant or needed a value) take the direct path.
 """
@@ -119,6 +120,19 @@ def _alias(tracer, tensor, value: Value) -> None:
     array the forward node read) as `value`, the graph input the forward node read,
     instead of capturing it as one more graph input on every call."""
     tracer.overrides[id(tensor)] = (tensor, value)
+
+
+def unpacker(tracer):
+    """The `unpack` for `reverse_mode` inside `tracer` without `create_graph`: a saved
+    tensor unpacked as usual, a concrete saved input read from its graph input (`_alias`).
+    Recording and the direct path both use it, so that they build the same graph."""
+    def unpack(saved, node: Node):
+        tensor = saved.unpack(node)
+        slot = node.saved.index(saved)
+        if _aliasable(node, slot):
+            _alias(tracer, tensor, node.inputs[slot])
+        return tensor
+    return unpack
 
 
 def clear() -> None:
@@ -334,14 +348,13 @@ def _record(tracer, order, roots, targets, retain_graph: bool, values, saved) ->
     saved_index = {id(s): k for k, (_, s) in enumerate(saved)}
     unpacked: list[tuple[int, object]] = []
     aliased: set[int] = set()
+    unpack_in_trace = unpacker(tracer)
 
     def unpack(s, node):
-        tensor = s.unpack(node)
+        tensor = unpack_in_trace(s, node)
         k = saved_index[id(s)]
         unpacked.append((k, tensor))
-        slot = node.saved.index(s)
-        if _aliasable(node, slot):
-            _alias(tracer, tensor, node.inputs[slot])
+        if tracer.lookup(tensor) is not None:  # aliased: read as the forward node's input
             aliased.add(k)
         return tensor
 
