@@ -198,7 +198,7 @@ def _saved_type(array):
 def run(roots: list[tuple[Value, object]], targets: list[Value] | None, retain_graph: bool):
     """Gradients {value: array} from a cached program, or None to take the direct path."""
     root_values = [v for v, _ in roots]
-    if len(set(root_values)) != len(root_values):
+    if len(root_values) > 1 and len(set(root_values)) != len(root_values):  # (hashing a Value is a Python call)
         return None
     order = forward_order(root_values)
     description = _describe(order, root_values, targets)

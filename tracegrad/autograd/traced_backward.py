@@ -145,7 +145,7 @@ def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) ->
     """{value: gradient tensor} as `reverse_mode` returns it, appended to `tracer`'s graph;
     None when the caller must take the direct path."""
     root_values = [v for v, _ in roots]
-    if len(set(root_values)) != len(root_values):
+    if len(root_values) > 1 and len(set(root_values)) != len(root_values):  # (hashing a Value is a Python call)
         return None
     graph = tracer.graph
     seeds = [seed for _, seed in roots]
