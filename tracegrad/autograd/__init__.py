@@ -1,7 +1,7 @@
 """Autograd: grad mode, `backward`/`grad`, custom `Function`, gradcheck, `Variable`.
 
-Names are loaded on first use: the tensor and dispatch modules import grad mode from
-here while the engine imports them.
+Names are loaded on first use (then bound here): the tensor and dispatch modules import
+grad mode from here while the engine imports them.
 """
 
 import importlib
@@ -35,7 +35,11 @@ def __getattr__(name):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tracegrad.autograd' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"tracegrad.autograd.{module}"), name)
+    value = getattr(importlib.import_module(f"tracegrad.autograd.{module}"), name)
+    # Bound in the module's namespace (past the submodule guard above), so later lookups,
+    # `tg.autograd.grad` in a training loop, skip this loader: it costs about a microsecond.
+    globals()[name] = value
+    return value
 
 
 def __dir__():

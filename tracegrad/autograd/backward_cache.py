@@ -12,12 +12,11 @@ Graphs with hooks, custom Functions or freed buffers take the direct path
 from __future__ import annotations
 
 import os
-import threading
-from collections import OrderedDict
 
 import numpy as np
 
 from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.autograd.recency import RecencyCache
 from tracegrad.ir.autodiff import FREED, _leads_to_targets, forward_order, reverse_mode
 from tracegrad.ir.graph import Graph, Node, Value, attr_key
 from tracegrad.ir.tracer import Tracer
@@ -29,9 +28,22 @@ NUMPY_AFTER = 2       # sightings of a structure before it gets a cached NumPy p
 COMPILE_AFTER = 3
 CAPACITY = 256
 
-_lock = threading.Lock()
-_seen: OrderedDict[tuple, int] = OrderedDict()
-_plans: dict[tuple, _Plan | None] = {}
+
+
+class _Entry:
+    """What the cache knows of one structure: how often it was seen, its plan (False before
+    one is built, None when it cannot have one) and which nodes of the forward order a
+    backward that does not retain the graph frees (None until first needed)."""
+
+    __slots__ = ("count", "plan", "freed")
+
+    def __init__(self):
+        self.count = 0
+        self.plan: _Plan | None | bool = False
+        self.freed: tuple[int, ...] | None = None
+
+
+_entries = RecencyCache(CAPACITY)  # key -> _Entry
 
 
 class _Plan:
@@ -45,24 +57,36 @@ class _Plan:
 
 
 def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None):
-    """The structural key, the canonical list of values, and the saved tensors in order.
+    """The structural key, the canonical list of values, the saved tensors in order and
+    their broadcast axes (`_broadcast_axes`, in the key too).
 
-    Runs on every eager backward, so it avoids Python-level hashing: values are numbered
-    by (id(node), output index) or id(input value), types enter the key as (shape, dtype)."""
+    Runs on every eager backward, so it avoids Python-level hashing: a node is numbered by
+    id(node) (its output i is that number plus i), a graph input by id(value); types enter
+    the key as (shape, dtype)."""
     number: dict = {}
     values: list[Value] = []
+    inputs: list[int] = []  # positions in `values` of graph inputs (leaves)
 
     def index_of(value: Value) -> int:
         node = value.node
-        ident = id(value) if node is None else (id(node), value.index)
+        if node is None:
+            ident = id(value)
+        else:
+            base = number.get(id(node))
+            if base is not None:
+                return base + value.index
+            ident = (id(node), value.index)  # a target outside the differentiated graph
         found = number.get(ident)
         if found is None:
             found = number[ident] = len(values)
+            if node is None:
+                inputs.append(found)
             values.append(value)
         return found
 
     parts: list = []
     saved: list = []
+    axes: list = []
     # Loops, not comprehensions: in Python 3.11 each comprehension is a function call,
     # and this runs for every node of every eager backward.
     for node in order:
@@ -71,7 +95,12 @@ def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None
         wiring = []
         in_types = []
         for v, needed in zip(node.inputs, node.needs_input_grad):
-            wiring.append(index_of(v) if needed else -1)
+            if not needed:
+                wiring.append(-1)
+            else:
+                # (Inline for a produced value: its producer comes first in `order`.)
+                base = number.get(id(v.node)) if v.node is not None else None
+                wiring.append(base + v.index if base is not None else index_of(v))
             typ = v.type
             in_types.append((typ.shape, typ.dtype))
         slots = ()
@@ -82,29 +111,28 @@ def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None
                 if s is not None:
                     slots.append(i)
                     saved.append((node, s))
+                    data = s.data
+                    axes.append(() if data is None or 0 not in data.strides else _broadcast_axes(data))
             slots = tuple(slots)
         attrs = node.attrs
         parts.append((node.op.name, attr_key(attrs) if attrs else (), tuple(wiring), slots, tuple(in_types)))
-        node_id = id(node)
+        number[id(node)] = len(values)
         out_types = node.out_types
         if len(out_types) == 1:
-            number[(node_id, 0)] = len(values)
             values.append(Value(out_types[0], node, 0))
             continue
         for i in range(len(out_types)):
-            number[(node_id, i)] = len(values)
             values.append(node.output(i))
-    for value in values:
-        if value.node is None and value.leaf is not None:
-            tensor = value.leaf()
+    for i in inputs:
+        leaf = values[i].leaf
+        if leaf is not None:
+            tensor = leaf()
             if tensor is not None and tensor._hooks:
                 return None
     root_part = tuple([(index_of(v), v.type.shape, v.type.dtype) for v in roots])
     target_part = tuple([index_of(v) for v in targets]) if targets is not None else None
-    leaf_part = tuple([i for i, v in enumerate(values) if v.node is None])
-    broadcast_part = tuple([_broadcast_axes(s.data) for _, s in saved])
-    key = _Key((tuple(parts), root_part, target_part, leaf_part, broadcast_part))
-    return key, values, saved
+    key = _Key((tuple(parts), root_part, target_part, tuple(inputs), tuple(axes)))
+    return key, values, saved, axes
 
 
 class _Key:
@@ -170,43 +198,46 @@ def _saved_type(array):
 def run(roots: list[tuple[Value, object]], targets: list[Value] | None, retain_graph: bool):
     """Gradients {value: array} from a cached program, or None to take the direct path."""
     root_values = [v for v, _ in roots]
-    if len(set(root_values)) != len(root_values):
+    if len(root_values) > 1 and len(set(root_values)) != len(root_values):  # (hashing a Value is a Python call)
         return None
     order = forward_order(root_values)
     description = _describe(order, root_values, targets)
     if description is None:
         return None
-    key, values, saved = description
-    with _lock:
-        count = _seen.pop(key, 0) + 1
-        _seen[key] = count
-        if len(_seen) > CAPACITY:
-            stale, _ = _seen.popitem(last=False)
-            _plans.pop(stale, None)
-        plan = _plans.get(key, False)
+    key, values, saved, axes = description
+    entry = _entries.get(key)
+    if entry is None:
+        entry = _Entry()
+        _entries.put(key, entry)
+    entry.count += 1
+    count = entry.count
     if count < NUMPY_AFTER:
         return None
-    want_compiled = count >= COMPILE_AFTER and os.environ.get("TRACEGRAD_EAGER_COMPILE", "1") != "0"
-    if plan is False or (plan is not None and want_compiled and not plan.compiled):
+    plan = entry.plan
+    if plan is False or (plan is not None and not plan.compiled and count >= COMPILE_AFTER
+                         and os.environ.get("TRACEGRAD_EAGER_COMPILE", "1") != "0"):
         if any(s.data is None for _, s in saved):
             return None
-        plan = _build(order, root_values, targets, values, saved, want_compiled)
-        with _lock:
-            _plans[key] = plan
+        want_compiled = count >= COMPILE_AFTER and os.environ.get("TRACEGRAD_EAGER_COMPILE", "1") != "0"
+        plan = entry.plan = _build(order, root_values, targets, values, saved, want_compiled)
     if plan is None:
         return None
     arrays = [np.asarray(seed._data) for _, seed in roots]
-    for _, s in saved:
+    for (_, s), broadcast in zip(saved, axes):
         if s.data is None:
             return None
         if s.counter.value != s.version:
             return None  # the direct path raises PyTorch's in-place modification error
-        arrays.append(_compact(s.data, _broadcast_axes(s.data)))
+        arrays.append(_compact(s.data, broadcast) if broadcast else s.data)
     outputs = plan.program.run(arrays)
     if not retain_graph:
         # Free what the direct path frees: the nodes whose rules ran (towards the targets).
-        ran = _leads_to_targets(order, set(targets)) if targets is not None else None
-        for node in order:
-            if node.saved and (ran is None or id(node) in ran):
-                node.saved = FREED
+        # Which they are follows from the key (targets, which nodes save anything).
+        freed = entry.freed
+        if freed is None:
+            ran = _leads_to_targets(order, set(targets)) if targets is not None else None
+            freed = entry.freed = tuple(i for i, node in enumerate(order)
+                                        if node.saved and (ran is None or id(node) in ran))
+        for i in freed:
+            order[i].saved = FREED
     return {values[i]: array for i, array in zip(plan.output_positions, outputs)}

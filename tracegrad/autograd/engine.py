@@ -60,6 +60,10 @@ def _run(roots, targets, retain_graph: bool, create_graph: bool):
                 replayed = traced_backward.run(tracer, roots, targets, retain_graph)
                 if replayed is not None:
                     return replayed
+                # The graph a replay or a recording would build, by running the rules.
+                with no_grad():
+                    return reverse_mode(roots, targets, retain_graph=retain_graph,
+                                        unpack=traced_backward.unpacker(tracer))
             return _transform(roots, targets, retain_graph, create_graph)
         finally:
             tracer.backwards += 1

@@ -48,12 +48,16 @@ class SavedTensor:
             if self.output_index is None:
                 return self.lazy
             return self.lazy._with_identity(node, self.output_index)
-        if self.counter.value != self.version:
-            raise RuntimeError(self._modified_message(node))
+        self.check_version(node)
         value: Value | None = self.value
         if self.output_index is not None:
             value = node.output(self.output_index)
         return Tensor._from_saved(self.data, self.counter, value, self.requires_grad)
+
+    def check_version(self, node: Node) -> None:
+        """Raise as PyTorch does when the saved tensor was modified in place since saved."""
+        if self.counter.value != self.version:
+            raise RuntimeError(self._modified_message(node))
 
     def _modified_message(self, node: Node) -> str:
         shape = list(self.data.shape)

@@ -18,30 +18,33 @@ the same call): then the graph is described node by node as on the first call.
 
 What the direct path does besides appending nodes happens on replay too: the saved tensors
 it unpacked are unpacked (version checks) and the nodes whose rules ran have their saved
-values freed unless `retain_graph`. Graphs the template cannot describe (hooks, custom
-Functions, a rule that captured a constant or needed a value) take the direct path.
+values freed unless `retain_graph`. A concrete saved input (a captured tensor: a Python
+scalar, a parameter) is read, after its version check, from the graph input its forward
+node read, not captured anew as one more graph input (`unpacker`: when recording, on
+replay and on the direct path alike).
+Graphs the template cannot describe (hooks, custom Functions, a rule that captured a
+constant or needed a value) take the direct path.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from operator import itemgetter
 
 from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.autograd.recency import RecencyCache
 from tracegrad.ir.autodiff import FREED, forward_order, reverse_mode
 from tracegrad.ir.graph import Node, Value, user_location
 
 CAPACITY = 256
 
-_lock = threading.Lock()
-_templates: OrderedDict[tuple, _Template | None] = OrderedDict()
+_templates = RecencyCache(CAPACITY)  # template key -> _Template, or None for the direct path
 
 
 class _Template:
-    __slots__ = ("unpacked", "n_saved", "resolve", "nodes", "parts", "results", "freed", "returned")
+    __slots__ = ("unpacked", "n_saved", "resolve", "nodes", "parts", "results", "freed", "returned",
+                 "kinds", "to_value")
 
-    def __init__(self, unpacked, n_saved, resolve, nodes, parts, results, freed):
+    def __init__(self, unpacked, n_saved, resolve, nodes, parts, results, freed, n_seeds, concrete, aliased):
         self.unpacked = unpacked  # saved indices the direct path unpacked, in its order
         self.n_saved = n_saved    # how many saved tensors the described nodes hold
         self.resolve = resolve    # env indices (seeds, saved) that become IR values, first use first
@@ -52,6 +55,23 @@ class _Template:
         self.results = results    # (canonical value index, env index, is the tensor itself)
         self.freed = freed        # forward-order positions whose saved values get freed
         self.returned = frozenset(ref for _, ref, itself in results if itself)  # env entries returned as tensors
+        # How a replay unpacks each saved tensor of `unpacked`: a lazy one needs no check,
+        # so only its IR value; a concrete one is unpacked (a version check) into a tensor
+        # the nodes read as a captured tensor, or, when aliased (`_alias`; never returned),
+        # into the graph input the forward node read. Returned ones are tensors. Which saved
+        # tensors are concrete is part of the key, so the kinds hold on every replay.
+        kinds = []
+        for k in unpacked:
+            if k in aliased:
+                kinds.append(_ALIASED_INPUT)
+            else:
+                kinds.append(_TENSOR if k in concrete or n_seeds + k in self.returned else _LAZY_VALUE)
+        self.kinds = tuple(kinds)
+        # The env entries the replay holds as tensors (seeds, saved tensors unpacked into
+        # tensors) that the nodes read: made IR values in order of first use, as the direct
+        # path made graph inputs.
+        as_tensor = {n_seeds + k for k, kind in zip(unpacked, kinds) if kind == _TENSOR}
+        self.to_value = tuple(i for i in resolve if i < n_seeds or i in as_tensor)
 
 
 class _Direct:
@@ -59,29 +79,73 @@ class _Direct:
     tensors and freed nodes are in the trace's node list (the same on every call with that
     key), so a call finds it without ordering or describing the forward graph."""
 
-    __slots__ = ("template", "unpacked_at", "freed_at")
+    __slots__ = ("template", "unpack_plan", "freed_at")
 
-    def __init__(self, template: _Template, unpacked_at: tuple, freed_at: tuple):
+    def __init__(self, template: _Template, unpacked_at: tuple, freed_at: tuple, n_seeds: int):
         self.template = template
-        self.unpacked_at = unpacked_at  # (node index, saved slot) per template.unpacked entry
-        self.freed_at = freed_at        # node indices whose saved values get freed
+        # Per template.unpacked entry: (env index, node index, saved slot, how it is unpacked).
+        self.unpack_plan = tuple((n_seeds + k, i, j, kind)
+                                 for k, (i, j), kind in zip(template.unpacked, unpacked_at, template.kinds))
+        self.freed_at = freed_at  # node indices whose saved values get freed
 
 
-_direct: OrderedDict[tuple, _Direct] = OrderedDict()
+_direct = RecencyCache(CAPACITY)  # direct key -> _Direct
+
+# How a replay unpacks a saved tensor (`_Template.kinds`, `_unpack`).
+_LAZY_VALUE, _TENSOR, _ALIASED_INPUT = range(3)
+
+
+def _unpack(node: Node, slot: int, kind: int):
+    """A saved tensor of `node` as the replay's environment holds it: an IR value, or a
+    tensor for the nodes to read as the direct path's rules read it."""
+    saved = node.saved[slot]
+    if kind == _LAZY_VALUE:
+        return saved.lazy._value  # unpacking a lazy saved tensor checks nothing
+    if kind == _ALIASED_INPUT:
+        saved.check_version(node)
+        return node.inputs[slot]
+    return saved.unpack(node)
+
+
+def _aliasable(node: Node, slot: int) -> bool:
+    """Whether saved tensor `slot` of `node` is a concrete input the node read as a graph
+    input (a tensor the trace captured): the backward can read that same input."""
+    saved = node.saved[slot]
+    return (saved.lazy is None and saved.output_index is None and slot < len(node.inputs)
+            and node.inputs[slot].node is None)
+
+
+def _alias(tracer, tensor, value: Value) -> None:
+    """Make the trace read `tensor` (a concrete saved input just unpacked, holding the
+    array the forward node read) as `value`, the graph input the forward node read,
+    instead of capturing it as one more graph input on every call."""
+    tracer.overrides[id(tensor)] = (tensor, value)
+
+
+def unpacker(tracer):
+    """The `unpack` for `reverse_mode` inside `tracer` without `create_graph`: a saved
+    tensor unpacked as usual, a concrete saved input read from its graph input (`_alias`).
+    Recording and the direct path both use it, so that they build the same graph."""
+    def unpack(saved, node: Node):
+        tensor = saved.unpack(node)
+        slot = node.saved.index(saved)
+        if _aliasable(node, slot):
+            _alias(tracer, tensor, node.inputs[slot])
+        return tensor
+    return unpack
 
 
 def clear() -> None:
     """Forget every template."""
-    with _lock:
-        _templates.clear()
-        _direct.clear()
+    _templates.clear()
+    _direct.clear()
 
 
 def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) -> dict | None:
     """{value: gradient tensor} as `reverse_mode` returns it, appended to `tracer`'s graph;
     None when the caller must take the direct path."""
     root_values = [v for v, _ in roots]
-    if len(set(root_values)) != len(root_values):
+    if len(root_values) > 1 and len(set(root_values)) != len(root_values):  # (hashing a Value is a Python call)
         return None
     graph = tracer.graph
     seeds = [seed for _, seed in roots]
@@ -89,44 +153,42 @@ def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) ->
     values = targets if targets is not None else graph.inputs
     direct_key = _direct_key(tracer, graph, root_values, targets, seeds)
     if direct_key is not None:
-        with _lock:
-            found = _direct.get(direct_key)
-            if found is not None:
-                _direct.move_to_end(direct_key)
+        found = _direct.get(direct_key)
         if found is not None:
+            template = found.template
             nodes = graph.nodes
-            unpacks = []
-            for i, j in found.unpacked_at:
+            env = seeds + [None] * template.n_saved
+            for index, i, j, kind in found.unpack_plan:
                 node = nodes[i]
-                unpacks.append((node, node.saved[j]))
-            freed = [] if retain_graph else [nodes[i] for i in found.freed_at]
-            return _replay(tracer, found.template, unpacks, freed, values, seeds, retain_graph)
+                if kind == _LAZY_VALUE:  # inline: the common case
+                    env[index] = node.saved[j].lazy._value
+                else:
+                    env[index] = _unpack(node, j, kind)
+            freed = () if retain_graph else map(nodes.__getitem__, found.freed_at)
+            return _replay(tracer, template, env, freed, values)
     order = forward_order(root_values)
     description = _describe(graph, order, root_values, targets, seeds)
     if description is None:
         return None
     key, saved = description
-    with _lock:
-        template = _templates.get(key, False)
-        if template is not False:
-            _templates.move_to_end(key)
+    template = _templates.get(key, False)
     if template is None:
         return None
     if template is not False:
         if direct_key is not None:
-            _remember_direct(direct_key, template, graph, order, saved)
-        unpacks = [saved[k] for k in template.unpacked]
-        freed = [order[position] for position in template.freed]
-        return _replay(tracer, template, unpacks, freed, values, seeds, retain_graph)
+            _remember_direct(direct_key, template, graph, order, saved, len(seeds))
+        env = seeds + [None] * template.n_saved
+        for k, kind in zip(template.unpacked, template.kinds):
+            node, entry = saved[k]
+            env[len(seeds) + k] = _unpack(node, node.saved.index(entry), kind)
+        freed = () if retain_graph else [order[position] for position in template.freed]
+        return _replay(tracer, template, env, freed, values)
     if direct_key is not None:
         saved_at = _saved_positions(graph, saved)  # before the transform frees them
     results, template = _record(tracer, order, roots, targets, retain_graph, values, saved)
-    with _lock:
-        _templates[key] = template
-        if len(_templates) > CAPACITY:
-            _templates.popitem(last=False)
+    _templates.put(key, template)
     if direct_key is not None and template is not None:
-        _remember_direct(direct_key, template, graph, order, saved, saved_at)
+        _remember_direct(direct_key, template, graph, order, saved, len(seeds), saved_at)
     return results
 
 
@@ -158,16 +220,13 @@ def _saved_positions(graph, saved: list) -> tuple:
 
 
 def _remember_direct(direct_key: tuple, template: _Template, graph, order: list, saved: list,
-                     saved_at: tuple | None = None) -> None:
+                     n_seeds: int, saved_at: tuple | None = None) -> None:
     if saved_at is None:
         saved_at = _saved_positions(graph, saved)
     index = {id(node): i for i, node in enumerate(graph.nodes)}
     entry = _Direct(template, tuple(saved_at[k] for k in template.unpacked),
-                    tuple(index[id(order[position])] for position in template.freed))
-    with _lock:
-        _direct[direct_key] = entry
-        if len(_direct) > CAPACITY:
-            _direct.popitem(last=False)
+                    tuple(index[id(order[position])] for position in template.freed), n_seeds)
+    _direct.put(direct_key, entry)
 
 
 def _describe(graph, order: list[Node], roots: list[Value], targets: list[Value] | None, seeds: list):
@@ -234,36 +293,25 @@ def _reference(number: dict[int, int], value: Value):
     return None if serial is None else serial + value.index
 
 
-def _replay(tracer, template: _Template, unpacks: list, freed: list, values, seeds,
-            retain_graph: bool) -> dict:
-    """Append the template's nodes; `unpacks` are the (node, saved tensor) pairs of
-    `template.unpacked`, `freed` the nodes whose saved values the direct path frees."""
+def _replay(tracer, template: _Template, env: list, freed, values) -> dict:
+    """Append the template's nodes. `env` holds the seeds, then the saved tensors of
+    `template.unpacked` as `_unpack` gives them; `freed` are the nodes whose saved values
+    the direct path frees (empty under retain_graph)."""
     from tracegrad.tensor import Tensor
 
-    n_seeds = len(seeds)
-    env: list = list(seeds) + [None] * template.n_saved
-    returned = template.returned
-    for k, (node, s) in zip(template.unpacked, unpacks):
-        index = n_seeds + k
-        lazy = s.lazy
-        if lazy is not None and index not in returned:
-            # Unpacking a lazy saved tensor checks nothing: only its IR value is needed.
-            position = s.output_index
-            env[index] = lazy._value if position is None else Value(node.out_types[position], node, position)
-        else:
-            env[index] = s.unpack(node)
-    tensors = list(env)
-    for index in template.resolve:
-        item = env[index]
-        if item.__class__ is not Value:
-            env[index] = tracer.value_of(item)
+    tensors = env[:] if template.returned else None
+    value_of = tracer.value_of
+    for index in template.to_value:
+        env[index] = value_of(env[index])
     location = user_location()
     nodes = []
+    append_node = nodes.append
+    append_value = env.append
     for op, attrs, gather, out_types, out_type in template.nodes:
         node = Node(op, gather(env), attrs, out_types, location)
-        nodes.append(node)
+        append_node(node)
         if out_type is not None:
-            env.append(Value(out_type, node, 0))
+            append_value(Value(out_type, node, 0))
         else:
             env.extend(node.output(i) for i in range(len(out_types)))
     tracer.graph.add_block(nodes, template.parts)
@@ -274,9 +322,8 @@ def _replay(tracer, template: _Template, unpacks: list, freed: list, values, see
         else:
             value = env[ref]
             results[values[canonical]] = Tensor._make_lazy(value, value.type)
-    if not retain_graph:
-        for node in freed:
-            node.saved = FREED
+    for node in freed:
+        node.saved = FREED
     return results
 
 
@@ -300,10 +347,15 @@ def _record(tracer, order, roots, targets, retain_graph: bool, values, saved) ->
     cannot be replayed)."""
     saved_index = {id(s): k for k, (_, s) in enumerate(saved)}
     unpacked: list[tuple[int, object]] = []
+    aliased: set[int] = set()
+    unpack_in_trace = unpacker(tracer)
 
     def unpack(s, node):
-        tensor = s.unpack(node)
-        unpacked.append((saved_index[id(s)], tensor))
+        tensor = unpack_in_trace(s, node)
+        k = saved_index[id(s)]
+        unpacked.append((k, tensor))
+        if tracer.lookup(tensor) is not None:  # aliased: read as the forward node's input
+            aliased.add(k)
         return tensor
 
     graph = tracer.graph
@@ -346,9 +398,10 @@ def _record(tracer, order, roots, targets, retain_graph: bool, values, saved) ->
         for i in range(len(node.out_types)):
             env[node.output(i)] = next_index
             next_index += 1
-    # Graph inputs the transform created are concrete seeds or saved tensors, created in
-    # order of first use, which the replay reproduces.
-    concrete = [tracer.lookup(tensors[i]) for i in resolve if tensors[i]._data is not None]
+    # Graph inputs the transform created are concrete seeds or saved tensors (not aliased
+    # ones), created in order of first use, which the replay reproduces.
+    concrete = [tracer.lookup(tensors[i]) for i in resolve
+                if tensors[i]._data is not None and i - n_seeds not in aliased]
     if graph.inputs[n_inputs:] != concrete:
         return results, None
     canonical = {v: i for i, v in enumerate(values)}
@@ -358,6 +411,8 @@ def _record(tracer, order, roots, targets, retain_graph: bool, values, saved) ->
         if position is None:
             return results, None
         itself = next((i for i, t in enumerate(tensors) if t is tensor), None)
+        if itself is not None and itself - n_seeds in aliased:
+            return results, None  # a replay holds an aliased saved tensor as an IR value only
         if itself is not None:
             result_refs.append((position, itself, True))
         elif tensor._data is None and tensor._value in env:
@@ -370,6 +425,7 @@ def _record(tracer, order, roots, targets, retain_graph: bool, values, saved) ->
     positions = {id(node): i for i, node in enumerate(order)}
     freed = tuple(dict.fromkeys(positions[id(saved[k][0])] for k, _ in unpacked))
     parts = tuple(graph._parts[n_nodes:])
+    concrete_saved = frozenset(k for k, tensor in unpacked if tensor._data is not None)
     template = _Template(tuple(k for k, _ in unpacked), len(saved), tuple(resolve), nodes, parts, result_refs,
-                         freed)
+                         freed, n_seeds, concrete_saved, aliased)
     return results, template
