@@ -40,11 +40,11 @@ class CompileTrace(Tracer):
         super().__init__(KeyedGraph(name=name))
         self.compiled = compiled
         self.created: list[weakref.ref] = []
-        self.overrides: dict[int, tuple[Tensor, Value]] = {}
         self.writes: dict[int, tuple[Tensor, Tensor]] = {}
         self.realized: dict[Value, np.ndarray] = {}
         self.realization_count = 0
         self.proxies: dict[int, Tensor] = {}
+        self.leaf_updates = False  # see leaf_update
         self.arguments: list[tuple[Tensor, Tensor, Value]] = []
         self.events: list[compile_events.CacheEvent] = []  # one per graph looked up
         self.realizations: list[compile_events.Realization] = []
@@ -100,6 +100,20 @@ class CompileTrace(Tracer):
         real = self.proxies.get(id(tensor))
         if real is not None:
             self.write(real, result)
+
+    def leaf_update(self, leaf: Tensor, result: Tensor) -> Tensor:
+        """A leaf that requires grad (a real tensor or an argument's stand-in) updated in
+        place without grad, as an optimizer step does: its new value becomes a value of its
+        own (a copy of `result`) marked as that leaf, so ops of the trace that read it later
+        send their gradients to the leaf's `.grad` (`reverse_mode` stops at marked values),
+        as eager ops reading the updated leaf would."""
+        from tracegrad.autograd.grad_mode import no_grad
+        from tracegrad.ops.elementwise import copy
+        with no_grad():
+            fresh = copy(result)
+        fresh._value.leaf = weakref.ref(self.proxies.get(id(leaf), leaf))
+        self.leaf_updates = True
+        return fresh
 
     def write(self, target: Tensor, result: Tensor) -> None:
         self.overrides[id(target)] = (target, result._value)

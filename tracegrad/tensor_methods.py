@@ -158,11 +158,16 @@ def _apply_traced_inplace(self: Tensor, result: Tensor) -> Tensor:
             "in-place update of a view inside a compiled function is not supported: the update "
             "would not reach the tensor it views. Write to the base tensor instead (for example "
             "base[index] = value), or use an out-of-place op.")
+    tracer = MODE.tracer
+    if self._requires_grad and self._grad_fn is None and not result._requires_grad:
+        # A leaf updated without grad (an optimizer step): later ops of the trace read the
+        # new value but must still send gradients to the leaf's .grad.
+        result = tracer.leaf_update(self, result)
     if self._data is None:
         self._value = result._value
-        MODE.tracer.rebind(self, result)
+        tracer.rebind(self, result)
     else:
-        MODE.tracer.write(self, result)
+        tracer.write(self, result)
     self._version_counter.value += 1
     self._version_counter.history += 1  # traced views taken before now are stale
     if result._requires_grad:

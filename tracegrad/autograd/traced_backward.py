@@ -144,6 +144,8 @@ def clear() -> None:
 def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) -> dict | None:
     """{value: gradient tensor} as `reverse_mode` returns it, appended to `tracer`'s graph;
     None when the caller must take the direct path."""
+    if tracer.leaf_updates:  # leaves updated in the trace: templates key results by graph input
+        return None
     root_values = [v for v, _ in roots]
     if len(root_values) > 1 and len(set(root_values)) != len(root_values):  # (hashing a Value is a Python call)
         return None

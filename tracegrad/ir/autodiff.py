@@ -36,7 +36,8 @@ def forward_order(roots: list[Value]) -> list[Node]:
         # (An explicit loop: this runs per node of every backward, and generators cost calls.)
         for value, needed in zip(node.inputs, node.needs_input_grad):
             source = value.node
-            if needed and source is not None and id(source) not in expanded:
+            # A value marked as a leaf (`CompileTrace.leaf_update`) ends the walk as an input does.
+            if needed and source is not None and value.leaf is None and id(source) not in expanded:
                 stack.append((source, False))
     return order
 
@@ -115,7 +116,7 @@ def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None 
             previous = cotangents.get(value)
             cotangents[value] = grad if previous is None else add(previous, grad)
     for value, grad in cotangents.items():
-        if value.node is None and (target_set is None or value in target_set):
+        if (value.node is None or value.leaf is not None) and (target_set is None or value in target_set):
             results[value] = grad
     return results
 

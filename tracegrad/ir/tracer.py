@@ -15,6 +15,8 @@ class Tracer:
     def __init__(self, graph: Graph):
         self.graph = graph
         self.captured: dict[object, tuple[object, Value]] = {}
+        # Real tensors written earlier in the trace -> (tensor, new value): ops read that value.
+        self.overrides: dict[int, tuple[object, Value]] = {}
         # What a replayed backward (autograd/traced_backward.py) cannot see in the graph's
         # key: hooks put on traced nodes, lazy tensors rebound by in-place ops, and earlier
         # backwards (which may have freed saved tensors).
@@ -47,6 +49,11 @@ class Tracer:
 
     def rebind(self, tensor, result) -> None:
         """Called when an in-place op gives a lazy tensor a new value."""
+
+    def leaf_update(self, leaf, result):
+        """The tensor to give `leaf` (a leaf that requires grad) as its new value `result`,
+        computed without grad (see `CompileTrace.leaf_update`); here `result` itself."""
+        return result
 
     def write(self, target, result) -> None:
         raise RuntimeError("in-place update of a real tensor while building a backward graph")

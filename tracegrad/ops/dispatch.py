@@ -109,10 +109,26 @@ def _bind_traced(prim: Primitive, inputs: tuple, attrs: dict, out_types: tuple, 
         # Traced views alias their input as eager views do (shared version counter).
         _share_storage(inputs[0], outputs[0])
     if record:
-        _record(prim, node, inputs, outputs)
+        _record(prim, node, _tensors_read(inputs, values, tracer), outputs)
     # After recording: the graph keys what the backward will see of a recorded node.
     tracer.graph.add_node(node)
     return outputs
+
+
+def _tensors_read(inputs: tuple, values: tuple, tracer) -> tuple:
+    """The tensors a traced node read, for its saved tensors: a real tensor written earlier
+    in the trace (an optimizer step) was read as its new value, a lazy stand-in here."""
+    overrides = tracer.overrides
+    if not overrides:
+        return inputs
+    read = []
+    for t, value in zip(inputs, values):
+        if t._data is not None and id(t) in overrides:
+            stand_in = lazy_tensor(value, t._type, tracer)
+            stand_in._requires_grad = t._requires_grad
+            t = stand_in
+        read.append(t)
+    return tuple(read)
 
 
 def _record(prim: Primitive, node: Node, inputs: tuple, outputs: tuple) -> None:
