@@ -109,7 +109,7 @@ def _bind_traced(prim: Primitive, inputs: tuple, attrs: dict, out_types: tuple, 
         # Traced views alias their input as eager views do (shared version counter).
         _share_storage(inputs[0], outputs[0])
     if record:
-        _record(prim, node, _tensors_read(inputs, values, tracer), outputs)
+        _record(prim, node, _tensors_read(inputs, values, tracer) if tracer.overrides else inputs, outputs)
     # After recording: the graph keys what the backward will see of a recorded node.
     tracer.graph.add_node(node)
     return outputs
@@ -119,8 +119,6 @@ def _tensors_read(inputs: tuple, values: tuple, tracer) -> tuple:
     """The tensors a traced node read, for its saved tensors: a real tensor written earlier
     in the trace (an optimizer step) was read as its new value, a lazy stand-in here."""
     overrides = tracer.overrides
-    if not overrides:
-        return inputs
     read = []
     for t, value in zip(inputs, values):
         if t._data is not None and id(t) in overrides:
