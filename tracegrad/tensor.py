@@ -365,20 +365,8 @@ class Tensor:
 def lazy_tensor(value: Value, typ: TensorType, tracer) -> Tensor:
     """`Tensor._make_lazy` for a caller that has the active tracer at hand (every traced op)."""
     t = _new_object(Tensor)
-    # Tensor._init, inlined (every traced op's outputs come through here).
-    t._data = None
-    t._type = typ
+    t._init(None, typ)
     t._value = value
-    t._grad_fn = None
-    t._requires_grad = False
-    t._grad = None
-    t._version_counter = VersionCounter()
-    t._base = None
-    t._retains_grad = False
-    t._hooks = None
-    t._inference = False
-    t._volatile = False
-    t._view_history = 0
     tracer.register(t)
     return t
 
