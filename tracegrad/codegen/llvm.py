@@ -7,6 +7,8 @@ llvmlite notes (measured here): an engine owns its TargetMachine, so one engine 
 the process and every kernel module is added to it; optimization at speed level 2 with
 loop and SLP vectorization on. llvmlite serializes every LLVM call behind one lock, so
 compiling kernels on several threads does not overlap (tried for W4's 15 kernels: no gain).
+Code generation may skip loop strength reduction for a kernel (`emit_object`), a
+process-wide LLVM option switched around that one emission.
 """
 
 from __future__ import annotations
@@ -110,6 +112,34 @@ def optimize(module_ref, machine=None, small: bool = False) -> None:
     builder.getModulePassManager().run(module_ref, builder)
 
 
+# Held across every code generation: `-disable-lsr` is one process-wide LLVM option, so a
+# kernel emitted without strength reduction must not overlap another kernel's emission.
+_codegen_lock = threading.Lock()
+
+
+def emit_object(module_ref, machine, strength_reduction: bool = True) -> bytes:
+    """Machine code of the optimized `module_ref`. Without `strength_reduction`, LLVM's loop
+    strength reduction is skipped: its search over address formulas was half of the code
+    generation time of an epilogue tile or a small kernel (W4's cold first call: ~5 ms a
+    tile, callgrind), whose loops of unit-stride loads and stores gain nothing from it (x86
+    addressing modes fold base + index * scale + offset; tile and small-kernel run times
+    unchanged, measured). Big kernels and the GEMMs keep it (a row kernel ran ~2% slower
+    without it)."""
+    with _codegen_lock:
+        if strength_reduction:
+            return machine.emit_object(module_ref)
+        llvm.set_option("tracegrad", "-disable-lsr=true")
+        try:
+            return machine.emit_object(module_ref)
+        finally:
+            llvm.set_option("tracegrad", "-disable-lsr=false")
+
+
+def _variant(small: bool, strength_reduction: bool) -> str:
+    """The part of a kernel's cache key naming how it was compiled (not visible in its IR)."""
+    return (" small" if small else "") + ("" if strength_reduction else " no-lsr")
+
+
 _loaded: dict[str, int] = {}
 
 
@@ -125,24 +155,27 @@ def compile_kernel(module: ir.Module, name: str) -> tuple[int, str, bool]:
 
 
 def compile_kernel_keyed(description: str | None, name: str, build: Callable[[], ir.Module],
-                         small: bool = False) -> tuple[int, str, bool]:
+                         small: bool = False, strength_reduction: bool = True) -> tuple[int, str, bool]:
     """`compile_kernel` for a module that is costly to generate: keyed by `description`
     (which must name everything the IR depends on, such as a hash of the generator's
     source), so that a kernel in memory or in the disk cache is found without building it.
-    `small` as in `optimize` (part of the key). A None description (the sources could not
-    be hashed) keys the kernel by its IR text."""
+    `small` as in `optimize`, `strength_reduction` as in `emit_object` (both part of the
+    key). A None description (the sources could not be hashed) keys the kernel by its IR
+    text."""
     def text() -> str:
         module = build()
         module.triple = llvm.get_process_triple()
         module.data_layout = str(target_machine().target_data)
         return str(module)
+    variant = _variant(small, strength_reduction)
     if description is None:
         ir_text = text()
-        return _compile(ir_text + (" small" if small else ""), name, lambda: ir_text, small)
-    return _compile(description + (" small" if small else ""), name, text, small)
+        return _compile(ir_text + variant, name, lambda: ir_text, small, strength_reduction)
+    return _compile(description + variant, name, text, small, strength_reduction)
 
 
-def _compile(key_text: str, name: str, ir_text: Callable[[], str], small: bool = False) -> tuple[int, str, bool]:
+def _compile(key_text: str, name: str, ir_text: Callable[[], str], small: bool = False,
+             strength_reduction: bool = True) -> tuple[int, str, bool]:
     from tracegrad.codegen import cache
 
     host = host_description()
@@ -158,7 +191,7 @@ def _compile(key_text: str, name: str, ir_text: Callable[[], str], small: bool =
         module_ref = llvm.parse_assembly(ir_text().replace(f'@"{name}"', f'@"{symbol}"'), context=context)
         module_ref.verify()
         optimize(module_ref, machine, small)
-        obj = machine.emit_object(module_ref)
+        obj = emit_object(module_ref, machine, strength_reduction)
         del module_ref  # before its context could go
         cache.store(key, host, obj)
     return _add_object(symbol, obj), symbol, from_disk
