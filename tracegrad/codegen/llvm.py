@@ -1,5 +1,6 @@
 """LLVM plumbing: one long-lived MCJIT engine for the host CPU, module optimization with
-the new pass manager, compilation with an IR-hash (or caller-given) disk-cache key,
+the new pass manager, compilation with an IR-hash (or caller-given) disk-cache key and a
+symbol named after the IR (identical code is compiled and loaded once per process),
 `emit_loop` (the counted loop every generator emits), and `ScalarBuilder`, the typed IR
 builder that primitives' `lower` functions use to express one element of their result.
 
@@ -14,6 +15,7 @@ process-wide LLVM option switched around that one emission.
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from collections.abc import Callable
 
@@ -140,7 +142,15 @@ def _variant(small: bool, strength_reduction: bool) -> str:
     return (" small" if small else "") + ("" if strength_reduction else " no-lsr")
 
 
+# symbol -> its address in the engine. A symbol is named after the hash of the kernel's IR
+# (and how it was compiled), so kernels whose descriptions differ but whose code is the same
+# (epilogue tiles differing only in their row count) are compiled and loaded once.
 _loaded: dict[str, int] = {}
+# cache key -> (address, symbol) of a kernel found or compiled under that key.
+_keyed: dict[str, tuple[int, str]] = {}
+# symbol -> the disk-cache key its object was stored or found under.
+_stored_under: dict[str, str] = {}
+_SYMBOL = re.compile(rb"(tg_[0-9a-f]{24})\0")
 
 
 def compile_kernel(module: ir.Module, name: str) -> tuple[int, str, bool]:
@@ -180,48 +190,73 @@ def _compile(key_text: str, name: str, ir_text: Callable[[], str], small: bool =
 
     host = host_description()
     key = cache.kernel_key(key_text, host)
-    symbol = f"tg_{key[:24]}"
+    found = _find(key, host)
+    if found is not None:
+        return found
+    text = ir_text()
+    # For a kernel keyed by its IR (compile_kernel, no description) this is tg_{key[:24]}.
+    symbol = f"tg_{cache.kernel_key(text + _variant(small, strength_reduction), host)[:24]}"
     with _lock:
-        if symbol in _loaded:
-            return _loaded[symbol], symbol, False
+        address = _loaded.get(symbol)
+        first_key = _stored_under.get(symbol)
+    if address is not None:  # the same code under another description: compiled already
+        obj = cache.load(first_key, host) if first_key is not None else None
+        if obj is not None:
+            cache.store(key, host, obj)  # so that a warm process finds it by this key too
+        with _lock:
+            _keyed[key] = (address, symbol)
+        return address, symbol, False
+    context, machine = _thread_tools()
+    module_ref = llvm.parse_assembly(text.replace(f'@"{name}"', f'@"{symbol}"'), context=context)
+    module_ref.verify()
+    optimize(module_ref, machine, small)
+    obj = emit_object(module_ref, machine, strength_reduction)
+    del module_ref  # before its context could go
+    cache.store(key, host, obj)
+    return _add_object(key, symbol, obj), symbol, False
+
+
+def _find(key: str, host: str) -> tuple[int, str, bool] | None:
+    """(address, symbol, loaded_from_disk) of the kernel stored under `key` in memory or in
+    the disk cache (loaded now), else None."""
+    from tracegrad.codegen import cache
+
+    with _lock:
+        known = _keyed.get(key)
+    if known is not None:
+        return known[0], known[1], False
     obj = cache.load(key, host)
-    from_disk = obj is not None
     if obj is None:
-        context, machine = _thread_tools()
-        module_ref = llvm.parse_assembly(ir_text().replace(f'@"{name}"', f'@"{symbol}"'), context=context)
-        module_ref.verify()
-        optimize(module_ref, machine, small)
-        obj = emit_object(module_ref, machine, strength_reduction)
-        del module_ref  # before its context could go
-        cache.store(key, host, obj)
-    return _add_object(symbol, obj), symbol, from_disk
+        return None
+    # The object defines one tg_ symbol (the kernel; its helpers are internal).
+    symbols = set(_SYMBOL.findall(obj))
+    if len(symbols) != 1:
+        return None  # not an object this module wrote: rebuilt (and overwritten)
+    symbol = symbols.pop().decode()
+    return _add_object(key, symbol, obj), symbol, True
 
 
 def load_keyed(description: str | None) -> int | None:
     """The address of a `compile_kernel_keyed` kernel if it is in memory or in the disk
     cache (loaded now), else None; never compiles."""
-    from tracegrad.codegen import cache
-
     if description is None:
         return None
-
     host = host_description()
-    key = cache.kernel_key(description, host)
-    symbol = f"tg_{key[:24]}"
-    with _lock:
-        if symbol in _loaded:
-            return _loaded[symbol]
-    obj = cache.load(key, host)
-    return None if obj is None else _add_object(symbol, obj)
+    from tracegrad.codegen import cache
+    found = _find(cache.kernel_key(description, host), host)
+    return None if found is None else found[0]
 
 
-def _add_object(symbol: str, obj: bytes) -> int:
+def _add_object(key: str, symbol: str, obj: bytes) -> int:
+    """Add `obj` (defining `symbol`) to the engine unless the symbol is loaded already."""
     with _lock:
         if symbol not in _loaded:
             engine = _get_engine()
             engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             engine.finalize_object()
             _loaded[symbol] = engine.get_function_address(symbol)
+            _stored_under[symbol] = key
+        _keyed[key] = (_loaded[symbol], symbol)
         return _loaded[symbol]
 
 
