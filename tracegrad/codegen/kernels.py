@@ -38,7 +38,8 @@ from tracegrad.ops.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
 
 _names = itertools.count()
 # Kernels of at most this many elements compile without loop unrolling and interleaving
-# (`llvm.optimize`'s `small`): their run time is the call's overhead anyway.
+# (`llvm.optimize`'s `small`) and without loop strength reduction (`llvm.emit_object`):
+# their run time is the call's overhead anyway.
 SMALL_KERNEL_ELEMENTS = 4096
 # Kernels of at most this many elements are called through `fastcall`, which saves ~1-2
 # µs a call but keeps the GIL while the kernel runs (tens of microseconds at most here).
@@ -446,9 +447,10 @@ class KernelStep:
         # Below the size worth splitting over threads, a kernel always runs whole: it is
         # built with constant loop bounds (see build_llvm) and never split later.
         self.whole = self.elements < threads.MIN_PARALLEL_ELEMENTS
+        small = self.elements <= SMALL_KERNEL_ELEMENTS
         address, self.symbol, self.from_disk, self.description = kernel_key.compile_described(
             kernel, "whole kernel" if self.whole else "kernel", lambda: self.module,
-            small=self.elements <= SMALL_KERNEL_ELEMENTS)
+            small=small, strength_reduction=not small)
         self.function = KERNEL_SIGNATURE(address)
         # A small kernel, always one call over its whole range, is called through
         # `fastcall` (its buffers straight from Python, no ctypes conversions; None where

@@ -1,5 +1,6 @@
 """LLVM plumbing: one long-lived MCJIT engine for the host CPU, module optimization with
-the new pass manager, compilation with an IR-hash (or caller-given) disk-cache key,
+the new pass manager, compilation with an IR-hash (or caller-given) disk-cache key and a
+symbol named after the IR (identical code is compiled and loaded once per process),
 `emit_loop` (the counted loop every generator emits), and `ScalarBuilder`, the typed IR
 builder that primitives' `lower` functions use to express one element of their result.
 
@@ -7,11 +8,14 @@ llvmlite notes (measured here): an engine owns its TargetMachine, so one engine 
 the process and every kernel module is added to it; optimization at speed level 2 with
 loop and SLP vectorization on. llvmlite serializes every LLVM call behind one lock, so
 compiling kernels on several threads does not overlap (tried for W4's 15 kernels: no gain).
+Code generation may skip loop strength reduction for a kernel (`emit_object`), a
+process-wide LLVM option switched around that one emission.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from collections.abc import Callable
 
@@ -110,7 +114,43 @@ def optimize(module_ref, machine=None, small: bool = False) -> None:
     builder.getModulePassManager().run(module_ref, builder)
 
 
+# Held across every code generation: `-disable-lsr` is one process-wide LLVM option, so a
+# kernel emitted without strength reduction must not overlap another kernel's emission.
+_codegen_lock = threading.Lock()
+
+
+def emit_object(module_ref, machine, strength_reduction: bool = True) -> bytes:
+    """Machine code of the optimized `module_ref`. Without `strength_reduction`, LLVM's loop
+    strength reduction is skipped: its search over address formulas was half of the code
+    generation time of an epilogue tile or a small kernel (W4's cold first call: ~5 ms a
+    tile, callgrind), whose loops of unit-stride loads and stores gain nothing from it (x86
+    addressing modes fold base + index * scale + offset; tile and small-kernel run times
+    unchanged, measured). Big kernels and the GEMMs keep it (a row kernel ran ~2% slower
+    without it)."""
+    with _codegen_lock:
+        if strength_reduction:
+            return machine.emit_object(module_ref)
+        llvm.set_option("tracegrad", "-disable-lsr=true")
+        try:
+            return machine.emit_object(module_ref)
+        finally:
+            llvm.set_option("tracegrad", "-disable-lsr=false")
+
+
+def _variant(small: bool, strength_reduction: bool) -> str:
+    """The part of a kernel's cache key naming how it was compiled (not visible in its IR)."""
+    return (" small" if small else "") + ("" if strength_reduction else " no-lsr")
+
+
+# symbol -> its address in the engine. A symbol is named after the hash of the kernel's IR
+# (and how it was compiled), so kernels whose descriptions differ but whose code is the same
+# (epilogue tiles differing only in their row count) are compiled and loaded once.
 _loaded: dict[str, int] = {}
+# cache key -> (address, symbol) of a kernel found or compiled under that key.
+_keyed: dict[str, tuple[int, str]] = {}
+# symbol -> the disk-cache key its object was stored or found under.
+_stored_under: dict[str, str] = {}
+_SYMBOL = re.compile(rb"(tg_[0-9a-f]{24})\0")
 
 
 def compile_kernel(module: ir.Module, name: str) -> tuple[int, str, bool]:
@@ -125,70 +165,98 @@ def compile_kernel(module: ir.Module, name: str) -> tuple[int, str, bool]:
 
 
 def compile_kernel_keyed(description: str | None, name: str, build: Callable[[], ir.Module],
-                         small: bool = False) -> tuple[int, str, bool]:
+                         small: bool = False, strength_reduction: bool = True) -> tuple[int, str, bool]:
     """`compile_kernel` for a module that is costly to generate: keyed by `description`
     (which must name everything the IR depends on, such as a hash of the generator's
     source), so that a kernel in memory or in the disk cache is found without building it.
-    `small` as in `optimize` (part of the key). A None description (the sources could not
-    be hashed) keys the kernel by its IR text."""
+    `small` as in `optimize`, `strength_reduction` as in `emit_object` (both part of the
+    key). A None description (the sources could not be hashed) keys the kernel by its IR
+    text."""
     def text() -> str:
         module = build()
         module.triple = llvm.get_process_triple()
         module.data_layout = str(target_machine().target_data)
         return str(module)
+    variant = _variant(small, strength_reduction)
     if description is None:
         ir_text = text()
-        return _compile(ir_text + (" small" if small else ""), name, lambda: ir_text, small)
-    return _compile(description + (" small" if small else ""), name, text, small)
+        return _compile(ir_text + variant, name, lambda: ir_text, small, strength_reduction)
+    return _compile(description + variant, name, text, small, strength_reduction)
 
 
-def _compile(key_text: str, name: str, ir_text: Callable[[], str], small: bool = False) -> tuple[int, str, bool]:
+def _compile(key_text: str, name: str, ir_text: Callable[[], str], small: bool = False,
+             strength_reduction: bool = True) -> tuple[int, str, bool]:
     from tracegrad.codegen import cache
 
     host = host_description()
     key = cache.kernel_key(key_text, host)
-    symbol = f"tg_{key[:24]}"
+    found = _find(key, host)
+    if found is not None:
+        return found
+    text = ir_text()
+    # For a kernel keyed by its IR (compile_kernel, no description) this is tg_{key[:24]}.
+    symbol = f"tg_{cache.kernel_key(text + _variant(small, strength_reduction), host)[:24]}"
     with _lock:
-        if symbol in _loaded:
-            return _loaded[symbol], symbol, False
+        address = _loaded.get(symbol)
+        first_key = _stored_under.get(symbol)
+    if address is not None:  # the same code under another description: compiled already
+        obj = cache.load(first_key, host) if first_key is not None else None
+        if obj is not None:
+            cache.store(key, host, obj)  # so that a warm process finds it by this key too
+        with _lock:
+            _keyed[key] = (address, symbol)
+        return address, symbol, False
+    context, machine = _thread_tools()
+    module_ref = llvm.parse_assembly(text.replace(f'@"{name}"', f'@"{symbol}"'), context=context)
+    module_ref.verify()
+    optimize(module_ref, machine, small)
+    obj = emit_object(module_ref, machine, strength_reduction)
+    del module_ref  # before its context could go
+    cache.store(key, host, obj)
+    return _add_object(key, symbol, obj), symbol, False
+
+
+def _find(key: str, host: str) -> tuple[int, str, bool] | None:
+    """(address, symbol, loaded_from_disk) of the kernel stored under `key` in memory or in
+    the disk cache (loaded now), else None."""
+    from tracegrad.codegen import cache
+
+    with _lock:
+        known = _keyed.get(key)
+    if known is not None:
+        return known[0], known[1], False
     obj = cache.load(key, host)
-    from_disk = obj is not None
     if obj is None:
-        context, machine = _thread_tools()
-        module_ref = llvm.parse_assembly(ir_text().replace(f'@"{name}"', f'@"{symbol}"'), context=context)
-        module_ref.verify()
-        optimize(module_ref, machine, small)
-        obj = machine.emit_object(module_ref)
-        del module_ref  # before its context could go
-        cache.store(key, host, obj)
-    return _add_object(symbol, obj), symbol, from_disk
+        return None
+    # The object defines one tg_ symbol (the kernel; its helpers are internal).
+    symbols = set(_SYMBOL.findall(obj))
+    if len(symbols) != 1:
+        return None  # not an object this module wrote: rebuilt (and overwritten)
+    symbol = symbols.pop().decode()
+    return _add_object(key, symbol, obj), symbol, True
 
 
 def load_keyed(description: str | None) -> int | None:
     """The address of a `compile_kernel_keyed` kernel if it is in memory or in the disk
     cache (loaded now), else None; never compiles."""
-    from tracegrad.codegen import cache
-
     if description is None:
         return None
-
     host = host_description()
-    key = cache.kernel_key(description, host)
-    symbol = f"tg_{key[:24]}"
-    with _lock:
-        if symbol in _loaded:
-            return _loaded[symbol]
-    obj = cache.load(key, host)
-    return None if obj is None else _add_object(symbol, obj)
+    from tracegrad.codegen import cache
+    found = _find(cache.kernel_key(description, host), host)
+    return None if found is None else found[0]
 
 
-def _add_object(symbol: str, obj: bytes) -> int:
+def _add_object(key: str, symbol: str, obj: bytes) -> int:
+    """Add `obj` (defining `symbol`) to the engine unless the symbol is loaded already."""
     with _lock:
         if symbol not in _loaded:
             engine = _get_engine()
             engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             engine.finalize_object()
             _loaded[symbol] = engine.get_function_address(symbol)
+            _stored_under[symbol] = key
+        _keyed[key] = (_loaded[symbol], symbol)
         return _loaded[symbol]
 
 

@@ -170,8 +170,9 @@ class EpilogueMatmulStep(MatmulStep):
         start = time.perf_counter()
         self._module = None
         # Keyed by its description, so a warm disk cache loads it without building its IR.
+        # Compiled without loop strength reduction (see `llvm.emit_object`).
         self.tile_address, self.symbol, self.from_disk, self.description = kernel_key.compile_described(
-            kernel, "tile", lambda: self.module)
+            kernel, "tile", lambda: self.module, strength_reduction=False)
         self.tile_function = gemm.EPILOGUE_SIGNATURE(self.tile_address)
         self.compile_seconds = time.perf_counter() - start
 
