@@ -63,8 +63,8 @@ _threads = threading.local()
 
 def _thread_tools():
     """This thread's LLVM context and target machine. Neither may be used by two threads
-    at once, and kernels are compiled on several: user threads calling compiled
-    functions, and the background compiles of `codegen/gemm.py`."""
+    at once, and kernels may be compiled on several (user threads calling compiled
+    functions)."""
     tools = getattr(_threads, "tools", None)
     if tools is None:
         target_machine()  # initializes the native target first
