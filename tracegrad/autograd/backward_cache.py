@@ -29,7 +29,6 @@ COMPILE_AFTER = 3
 CAPACITY = 256
 
 
-
 class _Entry:
     """What the cache knows of one structure: how often it was seen, its plan (False before
     one is built, None when it cannot have one) and which nodes of the forward order a
