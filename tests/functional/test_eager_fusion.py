@@ -7,6 +7,7 @@ import pytest
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
+from tracegrad.autograd.recency import RecencyCache
 from tracegrad.functional import eager_fusion
 
 
@@ -16,7 +17,7 @@ def _fuse_everything(monkeypatch):
     monkeypatch.delenv("TRACEGRAD_EAGER_COMPILE", raising=False)
     monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 0)
     monkeypatch.setattr(eager_fusion, "FUSE_AFTER", 1)
-    monkeypatch.setattr(eager_fusion, "_seen", type(eager_fusion._seen)())
+    monkeypatch.setattr(eager_fusion, "_seen", RecencyCache(eager_fusion.CAPACITY))
     monkeypatch.setattr(eager_fusion, "_programs", {})
 
 

@@ -1,5 +1,6 @@
 """`RecencyCache`: a bounded map that evicts its least recently used entry, for the
-per-call lookups of the backward caches (`traced_backward`, `backward_cache`).
+per-call lookups of the backward caches (`traced_backward`, `backward_cache`) and the
+eager fusion sightings (`functional/eager_fusion`).
 
 Their keys are large tuples (a whole graph's structure) that are built anew on every call,
 so every lookup hashes and compares the whole key. An `OrderedDict` kept in recency order

@@ -25,11 +25,11 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections import OrderedDict
 
 import numpy as np
 
 from tracegrad.autograd.grad_mode import MODE
+from tracegrad.autograd.recency import RecencyCache
 from tracegrad.ir.graph import Graph, Node, Value
 from tracegrad.ir.tracer import Tracer
 from tracegrad.ops.primitive import MOVEMENT
@@ -41,7 +41,7 @@ FUSE_AFTER = 2          # sightings of a call signature before it runs fused
 CAPACITY = 256
 
 _lock = threading.Lock()
-_seen: OrderedDict[tuple, int] = OrderedDict()
+_seen = RecencyCache(CAPACITY)  # call signature -> sightings
 _programs: dict[tuple, object] = {}  # structural key -> Program, or None (not fusable)
 
 
@@ -131,10 +131,8 @@ def _signature(composite, args: tuple, kwargs: dict, min_elements: int,
 
 def _sighted_enough(signature: tuple) -> bool:
     with _lock:
-        count = _seen.pop(signature, 0) + 1
-        _seen[signature] = count
-        if len(_seen) > CAPACITY:
-            _seen.popitem(last=False)
+        count = _seen.get(signature, 0) + 1
+        _seen.put(signature, count)
     return count >= FUSE_AFTER
 
 
