@@ -19,7 +19,7 @@ import weakref
 
 import numpy as np
 
-from tracegrad import compile_events
+from tracegrad import compile_events, compile_replay
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.codegen.program import Program, build_program
 from tracegrad.compile_key import KeyedGraph, structural_key
@@ -36,9 +36,12 @@ class CompileTrace(Tracer):
 
     replays_backward = True  # backward() inside the trace may replay a template (traced_backward)
 
-    def __init__(self, compiled: CompiledFunction, name: str):
-        super().__init__(KeyedGraph(name=name))
+    def __init__(self, compiled: CompiledFunction, name: str, recording: compile_replay.Recording | None = None):
+        super().__init__(KeyedGraph(name=name) if recording is None else recording.graph)
         self.compiled = compiled
+        # Following `recording` (see compile_replay) until the call does something else.
+        self.replay = compile_replay.Replay(recording) if recording is not None else None
+        self.backward_steps: list[tuple] = []  # (node position, BackwardStep or None) per backward
         self.created: list[weakref.ref] = []
         self.writes: dict[int, tuple[Tensor, Tensor]] = {}
         self.realized: dict[Value, np.ndarray] = {}
@@ -60,9 +63,15 @@ class CompileTrace(Tracer):
             return override[1]
         entry = self.captured.get(id(tensor))
         if entry is None:
-            value = self.graph.add_input(tensor._type, f"c{len(self.captured)}")
-            if tensor._requires_grad and tensor._grad_fn is None:
-                value.leaf = weakref.ref(tensor)
+            value = None
+            if self.replay is not None:
+                value = self.replay.input(tensor, None)
+                if value is None:
+                    self.diverge()
+            if value is None:
+                value = self.graph.add_input(tensor._type, f"c{len(self.captured)}")
+                if tensor._requires_grad and tensor._grad_fn is None:
+                    value.leaf = weakref.ref(tensor)
             entry = (tensor, value)
             self.captured[id(tensor)] = entry
         return entry[1]
@@ -80,7 +89,10 @@ class CompileTrace(Tracer):
         for known, proxy, _ in self.arguments:
             if known is tensor:  # the same tensor passed twice: one stand-in, one graph input
                 return proxy
-        value = self.graph.add_input(tensor._type, name)
+        value = self.replay.input(tensor, name) if self.replay is not None else None
+        if value is None:
+            self.diverge()
+            value = self.graph.add_input(tensor._type, name)
         self.captured[id(tensor)] = (tensor, value)
         proxy = Tensor._make_lazy(value, tensor._type)
         self.proxies[id(proxy)] = tensor
@@ -94,8 +106,28 @@ class CompileTrace(Tracer):
     def register(self, tensor) -> None:
         self.created.append(weakref.ref(tensor))
 
+    def diverge(self) -> None:
+        """Stop following the recorded call (if this trace does): go on from the graph
+        built so far as a graph of this call's own (see compile_replay)."""
+        replay = self.replay
+        if replay is None:
+            return
+        self.replay = None
+        self.graph = self.graph.prefix(replay.n_inputs, replay.position)
+        self.compiled._forget(replay.recording)  # its nodes now belong to this call's graph
+
+    def note_hooks(self) -> None:
+        self.diverge()
+        super().note_hooks()
+
+    def note_backward(self, start: int, step) -> None:
+        """A backward just appended nodes from position `start`: `step` describes it
+        (None: a replay cannot repeat it)."""
+        self.backward_steps.append((start, step))
+
     def rebind(self, tensor, result) -> None:
         # An in-place update of an argument's stand-in updates the real argument.
+        self.diverge()
         self.rebound = True
         real = self.proxies.get(id(tensor))
         if real is not None:
@@ -109,6 +141,7 @@ class CompileTrace(Tracer):
         as eager ops reading the updated leaf would."""
         from tracegrad.autograd.grad_mode import no_grad
         from tracegrad.ops.elementwise import copy
+        self.diverge()
         with no_grad():
             fresh = copy(result)
         fresh._value.leaf = weakref.ref(self.proxies.get(id(leaf), leaf))
@@ -116,6 +149,7 @@ class CompileTrace(Tracer):
         return fresh
 
     def write(self, target: Tensor, result: Tensor) -> None:
+        self.diverge()
         self.overrides[id(target)] = (target, result._value)
         self.writes[id(target)] = (target, result)
 
@@ -125,6 +159,7 @@ class CompileTrace(Tracer):
         found = self.realized.get(value)
         if found is not None:
             return found
+        self.diverge()
         # Everything still referenced is computed too, so a later realization (the next
         # iteration of a loop) starts from these values instead of from the inputs.
         targets = [value] + [t._value for t in self.live_lazy_tensors()
@@ -201,6 +236,7 @@ class CompiledFunction:
         self.fn = fn
         self._programs: dict[tuple, Program] = {}
         self._recent: dict[int, tuple[tuple, Program]] = {}  # see _program
+        self._recordings: list[compile_replay.Recording] = []  # most recent first
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
@@ -218,6 +254,7 @@ class CompiledFunction:
         with self._lock:
             self._programs.clear()
             self._recent.clear()
+            self._recordings.clear()
             self._hits = self._misses = 0
             self._compile_time = 0.0
         self._inspect.clear()
@@ -271,18 +308,61 @@ class CompiledFunction:
             return self.fn(*args, **kwargs)  # nested: inline into the enclosing trace
         return self._traced_call(args, kwargs)[0]
 
-    def _traced_call(self, args: tuple, kwargs: dict) -> tuple[object, CompileTrace]:
-        trace = CompileTrace(self, self._graph_name)
-        with trace:
-            names = self._argument_names.first(len(args))
-            traced_args = [_substitute(a, trace, name) for a, name in zip(args, names)]
-            traced_kwargs = {k: _substitute(v, trace, k) for k, v in kwargs.items()} if kwargs else {}
-            result = self.fn(*traced_args, **traced_kwargs)
-            del traced_args, traced_kwargs
-        trace.result = result
-        _finish(trace)
+    def _traced_call(self, args: tuple, kwargs: dict, follow: bool = True) -> tuple[object, CompileTrace]:
+        recording = self._follow() if follow and compile_replay.ENABLED else None
+        trace = CompileTrace(self, self._graph_name, recording)
+        try:
+            with trace:
+                names = self._argument_names.first(len(args))
+                traced_args = [_substitute(a, trace, name) for a, name in zip(args, names)]
+                traced_kwargs = {k: _substitute(v, trace, k) for k, v in kwargs.items()} if kwargs else {}
+                result = self.fn(*traced_args, **traced_kwargs)
+                del traced_args, traced_kwargs
+            trace.result = result
+            _finish(trace)
+        except BaseException:
+            if trace.replay is not None:  # tensors of the failed call may reference its nodes
+                self._forget(trace.replay.recording)
+            raise
         compile_events.call_finished(trace)
         return result, trace
+
+    def _follow(self) -> compile_replay.Recording | None:
+        """The most recent recording no other call follows and no earlier result references."""
+        with self._lock:
+            for recording in self._recordings:
+                if not recording.busy and recording.free():
+                    recording.busy = True
+                    return recording
+        return None
+
+    def _forget(self, recording: compile_replay.Recording) -> None:
+        with self._lock:
+            if recording in self._recordings:
+                self._recordings.remove(recording)
+
+    def _remember(self, trace: CompileTrace, alive: list[Tensor]) -> None:
+        """Keep the trace of a finished call for the next calls to follow (or, when it
+        followed one to the end, keep that one)."""
+        escapes = [weakref.ref(t) for t in alive if t._grad_fn is not None]
+        nodes = trace.graph.nodes
+        if not escapes:  # no tensor can reach a saved tensor any more: do not keep them alive
+            for node in nodes:
+                if node.saved:
+                    node.saved = None
+        replay = trace.replay
+        with self._lock:
+            if replay is not None:
+                recording = replay.recording
+                recording.escapes = escapes
+                recording.busy = False
+                if recording in self._recordings:
+                    return
+            else:
+                recording = compile_replay.Recording(trace.graph, len(trace.arguments), trace.backward_steps,
+                                                     escapes)
+            self._recordings.insert(0, recording)
+            del self._recordings[compile_replay.RECORDINGS:]
 
     def explain(self, *args, **kwargs):
         """Run one call (with its side effects, as a normal call) and return a report of
@@ -311,6 +391,8 @@ def _substitute(value, trace: CompileTrace, name: str):
 
 def _finish(trace: CompileTrace) -> None:
     """Run the traced graph for every live lazy tensor and every pending write."""
+    if trace.replay is not None and not trace.replay.finished:
+        trace.diverge()  # the call did less than the recorded one
     pending = trace.writes
     for tensor, proxy, value in trace.arguments:
         if proxy._value is not value and id(tensor) not in pending:
@@ -361,6 +443,7 @@ def _finish(trace: CompileTrace) -> None:
             array = inputs[_input_position(traced.inputs, value)]
         if array is not target._data:  # else the program wrote it in place (a donation)
             np.copyto(target._data, array, casting="unsafe")
+    trace.compiled._remember(trace, alive)
 
 
 def _input_position(inputs: list[Value], value: Value) -> int:

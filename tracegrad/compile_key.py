@@ -123,6 +123,26 @@ class KeyedGraph(Graph):
             serial += len(node.out_types)
         self._serial = serial
 
+    def prefix(self, n_inputs: int, n_nodes: int) -> KeyedGraph:
+        """A graph of this one's first `n_inputs` inputs and `n_nodes` nodes (the same
+        objects), keyed as if only those had been added (where a replay that diverged from
+        a recorded graph goes on: `compile_replay`)."""
+        graph = KeyedGraph(self.name)
+        graph.inputs = self.inputs[:n_inputs]
+        graph.nodes = self.nodes[:n_nodes]
+        graph._input_types = self._input_types[:n_inputs]
+        graph._parts = self._parts[:n_nodes]
+        number = graph._number
+        for i, value in enumerate(graph.inputs):
+            number[id(value)] = -(i + 1)
+        serial = 0
+        for node in graph.nodes:
+            number[id(node)] = serial
+            serial += len(node.out_types)
+        graph._serial = serial
+        graph._grad_parts = [part for part in self._grad_parts if part[0] < serial]
+        return graph
+
     def key(self, outputs: list[Value], inputs: list[np.ndarray]) -> tuple:
         """`structural_key` of this graph with these outputs, fed with `inputs`."""
         number = self._number

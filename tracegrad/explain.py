@@ -302,7 +302,7 @@ def explain_call(compiled, args: tuple, kwargs: dict) -> ExplainReport:
     from tracegrad.naming import name_captured_inputs, name_outputs
     if isinstance(MODE.tracer, CompileTrace):
         raise RuntimeError("explain() cannot run inside another compiled function's trace")
-    result, trace = compiled._traced_call(args, kwargs)
+    result, trace = compiled._traced_call(args, kwargs, follow=False)  # locations of this call
     name_captured_inputs(trace)
     if trace.events and trace.events[-1].graph.outputs:
         name_outputs(trace, trace.events[-1].graph)

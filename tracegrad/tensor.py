@@ -247,9 +247,9 @@ class Tensor:
     def _output_hooks(self) -> list:
         node = self._grad_fn
         if node.hooks is None:
-            node.hooks = {}
             if MODE.tracer is not None:
-                MODE.tracer.hooked = True  # a traced backward must run the hooks
+                MODE.tracer.note_hooks()  # a traced backward must run the hooks
+            node.hooks = {}
         return node.hooks.setdefault(self._value.index, [])
 
     def is_inference(self) -> bool:

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+from tracegrad import compile_replay
 from tracegrad.autograd import engine, traced_backward
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.ir import autodiff
@@ -24,6 +25,9 @@ def transform_calls(monkeypatch):
 
     monkeypatch.setattr(traced_backward, "reverse_mode", counting)
     monkeypatch.setattr(engine, "reverse_mode", counting)
+    # Every call traces in full: a call following an earlier one (compile_replay) would not
+    # look for a template at all.
+    monkeypatch.setattr(compile_replay, "ENABLED", False)
     traced_backward.clear()
     return calls
 

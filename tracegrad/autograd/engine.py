@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracegrad.autograd.grad_mode import MODE, enable_grad, no_grad
+from tracegrad import compile_replay
 from tracegrad.autograd import backward_cache, traced_backward
 from tracegrad.ir.autodiff import apply_hooks, reverse_mode
 from tracegrad.tensor import Tensor, owned_array
@@ -57,17 +58,35 @@ def _run(roots, targets, retain_graph: bool, create_graph: bool):
     elif tracer is not None:
         try:
             if not create_graph and getattr(tracer, "replays_backward", False):
-                replayed = traced_backward.run(tracer, roots, targets, retain_graph)
-                if replayed is not None:
-                    return replayed
-                # The graph a replay or a recording would build, by running the rules.
-                with no_grad():
-                    return reverse_mode(roots, targets, retain_graph=retain_graph,
-                                        unpack=traced_backward.unpacker(tracer))
+                return _traced(tracer, roots, targets, retain_graph)
             return _transform(roots, targets, retain_graph, create_graph)
         finally:
             tracer.backwards += 1
     return _transform(roots, targets, retain_graph, create_graph)
+
+
+def _traced(tracer, roots, targets, retain_graph: bool) -> dict:
+    """A backward inside a compile trace: the recorded call's if the trace follows one
+    (compile_replay), else a replayed template or the rules run; described for later calls."""
+    if tracer.replay is not None:
+        results = tracer.replay.backward(tracer, roots, targets, retain_graph)
+        if results is not None:
+            return results
+    graph = tracer.graph
+    start, inputs_before, realizations = len(graph.nodes), len(graph.inputs), tracer.realization_count
+    tracer.version_checks = checks = []
+    try:
+        results = traced_backward.run(tracer, roots, targets, retain_graph)
+        if results is None:
+            # The graph a replay or a recording would build, by running the rules.
+            with no_grad():
+                results = reverse_mode(roots, targets, retain_graph=retain_graph,
+                                       unpack=traced_backward.unpacker(tracer))
+    finally:
+        tracer.version_checks = None
+    tracer.note_backward(start, compile_replay.describe_backward(
+        tracer, start, inputs_before, roots, targets, retain_graph, results, realizations, checks))
+    return results
 
 
 def _transform(roots, targets, retain_graph: bool, create_graph: bool):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tracegrad.autograd.grad_mode import MODE
 from tracegrad.ir.graph import Node, Value
 
 FREED_MESSAGE = (
@@ -56,6 +57,9 @@ class SavedTensor:
 
     def check_version(self, node: Node) -> None:
         """Raise as PyTorch does when the saved tensor was modified in place since saved."""
+        tracer = MODE.tracer
+        if tracer is not None and tracer.version_checks is not None:
+            tracer.version_checks.append((node, node.saved, self))  # a replayed backward checks it too
         if self.counter.value != self.version:
             raise RuntimeError(self._modified_message(node))
 

@@ -12,6 +12,9 @@ from tracegrad.ir.graph import Graph, Value
 
 
 class Tracer:
+    replay = None  # a compile trace may follow an earlier call's graph (compile_replay.Replay)
+    version_checks = None  # when a list: collects (node, node.saved, saved tensor) per version check
+
     def __init__(self, graph: Graph):
         self.graph = graph
         self.captured: dict[object, tuple[object, Value]] = {}
@@ -38,6 +41,10 @@ class Tracer:
             entry = (tensor, self.graph.add_input(tensor._type, name))
             self.captured[key] = entry
         return entry[1]
+
+    def note_hooks(self) -> None:
+        """Called before a hook is put on a traced node."""
+        self.hooked = True
 
     def register(self, tensor) -> None:
         """Called for every lazy tensor created while this tracer is active."""

@@ -3,7 +3,9 @@
 This is the one entry point every op goes through. It runs the primitive's shape rule
 (so bad input fails before anything changes), then either computes with NumPy (eager)
 or appends a node to the active tracer's graph (lazy), and records the node for
-autograd when grad mode is on and an input requires grad.
+autograd when grad mode is on and an input requires grad. A compile trace following an
+earlier call (`tracegrad.compile_replay`) checks the op against the node recorded there
+instead, and returns that node's outputs.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ _NO_ATTRS: dict = {}
 
 def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
     """Apply `prim` to `inputs` (Tensors). Returns a Tensor, or a tuple for multi-output ops."""
+    mode = MODE
+    tracer = mode.tracer
+    if tracer is not None and tracer.replay is not None:  # following a recorded trace
+        outputs = tracer.replay.bind(tracer, prim, inputs, attrs)
+        if outputs is not None:
+            return outputs
     # (No comprehensions on this path: in Python 3.11 each one is a function call.)
     if len(inputs) == 1:
         in_types = (inputs[0]._type,)
@@ -30,7 +38,6 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
     else:
         in_types = tuple(t._type for t in inputs)
     out_types = prim.shape_rule(*in_types, **attrs) if attrs else prim.shape_rule(*in_types)
-    mode = MODE
     grad_enabled = mode.grad_enabled
     volatile = requires_grad = False
     concrete = True
@@ -47,7 +54,6 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
             concrete = False
     record = (requires_grad and grad_enabled and prim.vjp is not None and not volatile
               and out_types[0].dtype.is_floating)
-    tracer = mode.tracer
     if tracer is None and concrete:
         if len(inputs) == 1:
             arrays = (inputs[0]._data,)

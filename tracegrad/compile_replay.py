@@ -1,0 +1,306 @@
+"""Following an earlier call's trace: a compiled call that repeats it builds no graph.
+
+`@tg.compile` re-runs the Python function on every call, and a call taking the same path
+as an earlier one asks for the same ops on the same values in the same order. The trace of
+a finished call is kept as a `Recording`: its graph (`KeyedGraph`, whose nodes and values
+the next call reuses) and the backward steps it took. The next call follows it with a
+`Replay` cursor. Each op is checked against the recorded node at the cursor (same
+primitive, attributes, input values, autograd flags): when it matches, the op returns
+tensors of that node's outputs without running its shape rule, building a node or keying
+it. A backward matching the recorded one returns the recorded gradients and appends
+nothing. At the first difference the replay *diverges*: the recorded graph is cut at the
+cursor into a graph of this call (`KeyedGraph.prefix`) and tracing goes on as usual. So a
+call ends with the graph a full trace would have built, and the cache key says the rest.
+
+What a replay does not check, it refuses: in-place updates, hooks on traced tensors,
+values Python asks for (`.item()`), backwards a recording could not describe, all diverge
+first (`CompileTrace` calls `diverge`), then run as in any trace.
+
+Reused nodes are state: a replayed op sets a node's saved tensors and hooks as a fresh
+trace would. So a recording is followed only while no tensor of an earlier call still
+references its nodes (`escapes`: results with a `grad_fn`); otherwise the call traces
+afresh and its trace is kept as a second recording. A replayed node keeps the source
+location of the call that recorded it (a replay does not walk the stack).
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+
+from tracegrad.autograd.grad_mode import MODE
+from tracegrad.ir.autodiff import FREED
+from tracegrad.ir.graph import Value, attr_key
+from tracegrad.ops.primitive import MOVEMENT
+from tracegrad.tensor import Tensor, lazy_tensor
+
+RECORDINGS = 2  # kept per compiled function: a loop keeping the last call's result alive alternates two
+
+# `TRACEGRAD_REPLAY=0` traces every call in full (to compare, or to see each call's locations).
+ENABLED = os.environ.get("TRACEGRAD_REPLAY", "1") != "0"
+
+
+class BackwardStep:
+    """A backward (`backward()` / `autograd.grad` without `create_graph`) as a trace took
+    it: nodes `start` to `end` and graph inputs `inputs_before` to `inputs_after` are what
+    it appended, the latter captured from the seeds in `seed_order`."""
+
+    __slots__ = ("start", "end", "inputs_before", "inputs_after", "roots", "lazy_seeds", "seed_order",
+                 "targets", "retain_graph", "results", "checked", "freed", "backwards")
+
+    def __init__(self, start, end, inputs_before, inputs_after, roots, lazy_seeds, seed_order,
+                 targets, retain_graph, results, checked, freed, backwards):
+        self.start, self.end = start, end
+        self.inputs_before, self.inputs_after = inputs_before, inputs_after
+        self.roots = roots            # root values
+        self.lazy_seeds = lazy_seeds  # per root: the seed's value if the seed was lazy, else None
+        self.seed_order = seed_order  # indices of the concrete seeds captured, in capture order
+        self.targets = targets        # target values (autograd.grad), or None (backward())
+        self.retain_graph = retain_graph
+        self.results = results        # (key value, result value, or the index of the seed returned)
+        self.checked = checked        # (node, saved slot) per version check, in order
+        self.freed = freed            # nodes whose saved tensors the backward freed
+        self.backwards = backwards    # backwards of the trace before this one
+
+
+def describe_backward(tracer, start: int, inputs_before: int, roots: list, targets, retain_graph: bool,
+                      results: dict, realizations: int, checks: list):
+    """The `BackwardStep` a trace just took, or None when a replay could not repeat it
+    (its gradients or graph inputs come from elsewhere than the seeds and the graph).
+    `checks`: (node, its saved tensors then, the one checked) per version check it made."""
+    graph = tracer.graph
+    seeds = [seed for _, seed in roots]
+    if tracer.realization_count != realizations or tracer.hooked or tracer.rebound or tracer.leaf_updates:
+        return None
+    if _leaf_hooks(graph.inputs):
+        return None
+    seed_order = []
+    for value in graph.inputs[inputs_before:]:
+        index = next((i for i, s in enumerate(seeds) if s._data is not None and tracer.lookup(s) is value), None)
+        if index is None or index in seed_order:
+            return None
+        seed_order.append(index)
+    entries = []
+    for key, tensor in results.items():
+        if tensor._data is None:
+            if tensor._base is not None or tensor._requires_grad:
+                return None
+            entries.append((key, tensor._value))
+        else:
+            index = next((i for i, s in enumerate(seeds) if s is tensor), None)
+            if index is None:
+                return None
+            entries.append((key, index))
+    checked = []
+    for node, node_saved, saved in checks:
+        slot = next((i for i, s in enumerate(node_saved or ()) if s is saved), None)
+        if slot is None:  # not a saved tensor of the node any more
+            return None
+        checked.append((node, slot))
+    freed = tuple(node for node in graph.nodes[:start] if node.saved is FREED)
+    return BackwardStep(start, len(graph.nodes), inputs_before, len(graph.inputs),
+                        tuple(value for value, _ in roots),
+                        tuple(seed._value if seed._data is None else None for seed in seeds),
+                        tuple(seed_order), tuple(targets) if targets is not None else None,
+                        retain_graph, tuple(entries), tuple(checked), freed, tracer.backwards)
+
+
+def _leaf_hooks(inputs: list[Value]) -> bool:
+    for value in inputs:
+        if value.leaf is not None:
+            tensor = value.leaf()
+            if tensor is not None and tensor._hooks:
+                return True
+    return False
+
+
+class Recording:
+    """A finished call's trace, for later calls to follow (see the module docstring)."""
+
+    __slots__ = ("graph", "arguments", "steps", "escapes", "busy", "outputs")
+
+    def __init__(self, graph, arguments: int, steps: list, escapes: list):
+        self.graph = graph
+        self.arguments = arguments  # its first inputs are the arguments' stand-ins
+        # The backwards in order: (node position, the BackwardStep, or None if not repeatable).
+        self.steps = steps
+        self.escapes = escapes      # weak references to tensors referencing its nodes
+        self.busy = False           # a call is following it
+        self.outputs = {}           # node position -> its output values, made on first replay
+
+    def free(self) -> bool:
+        """Whether no tensor of an earlier call references the recorded nodes."""
+        for ref in self.escapes:
+            if ref() is not None:
+                return False
+        return True
+
+
+def _same(value: Value, recorded: Value) -> bool:
+    """Whether `value` is `recorded`: the same object, or the same output of the same node."""
+    return value is recorded or (recorded.node is not None and value.node is recorded.node
+                                 and value.index == recorded.index)
+
+
+class Replay:
+    """A cursor over a `Recording`, moved by the ops of the call following it."""
+
+    __slots__ = ("recording", "nodes", "parts", "inputs", "input_parts", "position", "n_inputs", "steps",
+                 "step_index", "next_step_at")
+
+    def __init__(self, recording: Recording):
+        graph = recording.graph
+        self.recording = recording
+        self.nodes = graph.nodes
+        self.parts = graph._parts
+        self.inputs = graph.inputs
+        self.input_parts = graph._input_types
+        self.position = 0  # nodes followed
+        self.n_inputs = 0  # inputs created
+        self.steps = recording.steps
+        self.step_index = 0  # backwards followed
+        self.next_step_at = recording.steps[0][0] if recording.steps else -1
+
+    def input(self, tensor, name: str | None):
+        """The recorded graph input a concrete tensor becomes (an argument when `name` is
+        given, else a captured tensor), or None when it is not the next one recorded."""
+        n = self.n_inputs
+        if n >= len(self.inputs):
+            return None
+        value = self.inputs[n]
+        arguments = self.recording.arguments
+        if (n < arguments) != (name is not None) or (name is not None and value.name != name):
+            return None
+        typ = tensor._type
+        if self.input_parts[n] != (typ.shape, typ.dtype.name):
+            return None
+        leaf = tensor._requires_grad and tensor._grad_fn is None
+        if leaf != (value.leaf is not None):
+            return None
+        # The value will feed this call's tensor, as a fresh input would.
+        value.leaf = weakref.ref(tensor) if leaf else None
+        self.n_inputs = n + 1
+        return value
+
+    def bind(self, tracer, prim, inputs: tuple, attrs: dict):
+        """The outputs of the recorded node at the cursor if `prim(inputs, attrs)` is that
+        node as `dispatch.bind` would record it here (None: the replay diverged)."""
+        from tracegrad.ops.dispatch import _record, _share_storage, _tensors_read
+        position = self.position
+        if position >= len(self.nodes) or position == self.next_step_at:
+            tracer.diverge()
+            return None
+        node = self.nodes[position]
+        if node.op is not prim or len(node.inputs) != len(inputs) or (
+                attr_key(attrs) != self.parts[position][1] if attrs else node.attrs):
+            tracer.diverge()
+            return None
+        # What `bind` computes from its inputs (and in the same order: the view check may raise).
+        mode = MODE
+        grad_enabled = mode.grad_enabled
+        volatile = requires_grad = False
+        for t, recorded in zip(inputs, node.inputs):
+            if t._base is not None and (grad_enabled or t._data is None):
+                t._check_view_is_current()
+            if t._volatile:
+                volatile = True
+            if t._requires_grad:
+                requires_grad = True
+            if t._data is None:
+                if not _same(t._value, recorded):
+                    tracer.diverge()
+                    return None
+            elif not _same(tracer.value_of(t), recorded):  # may diverge (a new input not recorded)
+                if tracer.replay is not None:
+                    tracer.diverge()
+                return None
+        out_types = node.out_types
+        record = (requires_grad and grad_enabled and prim.vjp is not None and not volatile
+                  and out_types[0].dtype.is_floating)
+        needs = node.needs_input_grad
+        if record:
+            if len(needs) != len(inputs) or any(t._requires_grad != n for t, n in zip(inputs, needs)):
+                tracer.diverge()
+                return None
+        elif needs:
+            tracer.diverge()
+            return None
+        values = self.recording.outputs.get(position)
+        if values is None:
+            values = tuple([Value(typ, node, i) for i, typ in enumerate(out_types)])
+            self.recording.outputs[position] = values
+        if len(values) == 1:
+            value = values[0]
+            outputs = (lazy_tensor(value, value.type, tracer),)
+        else:
+            outputs = tuple([lazy_tensor(value, value.type, tracer) for value in values])
+        if prim.kind == MOVEMENT and len(inputs) == 1:
+            _share_storage(inputs[0], outputs[0])
+        self.position = position + 1
+        node.hooks = None
+        if record:
+            # As `_bind_traced` records: saved tensors of this call's inputs.
+            _record(prim, node, _tensors_read(inputs, [t._value if t._data is None else tracer.value_of(t)
+                                                       for t in inputs], tracer)
+                    if tracer.overrides else inputs, outputs)
+        else:
+            node.saved = None
+            if volatile:
+                for out in outputs:
+                    out._volatile = True
+        return outputs[0] if prim.num_outputs == 1 else outputs
+
+    def backward(self, tracer, roots: list, targets, retain_graph: bool) -> dict | None:
+        """The gradients the recorded backward at the cursor gave, if this backward is the
+        same one (None: the replay diverged)."""
+        if self.position != self.next_step_at:
+            tracer.diverge()
+            return None
+        step = self.steps[self.step_index][1]
+        if (step is None or step.retain_graph != retain_graph or step.backwards != tracer.backwards
+                or len(step.roots) != len(roots) or (step.targets is None) != (targets is None)
+                or (targets is not None and len(targets) != len(step.targets))):
+            tracer.diverge()
+            return None
+        seeds = []
+        for (value, seed), recorded, lazy in zip(roots, step.roots, step.lazy_seeds):
+            if not _same(value, recorded) or (seed._data is None) != (lazy is not None) or (
+                    lazy is not None and not _same(seed._value, lazy)):
+                tracer.diverge()
+                return None
+            seeds.append(seed)
+        if targets is not None:
+            for value, recorded in zip(targets, step.targets):
+                if not _same(value, recorded):
+                    tracer.diverge()
+                    return None
+        if self.n_inputs != step.inputs_before or _leaf_hooks(self.inputs[:self.n_inputs]):
+            tracer.diverge()
+            return None
+        for k, index in enumerate(step.seed_order):
+            if tracer.value_of(seeds[index]) is not self.inputs[step.inputs_before + k]:
+                if tracer.replay is not None:
+                    tracer.diverge()
+                return None
+        for node, slot in step.checked:  # the version checks of the saved tensors it unpacked
+            node.saved[slot].check_version(node)
+        self.position = step.end
+        self.step_index += 1
+        steps = self.steps
+        self.next_step_at = steps[self.step_index][0] if self.step_index < len(steps) else -1
+        for node in step.freed:
+            node.saved = FREED
+        tracer.backward_steps.append((step.start, step))
+        results = {}
+        for key, result in step.results:
+            if isinstance(result, int):
+                results[key] = seeds[result]
+            else:
+                results[key] = Tensor._make_lazy(result, result.type)
+        return results
+
+    @property
+    def finished(self) -> bool:
+        """Whether the call followed the whole recording."""
+        return (self.position == len(self.nodes) and self.n_inputs == len(self.inputs)
+                and self.step_index == len(self.steps))
