@@ -1,0 +1,271 @@
+"""A compiled call following the previous call's trace (tracegrad/compile_replay.py):
+same results, gradients, errors and side effects as a full trace, and it diverges into a
+full trace wherever the call does something else."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad import compile_replay
+
+
+def _followed(compiled, *args, **kwargs):
+    """Call `compiled`; its result and whether the call followed a recording to the end."""
+    result, trace = compiled._traced_call(args, kwargs)
+    return result, trace.replay is not None
+
+
+def _chain(x, w, scale):
+    y = (x * w + scale).tanh()
+    return (y * y).sigmoid().sum()
+
+
+def _eager_grads(x, w, scale):
+    x = tg.tensor(x.detach().numpy(), requires_grad=True)
+    w = tg.tensor(w.detach().numpy(), requires_grad=True)
+    loss = _chain(x, w, scale)
+    gx, gw = tg.autograd.grad(loss, [x, w])
+    return loss.detach().numpy(), gx.numpy(), gw.numpy()
+
+
+def test_repeated_calls_follow_the_recording_with_each_calls_data():
+    def fn(x, w, scale):
+        loss = _chain(x, w, scale)
+        return (loss, *tg.autograd.grad(loss, [x, w]))
+
+    compiled = tg.compile(fn)
+    rng = np.random.default_rng(0)
+    followed = []
+    for i in range(4):
+        x = tg.tensor(rng.standard_normal(5), requires_grad=True)
+        w = tg.tensor(rng.standard_normal(5), requires_grad=True)
+        scale = 0.5 + i  # a Python scalar: a captured input, its value read on every call
+        (loss, gx, gw), replayed = _followed(compiled, x, w, scale)
+        followed.append(replayed)
+        want = _eager_grads(x, w, scale)
+        for got, expected in zip((loss.detach().numpy(), gx.numpy(), gw.numpy()), want):
+            np.testing.assert_allclose(got, expected, rtol=1e-12)
+        assert gx.grad_fn is None and not gx.requires_grad
+        del loss, gx, gw  # (a loss kept alive would make the next call trace afresh)
+    assert followed == [False, True, True, True]
+    assert compiled.cache_info().misses == 1
+
+
+def test_the_replay_is_switched_off_by_its_flag(monkeypatch):
+    monkeypatch.setattr(compile_replay, "ENABLED", False)
+    compiled = tg.compile(lambda x: (x * 2).sum())
+    x = tg.ones(3)
+    assert [_followed(compiled, x)[1] for _ in range(3)] == [False, False, False]
+
+
+def test_control_flow_diverges_where_the_paths_part():
+    def fn(x, flag):
+        y = x.sin() * 2.0
+        y = y.exp() if flag else y.cos()
+        return tg.autograd.grad(y.sum(), [x])[0]
+
+    compiled = tg.compile(fn)
+    x = tg.tensor([0.1, -0.7, 1.3], dtype=tg.float64, requires_grad=True)
+    for flag in [True, True, False, True, False, False, True]:
+        got, _ = _followed(compiled, x, flag)
+        np.testing.assert_allclose(got.numpy(), fn(x, flag).numpy(), rtol=1e-12)
+    assert compiled.cache_info().graphs == 2
+
+
+def test_a_call_doing_less_or_more_than_the_recorded_one():
+    def fn(x, n):
+        y = x
+        for _ in range(n):
+            y = (y * 0.9).sin()
+        return y.sum()
+
+    compiled = tg.compile(fn)
+    x = tg.tensor([0.3, 0.4], dtype=tg.float64)
+    for n in [3, 3, 1, 4, 4, 2]:
+        np.testing.assert_allclose(compiled(x, n).numpy(), fn(x, n).numpy(), rtol=1e-12)
+
+
+def test_a_result_kept_from_an_earlier_call_keeps_its_own_graph():
+    # Results with a grad_fn reference the recorded nodes: the next call must not reuse
+    # them (it traces afresh), so each result's backward sees its own call's values.
+    w = tg.tensor([0.5, -1.5, 2.0], dtype=tg.float64, requires_grad=True)
+    compiled = tg.compile(lambda x: (x * w).sin().sum())
+    xs = [tg.tensor(np.full(3, v), dtype=tg.float64) for v in (0.1, 0.2, 0.3, 0.4)]
+    losses = [compiled(x) for x in xs]
+    for x, loss in zip(xs, losses):
+        w.grad = None
+        loss.backward()
+        np.testing.assert_allclose(w.grad.numpy(), x.numpy() * np.cos(x.numpy() * w.detach().numpy()),
+                                   rtol=1e-12)
+
+
+def test_a_result_dropped_before_the_next_call_lets_it_follow():
+    # Until its backward frees them, the graph's saved tensors (traced tensors with a
+    # grad_fn) count as references to its nodes too.
+    w = tg.tensor([0.5, -1.5], dtype=tg.float64, requires_grad=True)
+    compiled = tg.compile(lambda x: (x * w).sin().sum())
+    x = tg.tensor([0.1, 0.2], dtype=tg.float64)
+    first, _ = _followed(compiled, x)
+    first.backward()
+    del first
+    w.grad = None
+    loss, replayed = _followed(compiled, x)
+    assert replayed
+    loss.backward()
+    np.testing.assert_allclose(w.grad.numpy(), x.numpy() * np.cos(x.numpy() * w.detach().numpy()), rtol=1e-12)
+
+
+def test_a_backward_after_the_replayed_one_still_refuses_freed_saved_tensors():
+    def fn(x, twice):
+        loss = (x * x).sin().sum()
+        g = tg.autograd.grad(loss, [x])[0]
+        if twice:
+            tg.autograd.grad(loss, [x])
+        return g
+
+    compiled = tg.compile(fn)
+    x = tg.ones(2, requires_grad=True)
+    compiled(x, False)
+    compiled(x, False)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        compiled(x, True)
+    np.testing.assert_allclose(compiled(x, False).numpy(), 2 * np.cos(1.0) * np.ones(2), rtol=1e-6)
+
+
+def test_the_replayed_backward_checks_the_version_of_a_concrete_saved_input():
+    w = tg.tensor([2.0, 3.0])
+    bump = []
+
+    def fn(x):
+        loss = (x * w).sum()
+        if bump:
+            w._version_counter.value += 1  # a change the trace does not see
+        return tg.autograd.grad(loss, [x])[0]
+
+    compiled = tg.compile(fn)
+    x = tg.ones(2, requires_grad=True)
+    compiled(x)
+    assert _followed(compiled, x)[1]
+    bump.append(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        compiled(x)
+
+
+def test_hooks_put_in_one_call_do_not_stay_on_the_recorded_nodes():
+    seen = []
+
+    def fn(x, hook):
+        y = x.exp()
+        if hook:
+            y.register_hook(lambda g: seen.append(1) or g * 2)
+        return tg.autograd.grad(y.sum(), [x])[0]
+
+    compiled = tg.compile(fn)
+    x = tg.tensor([0.0, 1.0], dtype=tg.float64, requires_grad=True)
+    for hook in [False, True, False, False, True]:
+        got = compiled(x, hook)
+        np.testing.assert_allclose(got.numpy(), np.exp([0.0, 1.0]) * (2 if hook else 1), rtol=1e-12)
+    assert len(seen) == 2
+
+
+def test_a_value_python_needs_and_in_place_updates_diverge_and_stay_correct():
+    rng = np.random.default_rng(1)
+    data = [rng.standard_normal((4, 3)), rng.standard_normal(3)]
+    x = tg.tensor(rng.standard_normal((2, 4)))
+
+    def make_step(params):
+        def step():
+            loss = ((x @ params[0]).tanh() * params[1]).sum()
+            loss.backward()
+            with tg.no_grad():
+                for p in params:
+                    p -= 0.1 * p.grad
+                    p.grad = None
+            return loss.item()
+        return step
+
+    params = [tg.tensor(d, requires_grad=True) for d in data]
+    twins = [tg.tensor(d, requires_grad=True) for d in data]
+    compiled, eager = tg.compile(make_step(params)), make_step(twins)
+    for _ in range(4):
+        assert compiled() == pytest.approx(eager(), rel=1e-12)
+        for p, t in zip(params, twins):
+            np.testing.assert_allclose(p.detach().numpy(), t.detach().numpy(), rtol=1e-12)
+
+
+def test_a_changed_requires_grad_or_grad_mode_diverges():
+    w = tg.tensor([1.0, 2.0], dtype=tg.float64)
+
+    def fn(x):
+        return (x * w).exp().sum()
+
+    compiled = tg.compile(fn)
+    x = tg.tensor([0.5, 0.25], dtype=tg.float64, requires_grad=True)
+    compiled(x)
+    compiled(x)
+    w.requires_grad_(True)
+    loss = compiled(x)
+    loss.backward()
+    np.testing.assert_allclose(w.grad.numpy(), x.detach().numpy() * np.exp(x.detach().numpy() * [1, 2]),
+                               rtol=1e-12)
+    with tg.no_grad():
+        assert compiled(x).grad_fn is None
+
+
+def test_changed_attributes_and_shapes_diverge():
+    compiled = tg.compile(lambda x, axis: (x * 2.0).sum(axis))
+    for shape, axis in [((2, 3), 0), ((2, 3), 0), ((2, 3), 1), ((3, 3), 1), ((3, 3), 1)]:
+        x = tg.tensor(np.arange(np.prod(shape), dtype=np.float64).reshape(shape))
+        np.testing.assert_allclose(compiled(x, axis).numpy(), 2 * x.numpy().sum(axis), rtol=1e-12)
+
+
+def test_an_error_in_a_followed_call_leaves_later_calls_correct():
+    def fn(x, fail):
+        y = x.sin()
+        if fail:
+            raise ValueError("boom")
+        return tg.autograd.grad(y.sum(), [x])[0]
+
+    compiled = tg.compile(fn)
+    x = tg.tensor([0.2, 0.4], dtype=tg.float64, requires_grad=True)
+    compiled(x, False)
+    compiled(x, False)
+    with pytest.raises(ValueError, match="boom"):
+        compiled(x, True)
+    np.testing.assert_allclose(compiled(x, False).numpy(), np.cos([0.2, 0.4]), rtol=1e-12)
+
+
+def test_threads_calling_one_compiled_function_get_their_own_results():
+    def fn(x):
+        loss = (x * x).sin().sum()
+        return tg.autograd.grad(loss, [x])[0]
+
+    compiled = tg.compile(fn)
+    errors = []
+
+    def worker(seed):
+        try:
+            rng = np.random.default_rng(seed)
+            for _ in range(30):
+                x = tg.tensor(rng.standard_normal(8), dtype=tg.float64, requires_grad=True)
+                want = 2 * x.detach().numpy() * np.cos(x.detach().numpy() ** 2)
+                np.testing.assert_allclose(compiled(x).numpy(), want, rtol=1e-12)
+        except Exception as error:  # reported by the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_an_error_from_the_shape_rule_is_still_raised_when_shapes_change():
+    compiled = tg.compile(lambda a, b: (a + b).sum())
+    compiled(tg.ones(3), tg.ones(3))
+    compiled(tg.ones(3), tg.ones(3))
+    with pytest.raises(Exception, match="add"):
+        compiled(tg.ones(3), tg.ones(4))
