@@ -31,6 +31,7 @@ import weakref
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.ir.autodiff import FREED
 from tracegrad.ir.graph import Value, attr_key
+from tracegrad.ops.dispatch import _record, _share_storage, _tensors_read
 from tracegrad.ops.primitive import MOVEMENT
 from tracegrad.tensor import Tensor, lazy_tensor
 
@@ -117,7 +118,7 @@ def _leaf_hooks(inputs: list[Value]) -> bool:
 class Recording:
     """A finished call's trace, for later calls to follow (see the module docstring)."""
 
-    __slots__ = ("graph", "arguments", "steps", "escapes", "busy", "outputs")
+    __slots__ = ("graph", "arguments", "steps", "escapes", "busy", "outputs", "finish")
 
     def __init__(self, graph, arguments: int, steps: list, escapes: list):
         self.graph = graph
@@ -127,6 +128,9 @@ class Recording:
         self.escapes = escapes      # weak references to tensors referencing its nodes
         self.busy = False           # a call is following it
         self.outputs = {}           # node position -> its output values, made on first replay
+        # What the last call following it to the end computed and ran (compile._finish):
+        # (its live values, the graph with them as outputs, output positions, key, program).
+        self.finish = None
 
     def free(self) -> bool:
         """Whether no tensor of an earlier call references the recorded nodes."""
@@ -185,7 +189,6 @@ class Replay:
     def bind(self, tracer, prim, inputs: tuple, attrs: dict):
         """The outputs of the recorded node at the cursor if `prim(inputs, attrs)` is that
         node as `dispatch.bind` would record it here (None: the replay diverged)."""
-        from tracegrad.ops.dispatch import _record, _share_storage, _tensors_read
         position = self.position
         if position >= len(self.nodes) or position == self.next_step_at:
             tracer.diverge()
@@ -207,7 +210,8 @@ class Replay:
             if t._requires_grad:
                 requires_grad = True
             if t._data is None:
-                if not _same(t._value, recorded):
+                value = t._value
+                if value is not recorded and not _same(value, recorded):
                     tracer.diverge()
                     return None
             elif not _same(tracer.value_of(t), recorded):  # may diverge (a new input not recorded)
@@ -219,7 +223,13 @@ class Replay:
                   and out_types[0].dtype.is_floating)
         needs = node.needs_input_grad
         if record:
-            if len(needs) != len(inputs) or any(t._requires_grad != n for t, n in zip(inputs, needs)):
+            if len(inputs) == 1:
+                same = needs == (inputs[0]._requires_grad,)
+            elif len(inputs) == 2:
+                same = needs == (inputs[0]._requires_grad, inputs[1]._requires_grad)
+            else:
+                same = needs == tuple([t._requires_grad for t in inputs])
+            if not same:
                 tracer.diverge()
                 return None
         elif needs:
