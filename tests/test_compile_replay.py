@@ -269,3 +269,23 @@ def test_an_error_from_the_shape_rule_is_still_raised_when_shapes_change():
     compiled(tg.ones(3), tg.ones(3))
     with pytest.raises(Exception, match="add"):
         compiled(tg.ones(3), tg.ones(4))
+
+
+def test_an_in_place_update_of_a_saved_tensor_is_caught_in_a_followed_call():
+    # The replay makes saved tensors late (compile_replay.Replay.save), with the versions
+    # their tensors had when the op ran: the update after it must still be seen.
+    def fn(x, update):
+        y = x.exp()
+        z = (y * y).sum()
+        if update:
+            y.add_(1.0)
+        return tg.autograd.grad(z, [x])[0]
+
+    compiled = tg.compile(fn)
+    x = tg.tensor([0.5, 1.0], dtype=tg.float64, requires_grad=True)
+    compiled(x, False)
+    assert _followed(compiled, x, False)[1]
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            compiled(x, True)
+    np.testing.assert_allclose(compiled(x, False).numpy(), 2 * np.exp(2 * np.array([0.5, 1.0])), rtol=1e-12)

@@ -114,6 +114,7 @@ class CompileTrace(Tracer):
         if replay is None:
             return
         self.replay = None
+        replay.save_all()
         self.graph = self.graph.prefix(replay.n_inputs, replay.position)
         self.compiled._forget(replay.recording)  # its nodes now belong to this call's graph
 
@@ -407,6 +408,13 @@ def _finish(trace: CompileTrace) -> None:
         if proxy._value is not value and id(tensor) not in pending:
             pending[id(tensor)] = (tensor, proxy)  # an in-place op rebound the stand-in
     alive = trace.live_lazy_tensors()
+    if trace.replay is not None and trace.replay.unsaved:
+        # Saved tensors still to be made: needed only if a result can reach their nodes.
+        if any(t._grad_fn is not None for t in alive):
+            trace.replay.save_all()
+            alive = trace.live_lazy_tensors()  # with the saved outputs' aliases
+        else:
+            trace.replay.unsaved.clear()
     alive_values = [t._value for t in alive]
     writes = [(target, result._value) for target, result in pending.values()] if pending else []
     trace.output_tensors = (list(zip(alive, alive_values)), writes)

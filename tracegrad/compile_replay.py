@@ -106,6 +106,17 @@ def describe_backward(tracer, start: int, inputs_before: int, roots: list, targe
                         retain_graph, tuple(entries), tuple(checked), freed, tracer.backwards)
 
 
+def _save(node, prim, inputs: tuple, outputs: tuple, versions: tuple) -> None:
+    """The saved tensors `_record` gives `node`, with the versions its inputs had when the
+    node was followed (a tensor's version changes only by in-place ops, which make the
+    replay diverge first, but a test or a thread may bump it)."""
+    _record(prim, node, inputs, outputs)
+    if node.saved:
+        for slot, saved in enumerate(node.saved):
+            if saved is not None and saved.output_index is None:
+                saved.version = versions[slot]
+
+
 def _leaf_hooks(inputs: list[Value]) -> bool:
     for value in inputs:
         if value.leaf is not None:
@@ -150,7 +161,7 @@ class Replay:
     """A cursor over a `Recording`, moved by the ops of the call following it."""
 
     __slots__ = ("recording", "nodes", "parts", "inputs", "input_parts", "position", "n_inputs", "steps",
-                 "step_index", "next_step_at")
+                 "step_index", "next_step_at", "unsaved")
 
     def __init__(self, recording: Recording):
         graph = recording.graph
@@ -164,6 +175,10 @@ class Replay:
         self.steps = recording.steps
         self.step_index = 0  # backwards followed
         self.next_step_at = recording.steps[0][0] if recording.steps else -1
+        # Nodes followed whose saved tensors are not made yet (id -> what `save` needs):
+        # made when something may read them (a backward's version checks, a divergence, a
+        # result that can reach them), never for nodes a replayed backward frees.
+        self.unsaved: dict[int, tuple] = {}
 
     def input(self, tensor, name: str | None):
         """The recorded graph input a concrete tensor becomes (an argument when `name` is
@@ -209,6 +224,9 @@ class Replay:
                 volatile = True
             if t._requires_grad:
                 requires_grad = True
+            if t._inference:  # cannot be saved: `bind` raises the error
+                tracer.diverge()
+                return None
             if t._data is None:
                 value = t._value
                 if value is not recorded and not _same(value, recorded):
@@ -248,17 +266,42 @@ class Replay:
             _share_storage(inputs[0], outputs[0])
         self.position = position + 1
         node.hooks = None
+        node.saved = None  # (the earlier call's)
         if record:
-            # As `_bind_traced` records: saved tensors of this call's inputs.
-            _record(prim, node, _tensors_read(inputs, [t._value if t._data is None else tracer.value_of(t)
-                                                       for t in inputs], tracer)
-                    if tracer.overrides else inputs, outputs)
-        else:
-            node.saved = None
-            if volatile:
-                for out in outputs:
-                    out._volatile = True
+            # What `_record` does, but the saved tensors, made later (`save`) with the
+            # versions their tensors have now.
+            for out in outputs:
+                if out._type.dtype.is_floating:
+                    out._requires_grad = True
+                    out._grad_fn = node
+            if prim.saves_inputs or prim.saves_output:
+                if len(inputs) == 1:
+                    versions = (inputs[0]._version_counter.value,)
+                elif len(inputs) == 2:
+                    versions = (inputs[0]._version_counter.value, inputs[1]._version_counter.value)
+                else:
+                    versions = tuple([t._version_counter.value for t in inputs])
+                read = inputs
+                if tracer.overrides:
+                    read = _tensors_read(inputs, [t._value if t._data is None else tracer.value_of(t)
+                                                  for t in inputs], tracer)
+                self.unsaved[id(node)] = (node, prim, read, outputs, versions)
+        elif volatile:
+            for out in outputs:
+                out._volatile = True
         return outputs[0] if prim.num_outputs == 1 else outputs
+
+    def save(self, node) -> None:
+        """Make the saved tensors of `node` if they are still to be made."""
+        entry = self.unsaved.pop(id(node), None)
+        if entry is not None:
+            _save(*entry)
+
+    def save_all(self) -> None:
+        """Make every saved tensor still to be made (before the trace reads them its own way)."""
+        unsaved, self.unsaved = self.unsaved, {}
+        for entry in unsaved.values():
+            _save(*entry)
 
     def backward(self, tracer, roots: list, targets, retain_graph: bool) -> dict | None:
         """The gradients the recorded backward at the cursor gave, if this backward is the
@@ -293,12 +336,16 @@ class Replay:
                     tracer.diverge()
                 return None
         for node, slot in step.checked:  # the version checks of the saved tensors it unpacked
+            self.save(node)
             node.saved[slot].check_version(node)
         self.position = step.end
         self.step_index += 1
         steps = self.steps
         self.next_step_at = steps[self.step_index][0] if self.step_index < len(steps) else -1
+        unsaved = self.unsaved
         for node in step.freed:
+            if unsaved:
+                unsaved.pop(id(node), None)
             node.saved = FREED
         tracer.backward_steps.append((step.start, step))
         results = {}

@@ -367,3 +367,21 @@ def test_tensor_keyword_argument_is_an_input():
     assert f(x, scale=tg.from_numpy(np.full(3, 2.0))).item() == 6.0
     assert f(x, scale=tg.from_numpy(np.full(3, 3.0))).item() == 9.0
     assert f.cache_info().misses == 1
+
+
+def test_an_in_place_update_of_a_saved_traced_tensor_raises_as_in_eager():
+    # The backward would read the value from before the update (traced values do not
+    # change), but eager refuses it, and so must the compiled function.
+    def fn(x):
+        y = x.exp()
+        z = (y * y).sum()
+        y.add_(1.0)
+        return tg.autograd.grad(z, [x])[0]
+
+    x = tg.tensor([0.5, 1.0], dtype=tg.float64, requires_grad=True)
+    with pytest.raises(RuntimeError) as eager:
+        fn(x)
+    with pytest.raises(RuntimeError) as compiled:
+        tg.compile(fn)(x)
+    assert "modified by an inplace operation" in str(eager.value)
+    assert str(compiled.value) == str(eager.value)

@@ -45,11 +45,11 @@ class SavedTensor:
 
     def unpack(self, node: Node):
         from tracegrad.tensor import Tensor
+        self.check_version(node)  # a traced tensor too: an in-place op inside a trace bumps it
         if self.lazy is not None:
             if self.output_index is None:
                 return self.lazy
             return self.lazy._with_identity(node, self.output_index)
-        self.check_version(node)
         value: Value | None = self.value
         if self.output_index is not None:
             value = node.output(self.output_index)
@@ -58,15 +58,20 @@ class SavedTensor:
     def check_version(self, node: Node) -> None:
         """Raise as PyTorch does when the saved tensor was modified in place since saved."""
         tracer = MODE.tracer
-        if tracer is not None and tracer.version_checks is not None:
-            tracer.version_checks.append((node, node.saved, self))  # a replayed backward checks it too
+        if tracer is not None and tracer.version_checks is not None and self.lazy is None:
+            # A replayed backward (compile_replay) checks it too. (A traced tensor changes
+            # version only by an in-place op in the trace, where a replay diverges.)
+            tracer.version_checks.append((node, node.saved, self))
         if self.counter.value != self.version:
             raise RuntimeError(self._modified_message(node))
 
     def _modified_message(self, node: Node) -> str:
-        shape = list(self.data.shape)
+        if self.data is not None:
+            shape, dtype = list(self.data.shape), self.data.dtype.name
+        else:  # a traced tensor
+            shape, dtype = list(self.lazy._type.shape), self.lazy._type.dtype.name
         kind = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "LongTensor",
-                "bool": "BoolTensor"}[self.data.dtype.name]
+                "bool": "BoolTensor"}[dtype]
         where = ""
         value = node.output(self.output_index) if self.output_index is not None else self.value
         if value is not None and value.node is not None:

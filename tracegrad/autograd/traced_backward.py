@@ -100,7 +100,8 @@ def _unpack(node: Node, slot: int, kind: int):
     tensor for the nodes to read as the direct path's rules read it."""
     saved = node.saved[slot]
     if kind == _LAZY_VALUE:
-        return saved.lazy._value  # unpacking a lazy saved tensor checks nothing
+        saved.check_version(node)
+        return saved.lazy._value
     if kind == _ALIASED_INPUT:
         saved.check_version(node)
         return node.inputs[slot]
@@ -163,7 +164,10 @@ def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) ->
             for index, i, j, kind in found.unpack_plan:
                 node = nodes[i]
                 if kind == _LAZY_VALUE:  # inline: the common case
-                    env[index] = node.saved[j].lazy._value
+                    saved = node.saved[j]
+                    if saved.counter.value != saved.version:
+                        saved.check_version(node)  # raises
+                    env[index] = saved.lazy._value
                 else:
                     env[index] = _unpack(node, j, kind)
             freed = () if retain_graph else map(nodes.__getitem__, found.freed_at)
