@@ -335,18 +335,21 @@ class Replay:
                 if tracer.replay is not None:
                     tracer.diverge()
                 return None
+        unsaved = self.unsaved
         for node, slot in step.checked:  # the version checks of the saved tensors it unpacked
+            entry = unsaved.get(id(node))
+            if entry is not None and slot < len(entry[4]) and entry[2][slot]._version_counter.value == entry[4][slot]:
+                continue  # (what the saved tensor's check would find, without making it)
             self.save(node)
             node.saved[slot].check_version(node)
         self.position = step.end
         self.step_index += 1
         steps = self.steps
         self.next_step_at = steps[self.step_index][0] if self.step_index < len(steps) else -1
-        unsaved = self.unsaved
         for node in step.freed:
-            if unsaved:
-                unsaved.pop(id(node), None)
             node.saved = FREED
+        if unsaved:  # (freed: never to be made)
+            self.unsaved = {key: entry for key, entry in unsaved.items() if entry[0].saved is not FREED}
         tracer.backward_steps.append((step.start, step))
         results = {}
         for key, result in step.results:
