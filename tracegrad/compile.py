@@ -355,12 +355,13 @@ class CompiledFunction:
         """Keep the trace of a finished call for the next calls to follow (or, when it
         followed one to the end, keep that one)."""
         escapes = [weakref.ref(t) for t in alive if t._grad_fn is not None]
-        nodes = trace.graph.nodes
-        if not escapes:  # no tensor can reach a saved tensor any more: do not keep them alive
-            for node in nodes:
+        replay = trace.replay
+        # No tensor can reach a saved tensor any more: do not keep them alive. (A followed
+        # call makes saved tensors only for results that reach them.)
+        if not escapes and replay is None:
+            for node in trace.graph.nodes:
                 if node.saved:
                     node.saved = None
-        replay = trace.replay
         with self._lock:
             if replay is not None:
                 recording = replay.recording
@@ -416,6 +417,10 @@ def _finish(trace: CompileTrace) -> None:
         else:
             trace.replay.unsaved.clear()
     alive_values = [t._value for t in alive]
+    replay = trace.replay
+    if replay is not None and not pending and _finish_followed(trace, replay.recording, alive, alive_values):
+        trace.compiled._remember(trace, alive)
+        return
     writes = [(target, result._value) for target, result in pending.values()] if pending else []
     trace.output_tensors = (list(zip(alive, alive_values)), writes)
     # Output positions keyed by (id of the node, output index): what Value equality
@@ -431,38 +436,31 @@ def _finish(trace: CompileTrace) -> None:
                 outputs.append(value)
     traced = trace.graph
     inputs = _input_arrays(trace)
-    replay = trace.replay
     if outputs:
-        # A call that followed its recording to the end, with the outputs of the last call
-        # that did (the same value objects), has that call's graph and key, but for how
-        # its input arrays alias.
-        last = replay.recording.finish if replay is not None and not writes else None
-        if (last is not None and len(last[0]) == len(alive_values)
-                and all(map(operator.is_, last[0], alive_values)) and alias_pattern(inputs) == last[3][-1]):
-            _, outputs, position, key, program = last
-            arrays = trace.compiled._run_hit(program, last[1], inputs, trace, key)
+        graph = Graph(traced.inputs, traced.nodes, outputs, traced.name)
+        key = traced.key(outputs, inputs)
+        if writes:
+            donations = _donations(writes, position, inputs, key[-1])
+            key = key_with_donations(key, donations)
         else:
-            graph = Graph(traced.inputs, traced.nodes, outputs, traced.name)
-            key = traced.key(outputs, inputs)
-            if writes:
-                donations = _donations(writes, position, inputs, key[-1])
-                key = key_with_donations(key, donations)
-            else:
-                donations = ()
-            program = trace.compiled._program(graph, inputs, trace, key, donations)
-            arrays = program.run([inputs[i] for i in program.feeds] if program.feeds is not None else inputs)
-            if replay is not None and not writes:
-                replay.recording.finish = (alive_values, graph, position, key, program)
+            donations = ()
+        program = trace.compiled._program(graph, inputs, trace, key, donations)
+        arrays = program.run([inputs[i] for i in program.feeds] if program.feeds is not None else inputs)
     else:
         arrays = []
+    slots = []  # per live tensor: its program output, or -(its graph input + 1)
     for t, value in zip(alive, alive_values):
         node = value.node
         if node is not None:
+            slot = position[(id(node), value.index)]
             # A program result becomes the tensor's own buffer (results may be views or
             # read-only broadcasts).
-            t._data = owned_array(np.asarray(arrays[position[(id(node), value.index)]]))
+            t._data = owned_array(np.asarray(arrays[slot]))
         else:  # an input passed through (an argument's stand-in) stays the array it is
-            t._data = np.asarray(inputs[_input_position(traced.inputs, value)])
+            slot = _input_position(traced.inputs, value)
+            t._data = np.asarray(inputs[slot])
+            slot = -(slot + 1)
+        slots.append(slot)
         if t._grad_fn is None:
             t._value = None
     for target, value in writes:
@@ -473,7 +471,30 @@ def _finish(trace: CompileTrace) -> None:
             array = inputs[_input_position(traced.inputs, value)]
         if array is not target._data:  # else the program wrote it in place (a donation)
             np.copyto(target._data, array, casting="unsafe")
+    if replay is not None and outputs and not writes:
+        replay.recording.finish = (alive_values, graph, slots, key, program)
     trace.compiled._remember(trace, alive)
+
+
+def _finish_followed(trace: CompileTrace, recording, alive: list[Tensor], alive_values: list[Value]) -> bool:
+    """`_finish` for a call that followed `recording` to the end, if its live values are
+    the last such call's (the same objects): it has that call's graph, outputs and key,
+    but for how its input arrays alias, so it runs that call's program without building
+    the key. False (nothing done) otherwise."""
+    last = recording.finish
+    if last is None or len(last[0]) != len(alive_values) or not all(map(operator.is_, last[0], alive_values)):
+        return False
+    inputs = _input_arrays(trace)
+    _, graph, slots, key, program = last
+    if alias_pattern(inputs) != key[-1]:
+        return False
+    trace.output_tensors = (list(zip(alive, alive_values)), [])
+    arrays = trace.compiled._run_hit(program, graph, inputs, trace, key)
+    for t, slot in zip(alive, slots):
+        t._data = owned_array(np.asarray(arrays[slot])) if slot >= 0 else np.asarray(inputs[-slot - 1])
+        if t._grad_fn is None:
+            t._value = None
+    return True
 
 
 def _input_position(inputs: list[Value], value: Value) -> int:
