@@ -95,6 +95,14 @@ class TensorType:
     shape: tuple[int, ...]
     dtype: DType
 
+    def __eq__(self, other: object) -> bool:
+        # (Written out: every traced op compares types, and the same object is common.)
+        if self is other:
+            return True
+        if other.__class__ is not TensorType:
+            return NotImplemented
+        return self.dtype is other.dtype and self.shape == other.shape
+
     def __str__(self) -> str:
         return f"{self.dtype.short}[{','.join(map(str, self.shape))}]"
 
