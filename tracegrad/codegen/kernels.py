@@ -316,7 +316,7 @@ def _map_loop(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel,
     # A flat loop over all elements vectorizes best.
     emitter.flat = _flat_map(kernel)
     body = lambda index: _map_body(builder, b, emitter, kernel, accumulators, index, shape)  # noqa: E731
-    interleave = _long_body_interleave(builder)
+    interleave = _long_body_interleave(builder, int(np.prod(shape)) if emitter.flat else shape[-1] if shape else 0)
     if emitter.flat:
         _loop(builder, end, lambda i: body([i]), start, interleave=interleave)
     elif shape:
@@ -329,22 +329,30 @@ def _map_loop(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel,
             _store(builder, emitter, node.output(0), I64(0), builder.load(slot))
 
 
-# A map loop whose body (one element, as emitted) has at least this many instructions gets
-# LONG_BODY_INTERLEAVE vector iterations in flight instead of the loop vectorizer's choice
-# (2 for W1's): such a body is mostly one long dependency chain (a polynomial, a division,
-# the backward of an activation after it), and the core's out-of-order window, filled in
-# program order, then holds too few independent vectors to keep the FMA units busy.
-# Measured on W1 (one thread, data in L2; ns per element, interleave 2 -> 4 -> 8):
-# forward 0.229 -> 0.204 -> ~0.21, forward+backward 0.435 -> 0.405 -> ~0.37 (16 spilled and
-# ran slower than 2). Short bodies (a scaled add) are memory-bound and keep LLVM's choice.
-LONG_BODY_INSTRUCTIONS = 32
-LONG_BODY_INTERLEAVE = 4
+# A map loop whose body (one element, as emitted) is long gets more vector iterations in
+# flight than the loop vectorizer's choice (2 for W1's): such a body is mostly one long
+# dependency chain (a polynomial, a division, the backward of an activation after it), and
+# the core's out-of-order window, filled in program order, then holds too few independent
+# vectors to keep the FMA units busy. (body instructions at least, interleave), longest
+# first. Measured on W1 (one thread, data in L2; ns per element at interleave 2, 4, 8):
+# forward (44 instructions) 0.229, 0.20, 0.20-0.22; forward+backward (68) 0.435, 0.40-0.43,
+# 0.35-0.36; 16 spilled registers and ran slower than 2. Short bodies (a scaled add) are
+# memory-bound and keep LLVM's choice.
+LONG_BODY_INTERLEAVE = ((64, 8), (32, 4))
 
 
-def _long_body_interleave(builder: ir.IRBuilder):
-    """The interleave hint of a map loop, decided once its body is emitted (`emit_loop`
-    calls it with the builder at the end of the body, a single block for branch-free code)."""
-    return lambda: LONG_BODY_INTERLEAVE if len(builder.block.instructions) >= LONG_BODY_INSTRUCTIONS else None
+def _long_body_interleave(builder: ir.IRBuilder, trip_count: int):
+    """The interleave hint of a map loop of at most `trip_count` iterations, decided once
+    its body is emitted (`emit_loop` calls it with the builder at the end of the body, a
+    single block for branch-free code). The vector loop takes k 16-lane vectors (AVX-512
+    float32) at a time for a hint of k, and LLVM's slower remainder loops do the rest: a
+    hint is only given when that rest is at most 1/16 of the iterations (a row of 600
+    elements ran slower at 8, whose rest is 88, than at LLVM's 2)."""
+    def hint():
+        size = len(builder.block.instructions)
+        return next((count for least, count in LONG_BODY_INTERLEAVE
+                     if size >= least and 16 * (trip_count % (16 * count)) <= trip_count), None)
+    return hint
 
 
 def _row_group(builder, b: ScalarBuilder, emitter: _Emitter, group: RowGroup, start, end) -> None:
