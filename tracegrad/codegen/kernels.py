@@ -334,11 +334,12 @@ def _map_loop(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel,
 # dependency chain (a polynomial, a division, the backward of an activation after it), and
 # the core's out-of-order window, filled in program order, then holds too few independent
 # vectors to keep the FMA units busy. (body instructions at least, interleave), longest
-# first. Measured on W1 (one thread, data in L2; ns per element at interleave 2, 4, 8):
-# forward (44 instructions) 0.229, 0.20, 0.20-0.22; forward+backward (68) 0.435, 0.40-0.43,
-# 0.35-0.36; 16 spilled registers and ran slower than 2. Short bodies (a scaled add) are
-# memory-bound and keep LLVM's choice.
-LONG_BODY_INTERLEAVE = ((64, 8), (32, 4))
+# first. Measured on W1 (ns per element at interleave 2, 4, 8; one thread, data in L2):
+# forward (44 instructions) 0.229, 0.20, 0.20-0.22; forward+backward (68) 0.435, 0.40,
+# 0.36. 8 was erratic over the whole arrays (0.36-0.47 on one thread, and slower than 4 on
+# two threads: 0.51 against 0.42) and 16 spilled registers, so 4 it is. Short bodies (a
+# scaled add) are memory-bound and keep LLVM's choice.
+LONG_BODY_INTERLEAVE = ((32, 4),)
 
 
 def _long_body_interleave(builder: ir.IRBuilder, trip_count: int):
@@ -346,8 +347,8 @@ def _long_body_interleave(builder: ir.IRBuilder, trip_count: int):
     its body is emitted (`emit_loop` calls it with the builder at the end of the body, a
     single block for branch-free code). The vector loop takes k 16-lane vectors (AVX-512
     float32) at a time for a hint of k, and LLVM's slower remainder loops do the rest: a
-    hint is only given when that rest is at most 1/16 of the iterations (a row of 600
-    elements ran slower at 8, whose rest is 88, than at LLVM's 2)."""
+    hint is only given when that rest is at most 1/16 of the iterations (W1's backward
+    over rows of 600 elements ran slower at 8, whose rest is 88, than at LLVM's 2)."""
     def hint():
         size = len(builder.block.instructions)
         return next((count for least, count in LONG_BODY_INTERLEAVE
