@@ -334,13 +334,6 @@ class ScalarBuilder:
         # the loop should keep this many vector accumulators in flight (see
         # `reduce_maximum`); the kernel emitter reads it after lowering the step.
         self.reduction_interleave: int | None = None
-        # Fast-math flags of elementwise float add, sub and mul: `contract` lets LLVM fuse
-        # a multiply and the add or sub that consumes it into one fma (rounded once instead
-        # of twice; W1's kernels ran 5-8% faster). Off inside the math library (`math`),
-        # whose exact splits (Payne-Hanek, Cody-Waite) rely on every product being rounded
-        # by itself, and for the adds of sum reductions (`add_reassoc`), which stay as NumPy
-        # rounds them (a folded sum of products agreed with NumPy's to 1e-6 only so).
-        self.float_flags: tuple[str, ...] = ("contract",)
 
     # -- constants and types --
     def const(self, value, dtype: types.DType):
@@ -405,7 +398,7 @@ class ScalarBuilder:
     def add(self, a, b):
         if a.type == I1:
             return self.ir.or_(a, b)
-        return self.ir.fadd(a, b, flags=self.float_flags) if self.is_float(a) else self.ir.add(a, b)
+        return self.ir.fadd(a, b) if self.is_float(a) else self.ir.add(a, b)
 
     def add_reassoc(self, a, b):
         """An add the vectorizer may reorder (sum reductions only). Only `reassoc`: with
@@ -415,12 +408,12 @@ class ScalarBuilder:
         return self.add(a, b)
 
     def sub(self, a, b):
-        return self.ir.fsub(a, b, flags=self.float_flags) if self.is_float(a) else self.ir.sub(a, b)
+        return self.ir.fsub(a, b) if self.is_float(a) else self.ir.sub(a, b)
 
     def mul(self, a, b):
         if a.type == I1:
             return self.ir.and_(a, b)
-        return self.ir.fmul(a, b, flags=self.float_flags) if self.is_float(a) else self.ir.mul(a, b)
+        return self.ir.fmul(a, b) if self.is_float(a) else self.ir.mul(a, b)
 
     def div(self, a, b):
         return self.ir.fdiv(a, b)
@@ -498,11 +491,7 @@ class ScalarBuilder:
 
     def math(self, name: str, x):
         from tracegrad.codegen import mathlib
-        flags, self.float_flags = self.float_flags, ()
-        try:
-            return getattr(mathlib, name)(self, x)
-        finally:
-            self.float_flags = flags
+        return getattr(mathlib, name)(self, x)
 
     # -- index arithmetic for movement ops (i64) --
     @staticmethod
