@@ -334,10 +334,10 @@ def _map_loop(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel,
 # dependency chain (a polynomial, a division, the backward of an activation after it), and
 # the core's out-of-order window, filled in program order, then holds too few independent
 # vectors to keep the FMA units busy. (body instructions at least, interleave), longest
-# first. Measured on W1 (ns per element at interleave 2, 4, 8; one thread, data in L2):
-# forward (44 instructions) 0.229, 0.20, 0.20-0.22; forward+backward (68) 0.435, 0.40,
-# 0.36. 8 was erratic over the whole arrays (0.36-0.47 on one thread, and slower than 4 on
-# two threads: 0.51 against 0.42) and 16 spilled registers, so 4 it is. Short bodies (a
+# first. Measured on W1 (ns per element, one thread, data in L2): forward (44 instructions)
+# 0.226 at LLVM's 2 -> 0.212 at 4, forward+backward (68) 0.477 -> 0.405. 8 was faster still
+# in L2 but erratic over the whole arrays (0.36-0.47 on one thread, and slower than 4 on two
+# threads: 0.51 against 0.42); 16 spilled registers and ran slower than 2. Short bodies (a
 # scaled add) are memory-bound and keep LLVM's choice.
 LONG_BODY_INTERLEAVE = ((32, 4),)
 
