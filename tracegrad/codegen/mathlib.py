@@ -47,11 +47,19 @@ def _float_bits(value: float, is_f64: bool) -> int:
     return int.from_bytes(struct.pack("<d" if is_f64 else "<f", value), "little")
 
 
-def exp(b, x):
+def exp(b, x, sign: int = 0):
+    """exp(x). `sign`: -1 when the caller knows x <= 0 (or NaN), 1 when x >= 0 (or NaN), which
+    leaves out the clamp at the other end (one max or min instruction of the loop)."""
     is_f64 = x.type == F64
     int_type = I64 if is_f64 else I32
     # Beyond these bounds exp is 0 or inf in the type; NaN passes the clamp.
-    clamped = b.clamp(x, *((-746.0, 710.0) if is_f64 else (-104.0, 89.0)))
+    low, high = (-746.0, 710.0) if is_f64 else (-104.0, 89.0)
+    if sign < 0:
+        clamped = b.ir.select(b.ir.fcmp_ordered("<", x, b.like(low, x)), b.like(low, x), x)
+    elif sign > 0:
+        clamped = b.ir.select(b.ir.fcmp_ordered(">", x, b.like(high, x)), b.like(high, x), x)
+    else:
+        clamped = b.clamp(x, low, high)
     shift = b.like(_SHIFT_F64 if is_f64 else _SHIFT_F32, x)
     shifted = b.fmuladd(clamped, b.like(1 / math.log(2), x), shift)
     n = b.sub(shifted, shift)
@@ -108,7 +116,7 @@ def sigmoid(b, x):
     # implementation does. 1 / (1 + exp(-x)) alone would give 0 below -88.7 (float32),
     # where exp(-x) overflows, instead of the subnormal results down to -103.9.
     one = b.like(1.0, x)
-    z = exp(b, b.neg(b.intrinsic("fabs", x)))
+    z = exp(b, b.neg(b.intrinsic("fabs", x)), sign=-1)
     return b.div(b.select(b.compare(">=", x, b.like(0.0, x)), one, z), b.add(one, z))
 
 
@@ -145,7 +153,7 @@ def tanh(b, x):
     # 1 - 2 / (exp(2|x|) + 1), which saturates to 1 when exp overflows.
     small = b.mul(x, _horner(b, b.mul(x, x), _TANH_COEFFICIENTS[x.type]))
     two = b.like(2.0, x)
-    large = b.sub(b.like(1.0, x), b.div(two, b.add(exp(b, b.mul(ax, two)), b.like(1.0, x))))
+    large = b.sub(b.like(1.0, x), b.div(two, b.add(exp(b, b.mul(ax, two), sign=1), b.like(1.0, x))))
     large = b.intrinsic("copysign", large, x)
     result = b.select(b.compare("<", ax, b.like(TANH_SMALL, x)), small, large)
     return b.select(b.is_nan(x), x, result)
@@ -160,7 +168,7 @@ def _erf64(b, x):
     mid = b.compare("<", ax, b.like(8.0, x))
     p = b.select(mid, _horner(b, ax, mathfn._P[::-1]), _horner(b, ax, mathfn._R[::-1]))
     q = b.select(mid, _horner(b, ax, mathfn._Q[::-1]), _horner(b, ax, mathfn._S[::-1]))
-    erfc = b.div(b.mul(exp(b, b.neg(b.mul(ax, ax))), p), q)
+    erfc = b.div(b.mul(exp(b, b.neg(b.mul(ax, ax)), sign=-1), p), q)
     outer = b.intrinsic("copysign", b.sub(b.like(1.0, x), erfc), x)
     result = b.select(b.compare("<=", ax, b.like(1.0, x)), inner, outer)
     return b.select(b.is_nan(x), x, result)
