@@ -289,3 +289,36 @@ def test_an_in_place_update_of_a_saved_tensor_is_caught_in_a_followed_call():
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             compiled(x, True)
     np.testing.assert_allclose(compiled(x, False).numpy(), 2 * np.exp(2 * np.array([0.5, 1.0])), rtol=1e-12)
+
+
+@pytest.mark.parametrize("make_optimizer", [lambda p: tg.optim.SGD(p, lr=0.1, momentum=0.9),
+                                            lambda p: tg.optim.Adam(p, lr=0.05)])
+def test_a_training_step_with_optimizer_updates_is_followed_to_the_end(make_optimizer):
+    def make(seed):
+        tg.manual_seed(seed)
+        model = tg.nn.Sequential(tg.nn.Linear(3, 5), tg.nn.Tanh(), tg.nn.Linear(5, 2))
+        for p in model.parameters():
+            p.data = p.detach().to(tg.float64)
+        return model, make_optimizer(model.parameters())
+
+    model, opt = make(0)
+    twin, twin_opt = make(0)
+    rng = np.random.default_rng(3)
+
+    def step(m, o, x, y):
+        loss = ((m(x) - y) ** 2).mean()
+        o.zero_grad()
+        loss.backward()
+        o.step()
+        return loss.detach()
+
+    compiled = tg.compile(lambda x, y: step(model, opt, x, y))
+    followed = []
+    for _ in range(5):
+        x, y = (tg.tensor(rng.standard_normal(s)) for s in ((4, 3), (4, 2)))
+        loss, replayed = _followed(compiled, x, y)
+        followed.append(replayed)
+        assert loss.item() == pytest.approx(step(twin, twin_opt, x, y).item(), rel=1e-12)
+        for p, q in zip(model.parameters(), twin.parameters()):
+            np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-10, atol=1e-12)
+    assert followed[2:] == [True, True, True]  # (the second step may differ: momentum buffers appear)

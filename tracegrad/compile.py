@@ -143,7 +143,6 @@ class CompileTrace(Tracer):
         as eager ops reading the updated leaf would."""
         from tracegrad.autograd.grad_mode import no_grad
         from tracegrad.ops.elementwise import copy
-        self.diverge()
         with no_grad():
             fresh = copy(result)
         fresh._value.leaf = weakref.ref(self.proxies.get(id(leaf), leaf))
@@ -151,7 +150,6 @@ class CompileTrace(Tracer):
         return fresh
 
     def write(self, target: Tensor, result: Tensor) -> None:
-        self.diverge()
         self.overrides[id(target)] = (target, result._value)
         self.writes[id(target)] = (target, result)
 
@@ -418,10 +416,10 @@ def _finish(trace: CompileTrace) -> None:
             trace.replay.unsaved.clear()
     alive_values = [t._value for t in alive]
     replay = trace.replay
-    if replay is not None and not pending and _finish_followed(trace, replay.recording, alive, alive_values):
+    writes = [(target, result._value) for target, result in pending.values()] if pending else []
+    if replay is not None and _finish_followed(trace, replay.recording, alive, alive_values, writes):
         trace.compiled._remember(trace, alive)
         return
-    writes = [(target, result._value) for target, result in pending.values()] if pending else []
     trace.output_tensors = (list(zip(alive, alive_values)), writes)
     # Output positions keyed by (id of the node, output index): what Value equality
     # compares, without a call of the Python-level Value.__hash__ per lookup.
@@ -448,52 +446,58 @@ def _finish(trace: CompileTrace) -> None:
         arrays = program.run([inputs[i] for i in program.feeds] if program.feeds is not None else inputs)
     else:
         arrays = []
-    slots = []  # per live tensor: its program output, or -(its graph input + 1)
-    for t, value in zip(alive, alive_values):
-        node = value.node
-        if node is not None:
-            slot = position[(id(node), value.index)]
-            # A program result becomes the tensor's own buffer (results may be views or
-            # read-only broadcasts).
-            t._data = owned_array(np.asarray(arrays[slot]))
-        else:  # an input passed through (an argument's stand-in) stays the array it is
-            slot = _input_position(traced.inputs, value)
-            t._data = np.asarray(inputs[slot])
-            slot = -(slot + 1)
-        slots.append(slot)
-        if t._grad_fn is None:
-            t._value = None
-    for target, value in writes:
-        node = value.node
-        if node is not None:
-            array = arrays[position[(id(node), value.index)]]
-        else:
-            array = inputs[_input_position(traced.inputs, value)]
-        if array is not target._data:  # else the program wrote it in place (a donation)
-            np.copyto(target._data, array, casting="unsafe")
-    if replay is not None and outputs and not writes:
-        replay.recording.finish = (alive_values, graph, slots, key, program)
+    # Per live tensor and per write: its program output, or -(its graph input + 1).
+    slots = [_slot(value, position, traced.inputs) for value in alive_values]
+    write_slots = [_slot(value, position, traced.inputs) for _, value in writes]
+    _deliver(alive, slots, writes, write_slots, arrays, inputs)
+    if replay is not None and outputs:
+        replay.recording.finish = (alive_values, [v for _, v in writes], graph, slots, write_slots, position,
+                                   donations, key, program)
     trace.compiled._remember(trace, alive)
 
 
-def _finish_followed(trace: CompileTrace, recording, alive: list[Tensor], alive_values: list[Value]) -> bool:
-    """`_finish` for a call that followed `recording` to the end, if its live values are
-    the last such call's (the same objects): it has that call's graph, outputs and key,
-    but for how its input arrays alias, so it runs that call's program without building
-    the key. False (nothing done) otherwise."""
-    last = recording.finish
-    if last is None or len(last[0]) != len(alive_values) or not all(map(operator.is_, last[0], alive_values)):
-        return False
-    inputs = _input_arrays(trace)
-    _, graph, slots, key, program = last
-    if alias_pattern(inputs) != key[-1]:
-        return False
-    trace.output_tensors = (list(zip(alive, alive_values)), [])
-    arrays = trace.compiled._run_hit(program, graph, inputs, trace, key)
+def _slot(value: Value, position: dict, inputs: list[Value]) -> int:
+    node = value.node
+    if node is not None:
+        return position[(id(node), value.index)]
+    return -(_input_position(inputs, value) + 1)  # an input passed through (an argument's stand-in)
+
+
+def _deliver(alive: list[Tensor], slots: list[int], writes: list, write_slots: list[int],
+             arrays: list[np.ndarray], inputs: list[np.ndarray]) -> None:
+    """Give the live tensors their values, and write the written tensors'."""
     for t, slot in zip(alive, slots):
+        # A program result becomes the tensor's own buffer (results may be views or
+        # read-only broadcasts); an input passed through stays the array it is.
         t._data = owned_array(np.asarray(arrays[slot])) if slot >= 0 else np.asarray(inputs[-slot - 1])
         if t._grad_fn is None:
             t._value = None
+    for (target, _), slot in zip(writes, write_slots):
+        array = arrays[slot] if slot >= 0 else inputs[-slot - 1]
+        if array is not target._data:  # else the program wrote it in place (a donation)
+            np.copyto(target._data, array, casting="unsafe")
+
+
+def _finish_followed(trace: CompileTrace, recording, alive: list[Tensor], alive_values: list[Value],
+                     writes: list) -> bool:
+    """`_finish` for a call that followed `recording` to the end, if its live values and
+    written values are the last such call's (the same objects): it has that call's graph,
+    outputs and key, but for how its input arrays alias and which inputs it may write in
+    place, so it runs that call's program without building the key. False (nothing done)
+    otherwise."""
+    last = recording.finish
+    if (last is None or len(last[0]) != len(alive_values) or len(last[1]) != len(writes)
+            or not all(map(operator.is_, last[0], alive_values))):
+        return False
+    _, written, graph, slots, write_slots, position, donations, key, program = last
+    if writes and not all(map(operator.is_, written, [v for _, v in writes])):
+        return False
+    inputs = _input_arrays(trace)
+    if alias_pattern(inputs) != key[-1] or (writes and _donations(writes, position, inputs, key[-1]) != donations):
+        return False
+    trace.output_tensors = (list(zip(alive, alive_values)), writes)
+    arrays = trace.compiled._run_hit(program, graph, inputs, trace, key)
+    _deliver(alive, slots, writes, write_slots, arrays, inputs)
     return True
 
 
