@@ -12,9 +12,11 @@ nothing. At the first difference the replay *diverges*: the recorded graph is cu
 cursor into a graph of this call (`KeyedGraph.prefix`) and tracing goes on as usual. So a
 call ends with the graph a full trace would have built, and the cache key says the rest.
 
-What a replay does not check, it refuses: in-place updates, hooks on traced tensors,
-values Python asks for (`.item()`), backwards a recording could not describe, all diverge
-first (`CompileTrace` calls `diverge`), then run as in any trace.
+What a replay does not check, it refuses: in-place updates of traced tensors, hooks on
+traced tensors, values Python asks for (`.item()`), backwards a recording could not
+describe, all diverge first (`CompileTrace` calls `diverge`), then run as in any trace.
+Writes to real tensors (optimizer steps) are ops like any other plus an entry in the
+trace's writes, and are followed.
 
 Reused nodes are state: a replayed op sets a node's saved tensors and hooks as a fresh
 trace would. So a recording is followed only while no tensor of an earlier call still
