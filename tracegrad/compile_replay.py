@@ -131,7 +131,7 @@ def _leaf_hooks(inputs: list[Value]) -> bool:
 class Recording:
     """A finished call's trace, for later calls to follow (see the module docstring)."""
 
-    __slots__ = ("graph", "arguments", "steps", "escapes", "busy", "outputs", "finish")
+    __slots__ = ("graph", "arguments", "steps", "escapes", "busy", "plans", "finish")
 
     def __init__(self, graph, arguments: int, steps: list, escapes: list):
         self.graph = graph
@@ -140,7 +140,7 @@ class Recording:
         self.steps = steps
         self.escapes = escapes      # weak references to tensors referencing its nodes
         self.busy = False           # a call is following it
-        self.outputs = {}           # node position -> its output values, made on first replay
+        self.plans = _plans(graph)  # per node position: what `Replay.bind` checks and returns
         # What the last call following it to the end computed and ran (compile._finish):
         # (its live values, the graph with them as outputs, output positions, key, program).
         self.finish = None
@@ -153,6 +153,27 @@ class Recording:
         return True
 
 
+def _plans(graph) -> list[tuple]:
+    """Per node: (node, op, number of inputs, attribute key part or None, whether it can be
+    recorded for autograd, whether it saves tensors, whether it is a view of its one input,
+    its output values). The output values are the objects the recorded nodes read, so a
+    followed call's tensors hold values that later nodes' inputs are by identity."""
+    read: dict[tuple[int, int], Value] = {}
+    for node in graph.nodes:
+        for value in node.inputs:
+            if value.node is not None:
+                read[(id(value.node), value.index)] = value
+    plans = []
+    for node, part in zip(graph.nodes, graph._parts):
+        op, out_types = node.op, node.out_types
+        values = tuple([read.get((id(node), i)) or Value(typ, node, i) for i, typ in enumerate(out_types)])
+        plans.append((node, op, len(node.inputs), part[1] if node.attrs else None,
+                      op.vjp is not None and out_types[0].dtype.is_floating,
+                      bool(op.saves_inputs or op.saves_output), op.kind == MOVEMENT and len(node.inputs) == 1,
+                      values))
+    return plans
+
+
 def _same(value: Value, recorded: Value) -> bool:
     """Whether `value` is `recorded`: the same object, or the same output of the same node."""
     return value is recorded or (recorded.node is not None and value.node is recorded.node
@@ -162,14 +183,15 @@ def _same(value: Value, recorded: Value) -> bool:
 class Replay:
     """A cursor over a `Recording`, moved by the ops of the call following it."""
 
-    __slots__ = ("recording", "nodes", "parts", "inputs", "input_parts", "position", "n_inputs", "steps",
-                 "step_index", "next_step_at", "unsaved")
+    __slots__ = ("recording", "nodes", "plans", "n_nodes", "inputs", "input_parts", "position", "n_inputs",
+                 "steps", "step_index", "next_step_at", "unsaved")
 
     def __init__(self, recording: Recording):
         graph = recording.graph
         self.recording = recording
         self.nodes = graph.nodes
-        self.parts = graph._parts
+        self.plans = recording.plans
+        self.n_nodes = len(graph.nodes)
         self.inputs = graph.inputs
         self.input_parts = graph._input_types
         self.position = 0  # nodes followed
@@ -207,12 +229,12 @@ class Replay:
         """The outputs of the recorded node at the cursor if `prim(inputs, attrs)` is that
         node as `dispatch.bind` would record it here (None: the replay diverged)."""
         position = self.position
-        if position >= len(self.nodes) or position == self.next_step_at:
+        if position >= self.n_nodes or position == self.next_step_at:
             tracer.diverge()
             return None
-        node = self.nodes[position]
-        if node.op is not prim or len(node.inputs) != len(inputs) or (
-                attr_key(attrs) != self.parts[position][1] if attrs else node.attrs):
+        node, op, n_inputs, attr_part, recordable, saves, movement, values = self.plans[position]
+        if op is not prim or n_inputs != len(inputs) or (
+                attr_key(attrs) != attr_part if attrs else attr_part is not None):
             tracer.diverge()
             return None
         # What `bind` computes from its inputs (and in the same order: the view check may raise).
@@ -234,18 +256,18 @@ class Replay:
                 if value is not recorded and not _same(value, recorded):
                     tracer.diverge()
                     return None
-            elif not _same(tracer.value_of(t), recorded):  # may diverge (a new input not recorded)
-                if tracer.replay is not None:
-                    tracer.diverge()
-                return None
-        out_types = node.out_types
-        record = (requires_grad and grad_enabled and prim.vjp is not None and not volatile
-                  and out_types[0].dtype.is_floating)
+            else:
+                value = tracer.value_of(t)  # may diverge (a new input not recorded)
+                if value is not recorded and not _same(value, recorded):
+                    if tracer.replay is not None:
+                        tracer.diverge()
+                    return None
+        record = requires_grad and recordable and grad_enabled and not volatile
         needs = node.needs_input_grad
         if record:
-            if len(inputs) == 1:
+            if n_inputs == 1:
                 same = needs == (inputs[0]._requires_grad,)
-            elif len(inputs) == 2:
+            elif n_inputs == 2:
                 same = needs == (inputs[0]._requires_grad, inputs[1]._requires_grad)
             else:
                 same = needs == tuple([t._requires_grad for t in inputs])
@@ -255,16 +277,12 @@ class Replay:
         elif needs:
             tracer.diverge()
             return None
-        values = self.recording.outputs.get(position)
-        if values is None:
-            values = tuple([Value(typ, node, i) for i, typ in enumerate(out_types)])
-            self.recording.outputs[position] = values
         if len(values) == 1:
             value = values[0]
             outputs = (lazy_tensor(value, value.type, tracer),)
         else:
             outputs = tuple([lazy_tensor(value, value.type, tracer) for value in values])
-        if prim.kind == MOVEMENT and len(inputs) == 1:
+        if movement:
             _share_storage(inputs[0], outputs[0])
         self.position = position + 1
         node.hooks = None
@@ -276,10 +294,10 @@ class Replay:
                 if out._type.dtype.is_floating:
                     out._requires_grad = True
                     out._grad_fn = node
-            if prim.saves_inputs or prim.saves_output:
-                if len(inputs) == 1:
+            if saves:
+                if n_inputs == 1:
                     versions = (inputs[0]._version_counter.value,)
-                elif len(inputs) == 2:
+                elif n_inputs == 2:
                     versions = (inputs[0]._version_counter.value, inputs[1]._version_counter.value)
                 else:
                     versions = tuple([t._version_counter.value for t in inputs])
