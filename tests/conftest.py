@@ -1,6 +1,9 @@
 """Shared test settings: deterministic seeds."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import numpy as np
 import pytest
@@ -8,8 +11,13 @@ import pytest
 # Every kernel's IR is built even when its description finds it in a cache, and a
 # description that ever stands for two different IRs fails the run (codegen/kernel_key.py).
 os.environ["TRACEGRAD_CHECK_KERNEL_KEYS"] = "1"
+# What test modules write to the disk cache while they are imported (the host's description,
+# codegen/host.py) goes to a private directory too (`_private_kernel_cache` sets the run's).
+os.environ["TRACEGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="tracegrad-test-cache-")
 
 import tracegrad as tg
+
+atexit.register(shutil.rmtree, os.environ["TRACEGRAD_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

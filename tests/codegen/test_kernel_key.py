@@ -133,3 +133,60 @@ def test_generated_gemm_keys_cover_every_lowering_source():
     assert key.startswith(kernel_key.lowering_source_hash())
     assert key in gemm._description(np.dtype(np.float32), "row", "row")
     assert key in gemm_narrow._description("rows", np.dtype(np.float32), 0)
+
+
+def _reference_describe(thing, numbers):
+    """The description's first, plain writing (Value's own hashing, str of every type):
+    `kernel_key._describe` must write exactly this, or warm caches would miss."""
+    import dataclasses
+
+    from tracegrad.ir.graph import Node, Value
+    from tracegrad.ir.types import TensorType
+    if isinstance(thing, Value):
+        if thing not in numbers:
+            numbers[thing] = len(numbers)
+        return f"%{numbers[thing]}:{thing.type}"
+    if isinstance(thing, Node):
+        operands = ", ".join(_reference_describe(v, numbers) for v in thing.inputs)
+        attrs = ", ".join(f"{k}={kernel_key._attr_text(thing.attrs[k])}" for k in sorted(thing.attrs))
+        outputs = ", ".join(_reference_describe(thing.output(i), numbers) for i in range(len(thing.out_types)))
+        return f"{thing.op.name}({operands}; {attrs}) -> {outputs}"
+    if isinstance(thing, (list, tuple)):
+        return "[" + ", ".join(_reference_describe(item, numbers) for item in thing) + "]"
+    if isinstance(thing, (set, frozenset)):
+        return "{" + ", ".join(sorted(_reference_describe(item, numbers) for item in thing)) + "}"
+    if isinstance(thing, dict):
+        items = [(_reference_describe(k, numbers), _reference_describe(v, numbers)) for k, v in thing.items()]
+        return "{" + ", ".join(f"{k}: {v}" for k, v in sorted(items)) + "}"
+    if dataclasses.is_dataclass(thing) and not isinstance(thing, type):
+        fields = [f"{f.name}={_reference_describe(getattr(thing, f.name), numbers)}"
+                  for f in dataclasses.fields(thing) if f.name != "name"]
+        return f"{type(thing).__name__}(" + ", ".join(fields) + ")"
+    assert thing is None or isinstance(thing, (bool, int, float, str, TensorType))
+    return repr(thing)
+
+
+def test_descriptions_are_written_as_the_plain_serializer_writes_them(monkeypatch):
+    import tracegrad.nn.functional as F
+    kernels = []
+    original = kernel_key.kernel_description
+    monkeypatch.setattr(kernel_key, "kernel_description",
+                        lambda kernel, purpose="kernel": kernels.append(kernel) or original(kernel, purpose))
+    rng = np.random.default_rng(0)
+    x = tg.tensor(rng.standard_normal((64, 32), dtype=np.float32))
+    labels = tg.tensor(rng.integers(0, 10, 64))
+    model = tg.nn.Sequential(tg.nn.Linear(32, 48), tg.nn.ReLU(), tg.nn.Linear(48, 10))
+    opt = tg.optim.SGD(model.parameters(), lr=0.01)
+
+    def step(x, labels):
+        loss = F.cross_entropy(model(x), labels) + F.layer_norm(x, (32,)).tanh().sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    f = tg.compile(step)
+    f(x, labels)
+    assert len(kernels) > 3
+    for kernel in kernels:
+        assert kernel_key._describe(kernel, {}) == _reference_describe(kernel, {})

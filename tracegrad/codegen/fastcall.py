@@ -4,10 +4,11 @@ A ctypes call of a kernel `void kernel(i8** buffers, i64 start, i64 end)` costs,
 call, a ctypes pointer array built from the data address of every buffer (each read from
 Python) and the conversion of three arguments: about 2 µs for a kernel of ten buffers,
 more than a 16-element kernel takes to run. Instead, `trampoline` is one LLVM function,
-compiled once per process, with the signature of a CPython builtin taking its arguments
-as a vector (METH_FASTCALL): it reads each argument ndarray's data pointer from the array
-object itself (the field `kernels.data_address` reads), and calls the kernel whose
-address and range it finds in its `self`, an int64 array [address, start, end].
+compiled once (or loaded from the disk cache, as kernels are), with the signature of a
+CPython builtin taking its arguments as a vector (METH_FASTCALL): it reads each argument
+ndarray's data pointer from the array object itself (the field `kernels.data_address`
+reads), and calls the kernel whose address and range it finds in its `self`, an int64
+array [address, start, end].
 `fast_caller(address, start, end)` makes such a builtin for one kernel; calling it with
 the kernel's buffers (C-contiguous ndarrays, in the kernel's order) runs the kernel.
 
@@ -23,13 +24,12 @@ from __future__ import annotations
 
 import ctypes
 import sys
-import sysconfig
 import threading
 
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.codegen.llvm import I8, I64, compile_kernel, emit_loop
+from tracegrad.codegen.llvm import I8, I64, compile_kernel_keyed, emit_loop
 
 _METH_FASTCALL = 0x0080
 
@@ -86,11 +86,20 @@ def _probe_module() -> ir.Module:
     return module
 
 
+def _free_threaded() -> bool:
+    """A build without the GIL (they exist from 3.13; sysconfig's data costs ~1 ms to load,
+    on the way of a warm-cache first call)."""
+    if sys.version_info < (3, 13):
+        return False
+    import sysconfig
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
 def _layout_known() -> bool:
     from tracegrad.codegen.kernels import _DATA_OFFSET
     return (sys.implementation.name == "cpython" and _DATA_OFFSET is not None
             and not hasattr(sys, "gettotalrefcount")  # a debug build
-            and not sysconfig.get_config_var("Py_GIL_DISABLED")
+            and not _free_threaded()
             and ctypes.sizeof(ctypes.c_void_p) == 8)
 
 
@@ -105,6 +114,15 @@ def _make(address: int, start: int, end: int):
     return _new_function(ctypes.addressof(_definition), info, None)
 
 
+def _description(what: str, data_offset: int) -> str | None:
+    """The disk-cache key of the trampoline or probe (their generators' sources, which
+    `generator_key` hashes, and the data offset), so that a warm process loads them
+    without building their IR; None (keyed by the IR) if the sources cannot be hashed."""
+    from tracegrad.codegen.kernel_key import generator_key
+    sources = generator_key()
+    return None if sources is None else f"fastcall {what} data_offset={data_offset} {sources}"
+
+
 def _setup() -> bool:
     """Compile the trampoline and check it on the probe kernel; False if unusable."""
     global _definition, _new_function
@@ -112,8 +130,9 @@ def _setup() -> bool:
         return False
     from tracegrad.codegen.kernels import _DATA_OFFSET
     try:
-        address, _, _ = compile_kernel(trampoline_module(_DATA_OFFSET), "trampoline")
-        probe, _, _ = compile_kernel(_probe_module(), "kernel")
+        address, _, _ = compile_kernel_keyed(_description("trampoline", _DATA_OFFSET), "trampoline",
+                                             lambda: trampoline_module(_DATA_OFFSET))
+        probe, _, _ = compile_kernel_keyed(_description("probe", _DATA_OFFSET), "kernel", _probe_module)
         new_function = ctypes.pythonapi.PyCFunction_NewEx
         new_function.restype = ctypes.py_object
         new_function.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]

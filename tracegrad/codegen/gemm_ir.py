@@ -38,10 +38,10 @@ import functools
 import math
 from collections.abc import Callable
 
-import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
+from tracegrad.codegen import host
 from tracegrad.codegen.llvm import F32, F64, I1, I8, I64, emit_loop as _loop
 
 ROW, COL = "row", "col"  # operand layouts: unit stride along axis 1 (row-major) or axis 0
@@ -59,7 +59,7 @@ EPILOGUE_TYPE = ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer(), I6
 
 @functools.cache
 def _host_vector_bits() -> int:
-    features = llvm.get_host_cpu_features()
+    features = host.features()
     if features.get("avx512f"):
         return 512
     if features.get("avx"):

@@ -71,7 +71,7 @@ def kernel_description(kernel, purpose: str = "kernel") -> str | None:
     source_hash = lowering_source_hash()
     if source_hash is None:
         return None
-    numbers: dict[Value, int] = {}
+    numbers: dict = {}
     try:
         body = _describe(kernel, numbers)
     except _Unknown:
@@ -80,29 +80,57 @@ def kernel_description(kernel, purpose: str = "kernel") -> str | None:
     return f"{purpose} {source_hash} {ir_settings()}\n{body}"
 
 
-def _describe(thing, numbers: dict[Value, int]) -> str:
+def _value_key(value: Value):
+    """A key equal for equal values (the same output of the same node; an input is equal
+    only to itself), without Value's Python-level __hash__ and __eq__: a warm-cache first
+    call describes every kernel. Every value described is reachable from the kernel while
+    it is described, so no id is reused meanwhile."""
+    node = value.node
+    return id(value) if node is None else (id(node), value.index)
+
+
+def _numbered(key, type_: TensorType, numbers: dict) -> str:
+    """"%number:type" of the value under `key`, numbered now if it is new. The type's text
+    is remembered per type object (under ("type", id), apart from values' keys)."""
+    number = numbers.get(key)
+    if number is None:
+        number = numbers[key] = numbers.get("count", 0)
+        numbers["count"] = number + 1
+    type_key = ("type", id(type_))
+    text = numbers.get(type_key)
+    if text is None:
+        text = numbers[type_key] = str(type_)
+    return f"%{number}:{text}"
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name != "name")
+
+
+def _describe(thing, numbers: dict) -> str:
+    """`numbers`: value keys (`_value_key`) -> their numbers, by first appearance."""
     if isinstance(thing, Value):
-        if thing not in numbers:
-            numbers[thing] = len(numbers)
-        return f"%{numbers[thing]}:{thing.type}"
+        return _numbered(_value_key(thing), thing.type, numbers)
     if isinstance(thing, Node):
-        operands = ", ".join(_describe(v, numbers) for v in thing.inputs)
-        attrs = ", ".join(f"{k}={_attr_text(thing.attrs[k])}" for k in sorted(thing.attrs))
-        outputs = ", ".join(_describe(thing.output(i), numbers) for i in range(len(thing.out_types)))
+        operands = ", ".join([_numbered(_value_key(v), v.type, numbers) if isinstance(v, Value)
+                              else _describe(v, numbers) for v in thing.inputs])
+        attrs = ", ".join([f"{k}={_attr_text(thing.attrs[k])}" for k in sorted(thing.attrs)])
+        node = id(thing)  # its outputs' keys (`_value_key` of thing.output(i))
+        outputs = ", ".join([_numbered((node, i), t, numbers) for i, t in enumerate(thing.out_types)])
         return f"{thing.op.name}({operands}; {attrs}) -> {outputs}"
     if isinstance(thing, (list, tuple)):
         return "[" + ", ".join(_describe(item, numbers) for item in thing) + "]"
     if isinstance(thing, (set, frozenset)):
         # Numbered already (sets only hold values the kernel's lists name), so sortable.
-        if any(isinstance(item, Value) and item not in numbers for item in thing):
+        if any(isinstance(item, Value) and _value_key(item) not in numbers for item in thing):
             raise _Unknown(thing)
         return "{" + ", ".join(sorted(_describe(item, numbers) for item in thing)) + "}"
     if isinstance(thing, dict):
         items = [(_describe(k, numbers), _describe(v, numbers)) for k, v in thing.items()]
         return "{" + ", ".join(f"{k}: {v}" for k, v in sorted(items)) + "}"
     if dataclasses.is_dataclass(thing) and not isinstance(thing, type):
-        fields = [f"{f.name}={_describe(getattr(thing, f.name), numbers)}"
-                  for f in dataclasses.fields(thing) if f.name != "name"]
+        fields = [f"{name}={_describe(getattr(thing, name), numbers)}" for name in _field_names(type(thing))]
         return f"{type(thing).__name__}(" + ", ".join(fields) + ")"
     if thing is None or isinstance(thing, (bool, int, float, str, TensorType)):
         return repr(thing)

@@ -10,23 +10,52 @@ loop and SLP vectorization on. llvmlite serializes every LLVM call behind one lo
 compiling kernels on several threads does not overlap (tried for W4's 15 kernels: no gain).
 Code generation may skip loop strength reduction for a kernel (`emit_object`), a
 process-wide LLVM option switched around that one emission.
+
+LLVM itself (`llvmlite.binding`, ~20 ms to import) is loaded on first use: a process whose
+kernels all come from the disk cache never needs it. Their objects are placed by
+`objload` (MCJIT where it declines), and the host's description comes from `host`.
 """
 
 from __future__ import annotations
 
-import functools
+import os
 import re
 import threading
 from collections.abc import Callable
 
-import llvmlite.binding as llvm
 from llvmlite import ir
 
+from tracegrad.codegen import host, objload
 from tracegrad.ir import types
 
 _lock = threading.Lock()
 _engine = None
 _target_machine = None
+_binding = None
+_binding_lock = threading.Lock()
+
+
+def _load_llvm():
+    """`llvmlite.binding`, imported now if it was not; the first time, the host description
+    in use is checked against LLVM's (`host.confirm`)."""
+    global _binding
+    if _binding is None:
+        with _binding_lock:
+            if _binding is None:
+                import llvmlite.binding as binding
+                host.confirm()
+                _binding = binding
+    return _binding
+
+
+class _LazyLLVM:
+    """`llvmlite.binding`, loaded by the first attribute asked of it."""
+
+    def __getattr__(self, name: str):
+        return getattr(_load_llvm(), name)
+
+
+llvm = _LazyLLVM()
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
@@ -82,7 +111,7 @@ def _get_engine():
 
 # AVX-512 computes llvm.ldexp in one instruction (vscalefps/pd); elsewhere LLVM calls libm's
 # ldexp per element, which would scalarize the loop (see ScalarBuilder.ldexp).
-HAS_SCALEF = bool(llvm.get_host_cpu_features().get("avx512f"))
+HAS_SCALEF = bool(host.features().get("avx512f"))
 
 
 def ir_settings() -> str:
@@ -92,12 +121,9 @@ def ir_settings() -> str:
     return f"scalef={HAS_SCALEF}"
 
 
-@functools.cache
 def host_description() -> str:
-    """What compiled code depends on: LLVM version, CPU name and features (asked of LLVM
-    once: ~0.4 ms a call)."""
-    return (f"llvm-{'.'.join(map(str, llvm.llvm_version_info))}-{llvm.get_host_cpu_name()}-"
-            f"{llvm.get_host_cpu_features().flatten()}")
+    """What compiled code depends on: LLVM version, CPU name and features (`host`)."""
+    return host.description()
 
 
 def optimize(module_ref, machine=None, small: bool = False) -> None:
@@ -248,13 +274,17 @@ def load_keyed(description: str | None) -> int | None:
 
 
 def _add_object(key: str, symbol: str, obj: bytes) -> int:
-    """Add `obj` (defining `symbol`) to the engine unless the symbol is loaded already."""
+    """Load `obj` (defining `symbol`) unless the symbol is loaded already: by `objload`, or
+    into the MCJIT engine where it declines (or TRACEGRAD_OBJECT_LOADER=mcjit)."""
     with _lock:
         if symbol not in _loaded:
-            engine = _get_engine()
-            engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-            engine.finalize_object()
-            _loaded[symbol] = engine.get_function_address(symbol)
+            address = objload.load(obj, symbol) if os.environ.get("TRACEGRAD_OBJECT_LOADER") != "mcjit" else None
+            if address is None:
+                engine = _get_engine()
+                engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+                engine.finalize_object()
+                address = engine.get_function_address(symbol)
+            _loaded[symbol] = address
             _stored_under[symbol] = key
         _keyed[key] = (_loaded[symbol], symbol)
         return _loaded[symbol]
