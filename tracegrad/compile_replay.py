@@ -183,7 +183,7 @@ def _same(value: Value, recorded: Value) -> bool:
 class Replay:
     """A cursor over a `Recording`, moved by the ops of the call following it."""
 
-    __slots__ = ("recording", "nodes", "plans", "n_nodes", "inputs", "input_parts", "position", "n_inputs",
+    __slots__ = ("recording", "nodes", "plans", "n_nodes", "inputs", "position", "n_inputs",
                  "steps", "step_index", "next_step_at", "unsaved")
 
     def __init__(self, recording: Recording):
@@ -193,7 +193,6 @@ class Replay:
         self.plans = recording.plans
         self.n_nodes = len(graph.nodes)
         self.inputs = graph.inputs
-        self.input_parts = graph._input_types
         self.position = 0  # nodes followed
         self.n_inputs = 0  # inputs created
         self.steps = recording.steps
@@ -215,7 +214,7 @@ class Replay:
         if (n < arguments) != (name is not None) or (name is not None and value.name != name):
             return None
         typ = tensor._type
-        if self.input_parts[n] != (typ.shape, typ.dtype.name):
+        if typ is not value.type and typ != value.type:  # (scalars share their type object)
             return None
         leaf = tensor._requires_grad and tensor._grad_fn is None
         if leaf != (value.leaf is not None):
