@@ -19,10 +19,11 @@ Writes to real tensors (optimizer steps) are ops like any other plus an entry in
 trace's writes, and are followed.
 
 Reused nodes are state: a replayed op sets a node's saved tensors and hooks as a fresh
-trace would. So a recording is followed only while no tensor of an earlier call still
-references its nodes (`escapes`: results with a `grad_fn`); otherwise the call traces
-afresh and its trace is kept as a second recording. A replayed node keeps the source
-location of the call that recorded it (a replay does not walk the stack).
+trace would (the saved tensors late: `Replay.save`). So a recording is followed only while
+no tensor of an earlier call still references its nodes (`escapes`: tensors with a
+`grad_fn` alive after that call, results and saved tensors not yet freed); otherwise the
+call traces afresh and its trace is kept as a second recording. A replayed node keeps the
+source location of the call that recorded it (a replay does not walk the stack).
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ def describe_backward(tracer, start: int, inputs_before: int, roots: list, targe
 
 def _save(node, prim, inputs: tuple, outputs: tuple, versions: tuple) -> None:
     """The saved tensors `_record` gives `node`, with the versions its inputs had when the
-    node was followed (a tensor's version changes only by in-place ops, which make the
-    replay diverge first, but a test or a thread may bump it)."""
+    node was followed (as `_record` would have saved them then: an in-place write since
+    must still be seen by the version check)."""
     _record(prim, node, inputs, outputs)
     if node.saved:
         for slot, saved in enumerate(node.saved):
@@ -142,7 +143,8 @@ class Recording:
         self.busy = False           # a call is following it
         self.plans = _plans(graph)  # per node position: what `Replay.bind` checks and returns
         # What the last call following it to the end computed and ran (compile._finish):
-        # (its live values, the graph with them as outputs, output positions, key, program).
+        # (live values, written values, the graph with its outputs, their slots, the
+        # writes' slots, output positions, donations, key, program).
         self.finish = None
 
     def free(self) -> bool:
