@@ -322,3 +322,67 @@ def test_a_training_step_with_optimizer_updates_is_followed_to_the_end(make_opti
         for p, q in zip(model.parameters(), twin.parameters()):
             np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-10, atol=1e-12)
     assert followed[2:] == [True, True, True]  # (the second step may differ: momentum buffers appear)
+
+
+def test_custom_functions_double_backward_and_explicit_seeds_in_followed_calls():
+    class Cube(tg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x * x
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return 3 * x * x * grad
+
+    def fn(x, seed):
+        y = Cube.apply(x.sin())
+        (g,) = tg.autograd.grad(y, [x], grad_outputs=[seed], create_graph=True)
+        (h,) = tg.autograd.grad(g.sum(), [x])
+        return g.detach(), h
+
+    compiled = tg.compile(fn)
+    for i in range(4):
+        x = tg.tensor([0.3, -0.8, 1.1], dtype=tg.float64, requires_grad=True)
+        seed = tg.tensor([1.0, 2.0, 0.5 + i], dtype=tg.float64)
+        want = fn(x, seed)
+        got = compiled(x, seed)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-12)
+
+
+def test_keyword_arguments_nested_compiled_functions_and_module_modes():
+    tg.manual_seed(0)
+    model = tg.nn.Sequential(tg.nn.Linear(4, 6), tg.nn.Dropout(0.5), tg.nn.Linear(6, 1))
+    inner = tg.compile(lambda h, scale=1.0: (h * scale).tanh())
+
+    def fn(x, *, scale):
+        return inner(model(x), scale=scale).sum()
+
+    compiled = tg.compile(fn)
+    x = tg.tensor(np.random.default_rng(0).standard_normal((3, 4)))
+    model.eval()
+    for scale in (1.0, 1.0, 2.0, 2.0):
+        np.testing.assert_allclose(compiled(x, scale=scale).item(), fn(x, scale=scale).item(), rtol=1e-6)
+    model.train()  # dropout: a random mask per call, so results differ from call to call
+    first, second = compiled(x, scale=1.0).item(), compiled(x, scale=1.0).item()
+    assert np.isfinite(first) and np.isfinite(second)
+    model.eval()
+    np.testing.assert_allclose(compiled(x, scale=2.0).item(), fn(x, scale=2.0).item(), rtol=1e-6)
+
+
+def test_gradients_accumulated_into_grad_fields_across_followed_calls():
+    w = tg.tensor([0.5, -1.0, 2.0], dtype=tg.float64, requires_grad=True)
+    twin = tg.tensor([0.5, -1.0, 2.0], dtype=tg.float64, requires_grad=True)
+
+    def step(p, x):
+        loss = (p * x).sin().sum()
+        loss.backward()
+        return loss.detach()
+
+    compiled = tg.compile(lambda x: step(w, x))
+    for i in range(5):
+        x = tg.tensor([0.1, 0.2, 0.3], dtype=tg.float64) * (i + 1)
+        np.testing.assert_allclose(compiled(x).item(), step(twin, x).item(), rtol=1e-12)
+        np.testing.assert_allclose(w.grad.numpy(), twin.grad.numpy(), rtol=1e-12)

@@ -59,6 +59,8 @@ def _run(roots, targets, retain_graph: bool, create_graph: bool):
         try:
             if not create_graph and getattr(tracer, "replays_backward", False):
                 return _traced(tracer, roots, targets, retain_graph)
+            if tracer.replay is not None:  # the rules read saved tensors: a replay makes them late
+                tracer.replay.save_all()
             return _transform(roots, targets, retain_graph, create_graph)
         finally:
             tracer.backwards += 1
