@@ -104,9 +104,6 @@ class CompileTrace(Tracer):
             value.leaf = weakref.ref(tensor) if tensor._grad_fn is None else None
         return proxy
 
-    def register(self, tensor) -> None:
-        self.created.append(weakref.ref(tensor))
-
     def diverge(self) -> None:
         """Stop following the recorded call (if this trace does): go on from the graph
         built so far as a graph of this call's own (see compile_replay)."""

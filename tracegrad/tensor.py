@@ -85,8 +85,9 @@ class Tensor:
         t = cls.__new__(cls)
         t._init(None, typ)
         t._value = value
-        if MODE.tracer is not None:
-            MODE.tracer.register(t)
+        tracer = MODE.tracer
+        if tracer is not None and tracer.created is not None:
+            tracer.created.append(_weak(t))
         return t
 
     @classmethod
@@ -367,11 +368,14 @@ def lazy_tensor(value: Value, typ: TensorType, tracer) -> Tensor:
     t = _new_object(Tensor)
     t._init(None, typ)
     t._value = value
-    tracer.register(t)
+    created = tracer.created
+    if created is not None:
+        created.append(_weak(t))
     return t
 
 
 _new_object = object.__new__
+_weak = weakref.ref
 
 
 def owned_array(array: np.ndarray) -> np.ndarray:

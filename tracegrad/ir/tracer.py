@@ -14,6 +14,7 @@ from tracegrad.ir.graph import Graph, Value
 class Tracer:
     replay = None  # a compile trace may follow an earlier call's graph (compile_replay.Replay)
     version_checks = None  # when a list: collects (node, node.saved, saved tensor) per version check
+    created = None  # when a list: a weak reference to every lazy tensor made while this tracer is active
 
     def __init__(self, graph: Graph):
         self.graph = graph
@@ -45,9 +46,6 @@ class Tracer:
     def note_hooks(self) -> None:
         """Called before a hook is put on a traced node."""
         self.hooked = True
-
-    def register(self, tensor) -> None:
-        """Called for every lazy tensor created while this tracer is active."""
 
     def realize(self, tensor):
         raise RuntimeError(
