@@ -16,7 +16,12 @@ def scalar_tensor(value, dtype: types.DType) -> Tensor:
     typ = _SCALAR_TYPES.get(dtype)
     if typ is None:
         typ = _SCALAR_TYPES.setdefault(dtype, types.TensorType((), dtype))
-    return Tensor._make(np.array(value, dtype=dtype.np), typ)
+    t = _new_object(Tensor)  # (Tensor._make without its checks: every traced scalar op pays this)
+    t._init(np.array(value, dtype=dtype.np), typ)
+    return t
+
+
+_new_object = object.__new__
 
 
 _SCALAR_TYPES: dict[types.DType, types.TensorType] = {}  # one 0-d type per dtype

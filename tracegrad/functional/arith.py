@@ -15,7 +15,8 @@ from tracegrad.functional.eager_fusion import fused
 
 def _binary(prim, name):
     def op(input, other):
-        a, b = prepare(name, input, other)
+        common = common_operands(input, other)  # (prepare's common case, one frame less per op)
+        a, b = common if common is not None else prepare(name, input, other)
         return bind(prim, (a, b))  # not through ew's function: one frame less per op
     op.__name__ = name
     return op
