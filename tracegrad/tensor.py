@@ -192,10 +192,19 @@ class Tensor:
     def grad(self) -> Tensor | None:
         if self._grad_fn is not None and not self._retains_grad:
             warnings.warn(NON_LEAF_GRAD_WARNING, UserWarning, stacklevel=2)
+        if self._grad is None and self._data is None:
+            real = _argument_of(self)
+            if real is not None:  # an argument's stand-in in a compiled call: the real .grad
+                return real.grad
         return self._grad
 
     @grad.setter
     def grad(self, value: Tensor | None) -> None:
+        if self._data is None:
+            real = _argument_of(self)
+            if real is not None:
+                real.grad = value
+                return
         if value is not None:
             if not isinstance(value, Tensor):
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got "
@@ -361,6 +370,13 @@ class Tensor:
 
     def __reduce_ex__(self, protocol):
         return (_rebuild, (self.detach().numpy(), self._requires_grad))
+
+
+def _argument_of(tensor: Tensor) -> Tensor | None:
+    """The real tensor `tensor` stands in for, if it is an argument's stand-in in the
+    active compile trace (gradients reach the real tensor: its `.grad` is the one)."""
+    proxies = getattr(MODE.tracer, "proxies", None)
+    return proxies.get(id(tensor)) if proxies else None
 
 
 def lazy_tensor(value: Value, typ: TensorType, tracer) -> Tensor:

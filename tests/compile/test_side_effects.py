@@ -385,3 +385,30 @@ def test_an_in_place_update_of_a_saved_traced_tensor_raises_as_in_eager():
         tg.compile(fn)(x)
     assert "modified by an inplace operation" in str(eager.value)
     assert str(compiled.value) == str(eager.value)
+
+
+def test_grad_of_a_tensor_passed_as_argument_reads_and_writes_the_real_tensors_grad():
+    # Inside the trace an argument is a stand-in; its .grad is the real tensor's, as in eager.
+    def step(params, x):
+        loss = ((x @ params[0]).tanh() * params[1]).sum()
+        loss.backward()
+        seen = [p.grad is not None for p in params]
+        with tg.no_grad():
+            for p in params:
+                p -= 0.1 * p.grad
+                p.grad = None
+        return loss.detach(), seen
+
+    rng = np.random.default_rng(2)
+    data = [rng.standard_normal((4, 3)), rng.standard_normal(3)]
+    params = [tg.tensor(d, requires_grad=True) for d in data]
+    twins = [tg.tensor(d, requires_grad=True) for d in data]
+    x = tg.tensor(rng.standard_normal((2, 4)))
+    compiled = tg.compile(step)
+    for _ in range(3):
+        (loss, seen), (want, want_seen) = compiled(params, x), step(twins, x)
+        assert seen == want_seen == [True, True]
+        assert loss.item() == pytest.approx(want.item(), rel=1e-12)
+        for p, t in zip(params, twins):
+            np.testing.assert_allclose(p.detach().numpy(), t.detach().numpy(), rtol=1e-12)
+            assert p.grad is None and t.grad is None
