@@ -32,6 +32,7 @@ import os
 import weakref
 
 from tracegrad.autograd.grad_mode import MODE
+from tracegrad.autograd.traced_backward import leaf_hooks
 from tracegrad.ir.autodiff import FREED
 from tracegrad.ir.graph import Value, attr_key
 from tracegrad.ops.dispatch import _record, _share_storage, _tensors_read
@@ -76,7 +77,7 @@ def describe_backward(tracer, start: int, inputs_before: int, roots: list, targe
     seeds = [seed for _, seed in roots]
     if tracer.realization_count != realizations or tracer.hooked or tracer.rebound or tracer.leaf_updates:
         return None
-    if _leaf_hooks(graph.inputs):
+    if leaf_hooks(graph.inputs):
         return None
     seed_order = []
     for value in graph.inputs[inputs_before:]:
@@ -118,15 +119,6 @@ def _save(node, prim, inputs: tuple, outputs: tuple, versions: tuple) -> None:
         for slot, saved in enumerate(node.saved):
             if saved is not None and saved.output_index is None:
                 saved.version = versions[slot]
-
-
-def _leaf_hooks(inputs: list[Value]) -> bool:
-    for value in inputs:
-        if value.leaf is not None:
-            tensor = value.leaf()
-            if tensor is not None and tensor._hooks:
-                return True
-    return False
 
 
 class Recording:
@@ -174,12 +166,6 @@ def _plans(graph) -> list[tuple]:
                       bool(op.saves_inputs or op.saves_output), op.kind == MOVEMENT and len(node.inputs) == 1,
                       values))
     return plans
-
-
-def _same(value: Value, recorded: Value) -> bool:
-    """Whether `value` is `recorded`: the same object, or the same output of the same node."""
-    return value is recorded or (recorded.node is not None and value.node is recorded.node
-                                 and value.index == recorded.index)
 
 
 class Replay:
@@ -254,12 +240,12 @@ class Replay:
                 return None
             if t._data is None:
                 value = t._value
-                if value is not recorded and not _same(value, recorded):
+                if value is not recorded and value != recorded:
                     tracer.diverge()
                     return None
             else:
                 value = tracer.value_of(t)  # may diverge (a new input not recorded)
-                if value is not recorded and not _same(value, recorded):
+                if value is not recorded and value != recorded:
                     if tracer.replay is not None:
                         tracer.diverge()
                     return None
@@ -338,17 +324,17 @@ class Replay:
             return None
         seeds = []
         for (value, seed), recorded, lazy in zip(roots, step.roots, step.lazy_seeds):
-            if not _same(value, recorded) or (seed._data is None) != (lazy is not None) or (
-                    lazy is not None and not _same(seed._value, lazy)):
+            if value != recorded or (seed._data is None) != (lazy is not None) or (
+                    lazy is not None and seed._value != lazy):
                 tracer.diverge()
                 return None
             seeds.append(seed)
         if targets is not None:
             for value, recorded in zip(targets, step.targets):
-                if not _same(value, recorded):
+                if value != recorded:
                     tracer.diverge()
                     return None
-        if self.n_inputs != step.inputs_before or _leaf_hooks(self.inputs[:self.n_inputs]):
+        if self.n_inputs != step.inputs_before or leaf_hooks(self.inputs[:self.n_inputs]):
             tracer.diverge()
             return None
         for k, index in enumerate(step.seed_order):

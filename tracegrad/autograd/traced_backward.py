@@ -206,11 +206,8 @@ def _direct_key(tracer, graph, roots: list[Value], targets: list[Value] | None, 
     grad_parts = getattr(graph, "_grad_parts", None)
     if grad_parts is None or tracer.hooked or tracer.rebound or tracer.backwards:
         return None
-    for value in graph.inputs:
-        if value.leaf is not None:
-            tensor = value.leaf()
-            if tensor is not None and tensor._hooks:
-                return None
+    if leaf_hooks(graph.inputs):
+        return None
     number = graph._number
     root_part = tuple([_reference(number, v) for v in roots])
     target_part = tuple([_reference(number, v) for v in targets]) if targets is not None else ()
@@ -218,6 +215,17 @@ def _direct_key(tracer, graph, roots: list[Value], targets: list[Value] | None, 
         return None
     return (tuple(graph._input_types), tuple(graph._parts), tuple(grad_parts), root_part,
             target_part if targets is not None else None, _seed_part(number, seeds))
+
+
+def leaf_hooks(inputs: list[Value]) -> bool:
+    """Whether a leaf tensor fed by one of these graph inputs has hooks (which a backward
+    must run, so it cannot be one recorded before)."""
+    for value in inputs:
+        if value.leaf is not None:
+            tensor = value.leaf()
+            if tensor is not None and tensor._hooks:
+                return True
+    return False
 
 
 def _saved_positions(graph, saved: list) -> tuple:
