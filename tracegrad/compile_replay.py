@@ -37,7 +37,7 @@ from tracegrad.ir.autodiff import FREED
 from tracegrad.ir.graph import Value, attr_key
 from tracegrad.ops.dispatch import _record, _share_storage, _tensors_read
 from tracegrad.ops.primitive import MOVEMENT
-from tracegrad.tensor import Tensor, lazy_tensor
+from tracegrad.tensor import lazy_tensor
 
 RECORDINGS = 2  # kept per compiled function: a loop keeping the last call's result alive alternates two
 
@@ -124,7 +124,7 @@ def _save(node, prim, inputs: tuple, outputs: tuple, versions: tuple) -> None:
 class Recording:
     """A finished call's trace, for later calls to follow (see the module docstring)."""
 
-    __slots__ = ("graph", "arguments", "steps", "escapes", "busy", "plans", "finish")
+    __slots__ = ("graph", "arguments", "steps", "escapes", "busy", "plans", "leaf_inputs", "finish")
 
     def __init__(self, graph, arguments: int, steps: list, escapes: list):
         self.graph = graph
@@ -133,7 +133,9 @@ class Recording:
         self.steps = steps
         self.escapes = escapes      # weak references to tensors referencing its nodes
         self.busy = False           # a call is following it
-        self.plans = _plans(graph)  # per node position: what `Replay.bind` checks and returns
+        self.plans = _plans(graph, steps)  # per node position: what `Replay.bind` checks and returns
+        # The inputs feeding a leaf's .grad (the same on every followed call: `Replay.input`).
+        self.leaf_inputs = tuple(i for i, value in enumerate(graph.inputs) if value.leaf is not None)
         # What the last call following it to the end computed and ran (compile._finish):
         # (live values, written values, the graph with its outputs, their slots, the
         # writes' slots, output positions, donations, key, program).
@@ -147,16 +149,22 @@ class Recording:
         return True
 
 
-def _plans(graph) -> list[tuple]:
+def _plans(graph, steps: list) -> list[tuple]:
     """Per node: (node, op, number of inputs, attribute key part or None, whether it can be
     recorded for autograd, whether it saves tensors, whether it is a view of its one input,
     its output values). The output values are the objects the recorded nodes read, so a
-    followed call's tensors hold values that later nodes' inputs are by identity."""
+    followed call's tensors hold values that later nodes' inputs (and backward steps'
+    roots, seeds and targets) are by identity."""
     read: dict[tuple[int, int], Value] = {}
     for node in graph.nodes:
         for value in node.inputs:
             if value.node is not None:
                 read[(id(value.node), value.index)] = value
+    for _, step in steps:
+        if step is not None:
+            for value in (*step.roots, *step.lazy_seeds, *(step.targets or ())):
+                if value is not None and value.node is not None:
+                    read.setdefault((id(value.node), value.index), value)
     plans = []
     for node, part in zip(graph.nodes, graph._parts):
         op, out_types = node.op, node.out_types
@@ -324,19 +332,26 @@ class Replay:
             return None
         seeds = []
         for (value, seed), recorded, lazy in zip(roots, step.roots, step.lazy_seeds):
-            if value != recorded or (seed._data is None) != (lazy is not None) or (
+            if (value is not recorded and value != recorded) or (seed._data is None) != (lazy is not None) or (
                     lazy is not None and seed._value != lazy):
                 tracer.diverge()
                 return None
             seeds.append(seed)
         if targets is not None:
             for value, recorded in zip(targets, step.targets):
-                if value != recorded:
+                if value is not recorded and value != recorded:
                     tracer.diverge()
                     return None
-        if self.n_inputs != step.inputs_before or leaf_hooks(self.inputs[:self.n_inputs]):
+        if self.n_inputs != step.inputs_before:
             tracer.diverge()
             return None
+        inputs = self.inputs
+        for i in self.recording.leaf_inputs:  # (what `leaf_hooks` checks, for the leaves only)
+            if i < step.inputs_before:
+                tensor = inputs[i].leaf()
+                if tensor is not None and tensor._hooks:
+                    tracer.diverge()
+                    return None
         for k, index in enumerate(step.seed_order):
             if tracer.value_of(seeds[index]) is not self.inputs[step.inputs_before + k]:
                 if tracer.replay is not None:
@@ -363,7 +378,7 @@ class Replay:
             if isinstance(result, int):
                 results[key] = seeds[result]
             else:
-                results[key] = Tensor._make_lazy(result, result.type)
+                results[key] = lazy_tensor(result, result.type, tracer)
         return results
 
     @property
