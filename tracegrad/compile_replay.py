@@ -229,7 +229,7 @@ class Replay:
             return None
         node, op, n_inputs, attr_part, recordable, saves, movement, values = self.plans[position]
         if op is not prim or n_inputs != len(inputs) or (
-                attr_key(attrs) != attr_part if attrs else attr_part is not None):
+                attrs != node.attrs and attr_key(attrs) != attr_part if attrs else attr_part is not None):
             tracer.diverge()
             return None
         # What `bind` computes from its inputs (and in the same order: the view check may raise).

@@ -74,7 +74,7 @@ def _float_unary(prim, name):
     def op(input: Tensor) -> Tensor:
         if not isinstance(input, Tensor):
             raise TypeError(f"{name}(): argument 'input' must be Tensor, not {type(input).__name__}")
-        if not input.dtype.is_floating:
+        if not input._type.dtype.is_floating:
             input = ew.convert(input, types.default_float)
         return bind(prim, (input,))
     op.__name__ = name
