@@ -47,16 +47,16 @@ ENABLED = os.environ.get("TRACEGRAD_REPLAY", "1") != "0"
 
 class BackwardStep:
     """A backward (`backward()` / `autograd.grad` without `create_graph`) as a trace took
-    it: nodes `start` to `end` and graph inputs `inputs_before` to `inputs_after` are what
-    it appended, the latter captured from the seeds in `seed_order`."""
+    it: nodes `start` to `end` are what it appended, and the graph inputs after the first
+    `inputs_before`, captured from the seeds in `seed_order`."""
 
-    __slots__ = ("start", "end", "inputs_before", "inputs_after", "roots", "lazy_seeds", "seed_order",
+    __slots__ = ("start", "end", "inputs_before", "roots", "lazy_seeds", "seed_order",
                  "targets", "retain_graph", "results", "checked", "freed", "backwards")
 
-    def __init__(self, start, end, inputs_before, inputs_after, roots, lazy_seeds, seed_order,
+    def __init__(self, start, end, inputs_before, roots, lazy_seeds, seed_order,
                  targets, retain_graph, results, checked, freed, backwards):
         self.start, self.end = start, end
-        self.inputs_before, self.inputs_after = inputs_before, inputs_after
+        self.inputs_before = inputs_before
         self.roots = roots            # root values
         self.lazy_seeds = lazy_seeds  # per root: the seed's value if the seed was lazy, else None
         self.seed_order = seed_order  # indices of the concrete seeds captured, in capture order
@@ -103,7 +103,7 @@ def describe_backward(tracer, start: int, inputs_before: int, roots: list, targe
             return None
         checked.append((node, slot))
     freed = tuple(node for node in graph.nodes[:start] if node.saved is FREED)
-    return BackwardStep(start, len(graph.nodes), inputs_before, len(graph.inputs),
+    return BackwardStep(start, len(graph.nodes), inputs_before,
                         tuple(value for value, _ in roots),
                         tuple(seed._value if seed._data is None else None for seed in seeds),
                         tuple(seed_order), tuple(targets) if targets is not None else None,
@@ -179,13 +179,12 @@ def _plans(graph, steps: list) -> list[tuple]:
 class Replay:
     """A cursor over a `Recording`, moved by the ops of the call following it."""
 
-    __slots__ = ("recording", "nodes", "plans", "n_nodes", "inputs", "position", "n_inputs",
+    __slots__ = ("recording", "plans", "n_nodes", "inputs", "position", "n_inputs",
                  "steps", "step_index", "next_step_at", "unsaved")
 
     def __init__(self, recording: Recording):
         graph = recording.graph
         self.recording = recording
-        self.nodes = graph.nodes
         self.plans = recording.plans
         self.n_nodes = len(graph.nodes)
         self.inputs = graph.inputs
@@ -384,5 +383,5 @@ class Replay:
     @property
     def finished(self) -> bool:
         """Whether the call followed the whole recording."""
-        return (self.position == len(self.nodes) and self.n_inputs == len(self.inputs)
+        return (self.position == self.n_nodes and self.n_inputs == len(self.inputs)
                 and self.step_index == len(self.steps))
