@@ -41,7 +41,7 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
     grad_enabled = mode.grad_enabled
     volatile = requires_grad = False
     concrete = True
-    for t in inputs:
+    for t in inputs:  # (compile_replay.Replay.bind mirrors this loop: keep the two alike)
         # A traced view does not share memory with its base: after an in-place update of
         # the base it would read old values, so it is refused whatever the grad mode.
         if t._base is not None and (grad_enabled or t._data is None):
