@@ -37,7 +37,10 @@ from tracegrad.ir.autodiff import FREED
 from tracegrad.ir.graph import Value, attr_key
 from tracegrad.ops.dispatch import _record, _share_storage, _tensors_read
 from tracegrad.ops.primitive import MOVEMENT
-from tracegrad.tensor import lazy_tensor
+from tracegrad.tensor import Tensor, lazy_tensor
+
+_new_object = object.__new__
+_weak = weakref.ref
 
 RECORDINGS = 2  # kept per compiled function: a loop keeping the last call's result alive alternates two
 
@@ -155,11 +158,13 @@ def _plans(graph, steps: list) -> list[tuple]:
     its output values). The output values are the objects the recorded nodes read, so a
     followed call's tensors hold values that later nodes' inputs (and backward steps'
     roots, seeds and targets) are by identity."""
+    # The first reader's object: a forward op reads the object its input tensor held, where
+    # a backward node may hold another Value of the same output (a saved output re-attached).
     read: dict[tuple[int, int], Value] = {}
     for node in graph.nodes:
         for value in node.inputs:
             if value.node is not None:
-                read[(id(value.node), value.index)] = value
+                read.setdefault((id(value.node), value.index), value)
     for _, step in steps:
         if step is not None:
             for value in (*step.roots, *step.lazy_seeds, *(step.targets or ())):
@@ -272,8 +277,14 @@ class Replay:
             tracer.diverge()
             return None
         if len(values) == 1:
+            # (lazy_tensor, inline: one frame less per op)
             value = values[0]
-            outputs = (lazy_tensor(value, value.type, tracer),)
+            out = _new_object(Tensor)
+            out._init(None, value.type)
+            out._value = value
+            if tracer.created is not None:
+                tracer.created.append(_weak(out))
+            outputs = (out,)
         else:
             outputs = tuple([lazy_tensor(value, value.type, tracer) for value in values])
         if movement:

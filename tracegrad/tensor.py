@@ -64,7 +64,9 @@ class Tensor:
         self._grad_fn = None
         self._requires_grad = False
         self._grad = None
-        self._version_counter = VersionCounter()
+        # VersionCounter() without its __init__ frame: every tensor made pays for one.
+        counter = self._version_counter = _new_object(VersionCounter)
+        counter.value = counter.history = 0
         self._base = None
         self._retains_grad = False
         self._hooks = None
