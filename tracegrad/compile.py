@@ -20,7 +20,7 @@ import weakref
 
 import numpy as np
 
-from tracegrad import compile_events, compile_replay
+from tracegrad import compile_events, compile_replay, inspect_log
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.codegen.program import Program, build_program
 from tracegrad.compile_key import KeyedGraph, alias_pattern, structural_key
@@ -305,7 +305,8 @@ class CompiledFunction:
         """Run `program`, found for `graph` without a lookup (`_finish`), counted as a hit."""
         with self._lock:
             self._hits += 1
-        compile_events.record_hit(trace, graph, key, program)
+        if inspect_log.ACTIVE:  # (the event serves the log; a call that explains does not follow)
+            compile_events.record_hit(trace, graph, key, program)
         return program.run([inputs[i] for i in program.feeds] if program.feeds is not None else inputs)
 
     def __call__(self, *args, **kwargs):

@@ -399,7 +399,8 @@ _weak = weakref.ref
 def owned_array(array: np.ndarray) -> np.ndarray:
     """`array` if it is a writable buffer of its own, else a copy (rule results and views
     may be read-only broadcasts or alias other arrays)."""
-    if array.flags.writeable and array.flags.owndata:
+    flags = array.flags  # (a new object per read)
+    if flags.writeable and flags.owndata:
         return array
     return np.array(array, copy=True)
 

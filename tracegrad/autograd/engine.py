@@ -15,6 +15,8 @@ from tracegrad.autograd import backward_cache, traced_backward
 from tracegrad.ir.autodiff import apply_hooks, reverse_mode
 from tracegrad.tensor import Tensor, owned_array
 
+_new_object = object.__new__
+
 
 def _as_list(tensors) -> list:
     if isinstance(tensors, Tensor):
@@ -31,11 +33,15 @@ def _roots(outputs: list[Tensor], grad_outputs: list, what: str) -> list:
             raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
         if grad is None:
             typ = out._type
-            if typ.numel != 1:
+            if typ.shape == ():  # the usual 0-d loss: np.array costs a fraction of np.ones
+                ones = np.array(1, dtype=typ.dtype.np)
+            elif typ.numel != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            # (np.array for the usual 0-d loss: a fraction of np.ones' cost, paid per call.)
-            ones = np.array(1, dtype=typ.dtype.np) if typ.shape == () else np.ones(typ.shape, dtype=typ.dtype.np)
-            roots.append((out._autograd_value(), Tensor._make(ones, typ)))
+            else:
+                ones = np.ones(typ.shape, dtype=typ.dtype.np)
+            seed = _new_object(Tensor)  # (Tensor._make without its checks: paid per call)
+            seed._init(ones, typ)
+            roots.append((out._autograd_value(), seed))
             continue
         if not isinstance(grad, Tensor):
             grad = Tensor(grad, dtype=out.dtype)

@@ -543,13 +543,20 @@ class KernelStep:
         return self._combine
 
     def run(self, slots: list, pool: dict | None = None) -> None:
+        outs = self.compute([slots[i] for i in self.inputs], pool)
+        for slot, array in zip(self.outputs, outs):
+            slots[slot] = array
+
+    def compute(self, arrays: list, pool: dict | None = None) -> list[np.ndarray]:
+        """The kernel's results from the arrays of its inputs (in `inputs` order); a
+        program of this one step calls it directly (`Program.run`)."""
         for position, size, name in self.index_checks:
-            check_bounds(name, np.asarray(slots[self.inputs[position]]), size)
+            check_bounds(name, np.asarray(arrays[position]), size)
         if pool:
             outs = [take_buffer(pool, shape, dtype) for shape, dtype in self.out_specs]
         else:
             outs = [np.empty(shape, dtype) for shape, dtype in self.out_specs]
-        leaves = [np.ascontiguousarray(slots[i]) for i in self.inputs]
+        leaves = [np.ascontiguousarray(a) for a in arrays]
         if self.donated:
             write_over_leaves(outs, leaves, self.donated)
         if self.fast_call is not None:
@@ -562,8 +569,7 @@ class KernelStep:
                 self.function(ctypes.addressof(pointers), 0, self.extent)
             else:
                 self._run_chunks(addresses, chunks)
-        for slot, array in zip(self.outputs, outs):
-            slots[slot] = array
+        return outs
 
     def _run_chunks(self, addresses: list[int], chunks: int) -> None:
         units = -(-self.extent // self.align)
