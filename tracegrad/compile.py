@@ -28,7 +28,7 @@ from tracegrad.ir.graph import Graph, Node, Value, user_location
 from tracegrad.naming import ArgumentNames, bound_module
 from tracegrad.ir.passes import optimize
 from tracegrad.ir.tracer import Tracer
-from tracegrad.tensor import Tensor, owned_array
+from tracegrad.tensor import Tensor, lazy_tensor, owned_array
 
 
 class CompileTrace(Tracer):
@@ -91,17 +91,17 @@ class CompileTrace(Tracer):
             if known is tensor:  # the same tensor passed twice: one stand-in, one graph input
                 return proxy
         value = self.replay.input(tensor, name) if self.replay is not None else None
-        if value is None:
+        if value is None:  # (else `Replay.input` set the value's leaf as below)
             self.diverge()
             value = self.graph.add_input(tensor._type, name)
+            if tensor._requires_grad:
+                value.leaf = weakref.ref(tensor) if tensor._grad_fn is None else None
         self.captured[id(tensor)] = (tensor, value)
-        proxy = Tensor._make_lazy(value, tensor._type)
+        proxy = lazy_tensor(value, tensor._type, self)
         self.proxies[id(proxy)] = tensor
         proxy._requires_grad = tensor._requires_grad
         proxy._version_counter = tensor._version_counter
         self.arguments.append((tensor, proxy, value))
-        if tensor._requires_grad:
-            value.leaf = weakref.ref(tensor) if tensor._grad_fn is None else None
         return proxy
 
     def diverge(self) -> None:
