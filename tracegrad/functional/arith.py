@@ -15,6 +15,10 @@ from tracegrad.functional.eager_fusion import fused
 
 def _binary(prim, name):
     def op(input, other):
+        # Two tensors of one type (common_operands' first case, inline: one frame less per op).
+        if isinstance(input, Tensor) and isinstance(other, Tensor) and (
+                input._type is other._type or input._type == other._type):
+            return bind(prim, (input, other))
         common = common_operands(input, other)  # (prepare's common case, one frame less per op)
         a, b = common if common is not None else prepare(name, input, other)
         return bind(prim, (a, b))  # not through ew's function: one frame less per op
