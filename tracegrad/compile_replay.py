@@ -54,7 +54,7 @@ class BackwardStep:
     `inputs_before`, captured from the seeds in `seed_order`."""
 
     __slots__ = ("start", "end", "inputs_before", "roots", "lazy_seeds", "seed_order",
-                 "targets", "retain_graph", "results", "checked", "freed", "backwards")
+                 "targets", "retain_graph", "results", "checked", "freed", "freed_ids", "backwards")
 
     def __init__(self, start, end, inputs_before, roots, lazy_seeds, seed_order,
                  targets, retain_graph, results, checked, freed, backwards):
@@ -68,6 +68,7 @@ class BackwardStep:
         self.results = results        # (key value, result value, or the index of the seed returned)
         self.checked = checked        # (node, saved slot) per version check, in order
         self.freed = freed            # nodes whose saved tensors the backward freed
+        self.freed_ids = frozenset(map(id, freed))
         self.backwards = backwards    # backwards of the trace before this one
 
 
@@ -380,8 +381,9 @@ class Replay:
         self.next_step_at = steps[self.step_index][0] if self.step_index < len(steps) else -1
         for node in step.freed:
             node.saved = FREED
-        if unsaved:  # (freed: never to be made)
-            self.unsaved = {key: entry for key, entry in unsaved.items() if entry[0].saved is not FREED}
+        if unsaved:  # (freed: never to be made; usually all of them)
+            self.unsaved = ({} if unsaved.keys() <= step.freed_ids else
+                            {key: entry for key, entry in unsaved.items() if entry[0].saved is not FREED})
         tracer.backward_steps.append((step.start, step))
         results = {}
         for key, result in step.results:
