@@ -257,7 +257,14 @@ class Replay:
                     tracer.diverge()
                     return None
             else:
-                value = tracer.value_of(t)  # may diverge (a new input not recorded)
+                # (CompileTrace.value_of, inline for a tensor captured by now or next)
+                entry = tracer.captured.get(id(t)) if not tracer.overrides else None
+                if entry is not None:
+                    value = entry[1]
+                elif not tracer.overrides and (value := self.input(t, None)) is not None:
+                    tracer.captured[id(t)] = (t, value)
+                else:
+                    value = tracer.value_of(t)  # may diverge (a new input not recorded)
                 if value is not recorded and value != recorded:
                     if tracer.replay is not None:
                         tracer.diverge()

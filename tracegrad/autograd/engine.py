@@ -34,7 +34,7 @@ def _roots(outputs: list[Tensor], grad_outputs: list, what: str) -> list:
         if grad is None:
             typ = out._type
             if typ.shape == ():  # the usual 0-d loss: np.array costs a fraction of np.ones
-                ones = np.array(1, dtype=typ.dtype.np)
+                ones = np.array(1, typ.dtype.np)
             elif typ.numel != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             else:

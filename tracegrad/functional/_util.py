@@ -17,7 +17,7 @@ def scalar_tensor(value, dtype: types.DType) -> Tensor:
     if typ is None:
         typ = _SCALAR_TYPES.setdefault(dtype, types.TensorType((), dtype))
     t = _new_object(Tensor)  # (Tensor._make without its checks: every traced scalar op pays this)
-    t._init(np.array(value, dtype=dtype.np), typ)
+    t._init(np.array(value, dtype.np), typ)  # (dtype passed by position: a third faster)
     return t
 
 
