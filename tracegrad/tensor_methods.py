@@ -29,7 +29,9 @@ def _method(fn):
 
 
 _METHODS = {
-    "__add__": F.add, "__radd__": _reflect(F.add), "__sub__": F.sub, "__rsub__": _reflect(F.sub),
+    # (The operators call add/sub without `alpha`: one frame less per op.)
+    "__add__": F.arith.add_same, "__radd__": _reflect(F.add), "__sub__": F.arith.sub_same,
+    "__rsub__": _reflect(F.sub),
     "__mul__": F.mul, "__rmul__": _reflect(F.mul), "__truediv__": F.div,
     "__rtruediv__": _reflect(F.div), "__pow__": F.pow, "__rpow__": _reflect(F.pow),
     "__matmul__": F.matmul, "__rmatmul__": _reflect(F.matmul), "__neg__": F.neg,

@@ -97,7 +97,17 @@ def fused(composite=None, *, single_op: bool = False):
             return composite(*args, **kwargs)
         result = _run_fused(composite, args, kwargs)
         return composite(*args, **kwargs) if result is None else result
-    return run
+
+    if not single_op:
+        return run
+
+    @functools.wraps(composite)
+    def run_binary(input, other):
+        # `run` for a binary op, without packing *args and **kwargs: every op pays for them.
+        if MODE.tracer is not None:
+            return composite(input, other)
+        return run(input, other)
+    return run_binary
 
 
 def _signature(composite, args: tuple, kwargs: dict, min_elements: int,
