@@ -370,11 +370,18 @@ class Replay:
                 if tensor is not None and tensor._hooks:
                     tracer.diverge()
                     return None
-        for k, index in enumerate(step.seed_order):
-            if tracer.value_of(seeds[index]) is not self.inputs[step.inputs_before + k]:
+        position = step.inputs_before
+        for index in step.seed_order:
+            seed = seeds[index]
+            # (CompileTrace.value_of, inline for a seed captured next, the usual case)
+            value = self.input(seed, None) if id(seed) not in tracer.captured and not tracer.overrides else None
+            if value is not None:
+                tracer.captured[id(seed)] = (seed, value)
+            elif tracer.value_of(seed) is not inputs[position]:
                 if tracer.replay is not None:
                     tracer.diverge()
                 return None
+            position += 1
         unsaved = self.unsaved
         for node, slot in step.checked:  # the version checks of the saved tensors it unpacked
             entry = unsaved.get(id(node))
@@ -394,10 +401,7 @@ class Replay:
         tracer.backward_steps.append((step.start, step))
         results = {}
         for key, result in step.results:
-            if isinstance(result, int):
-                results[key] = seeds[result]
-            else:
-                results[key] = lazy_tensor(result, result.type, tracer)
+            results[key] = seeds[result] if result.__class__ is int else lazy_tensor(result, result.type, tracer)
         return results
 
     @property

@@ -178,8 +178,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
          create_graph: bool = False, only_inputs: bool = True, allow_unused: bool = False,
          is_grads_batched: bool = False, materialize_grads: bool = False) -> tuple:
     """Gradients of `outputs` w.r.t. `inputs`, returned; `.grad` fields are left alone."""
-    outputs = _as_list(outputs)
-    inputs = _as_list(inputs)
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)  # (_as_list, inline)
+    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     grads = _as_list(grad_outputs) if grad_outputs is not None else [None] * len(outputs)
     if len(grads) != len(outputs):
         raise RuntimeError(f"grad requires one grad_output per output: got {len(grads)} for "
@@ -195,8 +195,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
     answer = []
     for index, (t, target) in enumerate(zip(inputs, targets)):
         g = results.get(target)
-        if g is not None:
-            g = _run_leaf_hooks(t, g)
+        if g is not None and t._hooks and t._grad_fn is None:  # (_run_leaf_hooks, inline)
+            g = apply_hooks(t._hooks, g)
         if g is None:
             if materialize_grads:
                 g = Tensor._make(np.zeros(t.shape, dtype=t.dtype.np), t._type)
