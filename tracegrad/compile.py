@@ -490,10 +490,11 @@ def _finish_followed(trace: CompileTrace, recording, alive: list[Tensor], alive_
     _, written, graph, slots, write_slots, position, donations, key, program = last
     if writes and not all(map(operator.is_, written, [v for _, v in writes])):
         return False
-    inputs = _input_arrays(trace)
+    # A call that followed to the end captured every input in order (`Replay.input`).
+    inputs = [t._data for t, _ in trace.captured.values()]
     if alias_pattern(inputs) != key[-1] or (writes and _donations(writes, position, inputs, key[-1]) != donations):
         return False
-    trace.output_tensors = (list(zip(alive, alive_values)), writes)
+    # (No `trace.output_tensors`: they name a new graph's outputs, and this is a hit.)
     arrays = trace.compiled._run_hit(program, graph, inputs, trace, key)
     _deliver(alive, slots, writes, write_slots, arrays, inputs)
     return True
