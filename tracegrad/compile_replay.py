@@ -54,7 +54,7 @@ class BackwardStep:
     `inputs_before`, captured from the seeds in `seed_order`."""
 
     __slots__ = ("start", "end", "inputs_before", "roots", "lazy_seeds", "seed_order",
-                 "targets", "retain_graph", "results", "checked", "freed", "freed_ids", "backwards")
+                 "targets", "retain_graph", "results", "checked", "freed", "freed_set", "backwards")
 
     def __init__(self, start, end, inputs_before, roots, lazy_seeds, seed_order,
                  targets, retain_graph, results, checked, freed, backwards):
@@ -68,7 +68,7 @@ class BackwardStep:
         self.results = results        # (key value, result value, or the index of the seed returned)
         self.checked = checked        # (node, saved slot) per version check, in order
         self.freed = freed            # nodes whose saved tensors the backward freed
-        self.freed_ids = frozenset(map(id, freed))
+        self.freed_set = frozenset(freed)
         self.backwards = backwards    # backwards of the trace before this one
 
 
@@ -202,7 +202,7 @@ class Replay:
         # Nodes followed whose saved tensors are not made yet (id -> what `save` needs):
         # made when something may read them (a backward's version checks, a divergence, a
         # result that can reach them), never for nodes a replayed backward frees.
-        self.unsaved: dict[int, tuple] = {}
+        self.unsaved: dict = {}  # keyed by node (hashed by identity)
 
     def input(self, tensor, name: str | None):
         """The recorded graph input a concrete tensor becomes (an argument when `name` is
@@ -318,7 +318,7 @@ class Replay:
                 if tracer.overrides:
                     read = _tensors_read(inputs, [t._value if t._data is None else tracer.value_of(t)
                                                   for t in inputs], tracer)
-                self.unsaved[id(node)] = (node, prim, read, outputs, versions)
+                self.unsaved[node] = (node, prim, read, outputs, versions)
         elif volatile:
             for out in outputs:
                 out._volatile = True
@@ -326,7 +326,7 @@ class Replay:
 
     def save(self, node) -> None:
         """Make the saved tensors of `node` if they are still to be made."""
-        entry = self.unsaved.pop(id(node), None)
+        entry = self.unsaved.pop(node, None)
         if entry is not None:
             _save(*entry)
 
@@ -384,7 +384,7 @@ class Replay:
             position += 1
         unsaved = self.unsaved
         for node, slot in step.checked:  # the version checks of the saved tensors it unpacked
-            entry = unsaved.get(id(node))
+            entry = unsaved.get(node)
             if entry is not None and slot < len(entry[4]) and entry[2][slot]._version_counter.value == entry[4][slot]:
                 continue  # (what the saved tensor's check would find, without making it)
             self.save(node)
@@ -396,7 +396,7 @@ class Replay:
         for node in step.freed:
             node.saved = FREED
         if unsaved:  # (freed: never to be made; usually all of them)
-            self.unsaved = ({} if unsaved.keys() <= step.freed_ids else
+            self.unsaved = ({} if unsaved.keys() <= step.freed_set else
                             {key: entry for key, entry in unsaved.items() if entry[0].saved is not FREED})
         tracer.backward_steps.append((step.start, step))
         results = {}
