@@ -284,29 +284,34 @@ class Replay:
         elif needs:
             tracer.diverge()
             return None
-        if len(values) == 1:
-            # (lazy_tensor, inline: one frame less per op)
+        if len(values) == 1:  # (the usual op, written out: one output, no tuple, no loops)
             value = values[0]
-            out = _new_object(Tensor)
+            out = _new_object(Tensor)  # (lazy_tensor, inline: one frame less per op)
             out._init(None, value.type)
             out._value = value
             if tracer.created is not None:
                 tracer.created.append(_weak(out))
+            if movement:
+                _share_storage(inputs[0], out)
             outputs = (out,)
         else:
             outputs = tuple([lazy_tensor(value, value.type, tracer) for value in values])
-        if movement:
-            _share_storage(inputs[0], outputs[0])
+            if movement:
+                _share_storage(inputs[0], outputs[0])
         self.position = position + 1
         node.hooks = None
         node.saved = None  # (the earlier call's)
         if record:
             # What `_record` does, but the saved tensors, made later (`save`) with the
             # versions their tensors have now.
-            for out in outputs:
-                if out._type.dtype.is_floating:
-                    out._requires_grad = True
-                    out._grad_fn = node
+            if len(outputs) == 1:  # (recordable: the output is floating)
+                out._requires_grad = True
+                out._grad_fn = node
+            else:
+                for out in outputs:
+                    if out._type.dtype.is_floating:
+                        out._requires_grad = True
+                        out._grad_fn = node
             if saves:
                 if n_inputs == 1:
                     versions = (inputs[0]._version_counter.value,)
@@ -322,7 +327,7 @@ class Replay:
         elif volatile:
             for out in outputs:
                 out._volatile = True
-        return outputs[0] if prim.num_outputs == 1 else outputs
+        return outputs[0] if len(outputs) == 1 else outputs
 
     def save(self, node) -> None:
         """Make the saved tensors of `node` if they are still to be made."""
