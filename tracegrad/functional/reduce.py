@@ -10,6 +10,7 @@ from tracegrad.ops import elementwise as ew
 from tracegrad.ops import indexing
 from tracegrad.ops import movement as mv
 from tracegrad.ops import reduction as red
+from tracegrad.ops.dispatch import bind
 from tracegrad.tensor import Tensor
 from tracegrad.functional._util import normalize_dim, normalize_dims
 from tracegrad.functional import arith
@@ -20,8 +21,10 @@ ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
 def sum(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A001
     if dtype is not None:
         input = ew.convert(input, dtype)
-    elif input.dtype is types.bool_:
+    elif input._type.dtype is types.bool_:
         input = ew.convert(input, types.int64)
+    if dim is None:  # (the usual call, a loss: without the frames of normalize_dims and sum_)
+        return bind(red.SUM, (input,), {"axes": tuple(range(len(input._type.shape))), "keepdim": keepdim})
     return red.sum_(input, normalize_dims("sum", dim, input.ndim), keepdim)
 
 
