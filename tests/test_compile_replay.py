@@ -386,3 +386,60 @@ def test_gradients_accumulated_into_grad_fields_across_followed_calls():
         x = tg.tensor([0.1, 0.2, 0.3], dtype=tg.float64) * (i + 1)
         np.testing.assert_allclose(compiled(x).item(), step(twin, x).item(), rtol=1e-12)
         np.testing.assert_allclose(w.grad.numpy(), twin.grad.numpy(), rtol=1e-12)
+
+
+def test_autograd_grad_in_a_followed_call_takes_the_short_path_with_the_general_results(monkeypatch):
+    taken = []
+    short = compile_replay.Replay.grad
+
+    def spy(self, *args):
+        answer = short(self, *args)
+        taken.append(answer is not None)
+        return answer
+
+    monkeypatch.setattr(compile_replay.Replay, "grad", spy)
+
+    def fn(x, w):
+        y = (x * w).tanh()
+        loss = (y * y).sum()
+        gx, gw, gy = tg.autograd.grad(loss, [x, w, y])
+        return loss, gx, gw, gy
+
+    compiled = tg.compile(fn)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        x = tg.tensor(rng.standard_normal(4), requires_grad=True)
+        w = tg.tensor(rng.standard_normal(4), requires_grad=True)
+        got = compiled(x, w)
+        expected = fn(x, w)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g.detach().numpy(), e.detach().numpy(), rtol=1e-12)
+        for g in got[1:]:  # fresh tensors, as the general path's detach makes them
+            assert g.grad_fn is None and not g.requires_grad
+        del got  # (a result with a grad_fn alive would keep the next call from following)
+    assert taken == [True, True]  # the second and third calls followed the first
+
+
+def test_the_short_grad_path_leaves_hooks_unused_inputs_and_the_output_itself_to_the_general_one():
+    def fn(x, hook, unused):
+        y = (x * 2.0).exp()
+        loss = y.sum()
+        if hook:
+            x.register_hook(lambda g: g * 10.0)
+        inputs = [x, unused] if unused is not None else [x, loss]
+        return tg.autograd.grad(loss, inputs, allow_unused=unused is not None)
+
+    compiled = tg.compile(fn)
+    x = tg.tensor([0.5, -1.0], dtype=tg.float64, requires_grad=True)
+    expected = 2.0 * np.exp(2.0 * x.detach().numpy())
+    gx, gloss = compiled(x, False, None)
+    gx, gloss = compiled(x, False, None)  # followed: the loss's own gradient is the seed
+    np.testing.assert_allclose(gx.numpy(), expected, rtol=1e-12)
+    assert gloss.numpy() == 1.0 and gloss.grad_fn is None
+    gx, _ = compiled(x, True, None)
+    np.testing.assert_allclose(gx.numpy(), 10.0 * expected, rtol=1e-12)
+    other = tg.tensor([1.0], dtype=tg.float64, requires_grad=True)
+    for _ in range(2):
+        gx, gother = compiled(x, False, other)
+        np.testing.assert_allclose(gx.numpy(), expected, rtol=1e-12)
+        assert gother is None

@@ -31,13 +31,15 @@ from __future__ import annotations
 import os
 import weakref
 
+import numpy as np
+
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.autograd.traced_backward import leaf_hooks
 from tracegrad.ir.autodiff import FREED
 from tracegrad.ir.graph import Value, attr_key
 from tracegrad.ops.dispatch import _record, _share_storage, _tensors_read
 from tracegrad.ops.primitive import MOVEMENT
-from tracegrad.tensor import Tensor, lazy_tensor
+from tracegrad.tensor import Tensor, lazy_tensor, owned_array
 
 _new_object = object.__new__
 _weak = weakref.ref
@@ -54,7 +56,8 @@ class BackwardStep:
     `inputs_before`, captured from the seeds in `seed_order`."""
 
     __slots__ = ("start", "end", "inputs_before", "roots", "lazy_seeds", "seed_order",
-                 "targets", "retain_graph", "results", "checked", "freed", "freed_set", "backwards")
+                 "targets", "retain_graph", "results", "checked", "freed", "freed_set", "backwards",
+                 "answers")
 
     def __init__(self, start, end, inputs_before, roots, lazy_seeds, seed_order,
                  targets, retain_graph, results, checked, freed, backwards):
@@ -69,6 +72,7 @@ class BackwardStep:
         self.checked = checked        # (node, saved slot) per version check, in order
         self.freed = freed            # nodes whose saved tensors the backward freed
         self.freed_set = frozenset(freed)
+        self.answers = None           # per target, its result's position (`Replay.grad`), once used
         self.backwards = backwards    # backwards of the trace before this one
 
 
@@ -368,6 +372,55 @@ class Replay:
         if self.n_inputs != step.inputs_before:
             tracer.diverge()
             return None
+        results = self._take(tracer, step, seeds)
+        if results is None:
+            return None
+        return {key: result for (key, _), result in zip(step.results, results)}
+
+    def grad(self, tracer, output, inputs: list) -> tuple | None:
+        """`autograd.grad(output, inputs)` in its usual form (a 0-d traced output and its
+        implicit seed, traced inputs without hooks) when it is the recorded backward at the
+        cursor: the recorded gradients, without the general path's dicts and copies. None
+        when anything differs, with nothing changed: `grad` then takes its general path."""
+        if self.position != self.next_step_at or output._data is not None or output._base is not None:
+            return None
+        step = self.steps[self.step_index][1]
+        if (step is None or step.retain_graph or step.backwards != tracer.backwards or step.targets is None
+                or len(step.roots) != 1 or step.lazy_seeds[0] is not None or len(inputs) != len(step.targets)
+                or self.n_inputs != step.inputs_before or not output._requires_grad or output._type.shape != ()):
+            return None
+        value = output._value
+        if value is not step.roots[0] and value != step.roots[0]:
+            return None
+        for t, recorded in zip(inputs, step.targets):
+            if (not isinstance(t, Tensor) or t._data is not None or not t._requires_grad or t._hooks
+                    or t._base is not None or (t._value is not recorded and t._value != recorded)):
+                return None
+        answers = step.answers
+        if answers is None:  # per target: its position among the results (None: unused)
+            keys = [key for key, _ in step.results]
+            answers = step.answers = tuple(next((k for k, key in enumerate(keys) if key == target), None)
+                                           for target in step.targets)
+        if None in answers:
+            return None  # (allow_unused and materialize_grads: the general path)
+        typ = output._type
+        seed = _new_object(Tensor)  # (engine._roots' implicit seed)
+        seed._init(np.array(1, typ.dtype.np), typ)
+        results = self._take(tracer, step, [seed])
+        if results is None:
+            return None
+        tracer.backwards += 1  # (as engine._run counts it)
+        answer = []
+        for t, k in zip(inputs, answers):
+            g = results[k]
+            # A fresh lazy result is what grad's detach would make; the seed is copied as grad does.
+            answer.append(g if g._data is None else Tensor._make(owned_array(g._data), t._type))
+        return tuple(answer)
+
+    def _take(self, tracer, step, seeds: list) -> list | None:
+        """Follow `step` (its roots and targets checked): capture its seeds as the recorded
+        inputs, check the saved tensors' versions, move the cursor past it; the tensors of
+        its results in order (None: the replay diverged)."""
         inputs = self.inputs
         for i in self.recording.leaf_inputs:  # (what `leaf_hooks` checks, for the leaves only)
             if i < step.inputs_before:
@@ -404,10 +457,8 @@ class Replay:
             self.unsaved = ({} if unsaved.keys() <= step.freed_set else
                             {key: entry for key, entry in unsaved.items() if entry[0].saved is not FREED})
         tracer.backward_steps.append((step.start, step))
-        results = {}
-        for key, result in step.results:
-            results[key] = seeds[result] if result.__class__ is int else lazy_tensor(result, result.type, tracer)
-        return results
+        return [seeds[result] if result.__class__ is int else lazy_tensor(result, result.type, tracer)
+                for _, result in step.results]
 
     @property
     def finished(self) -> bool:

@@ -178,8 +178,15 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
          create_graph: bool = False, only_inputs: bool = True, allow_unused: bool = False,
          is_grads_batched: bool = False, materialize_grads: bool = False) -> tuple:
     """Gradients of `outputs` w.r.t. `inputs`, returned; `.grad` fields are left alone."""
-    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)  # (_as_list, inline)
-    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)  # (_as_list, inline)
+    tracer = MODE.tracer
+    if (tracer is not None and tracer.replay is not None and isinstance(outputs, Tensor) and grad_outputs is None
+            and not retain_graph and not create_graph):
+        # A compiled call following its recording (compile_replay): the usual form, taken short.
+        answer = tracer.replay.grad(tracer, outputs, inputs)
+        if answer is not None:
+            return answer
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     grads = _as_list(grad_outputs) if grad_outputs is not None else [None] * len(outputs)
     if len(grads) != len(outputs):
         raise RuntimeError(f"grad requires one grad_output per output: got {len(grads)} for "
