@@ -443,3 +443,35 @@ def test_the_short_grad_path_leaves_hooks_unused_inputs_and_the_output_itself_to
         gx, gother = compiled(x, False, other)
         np.testing.assert_allclose(gx.numpy(), expected, rtol=1e-12)
         assert gother is None
+
+
+def test_followed_calls_reuse_the_tensors_of_unchanged_python_numbers_and_stay_correct():
+    def fn(x, a, b):
+        y = x * a + b            # numbers that may change between calls
+        z = tg.where(y > 0, 1.5, 1.5) * y  # two equal numbers given before either is captured
+        return (z * 0.5 - 2).sum()
+
+    def eager(x, a, b):
+        y = x.numpy() * a + b
+        return (1.5 * y * 0.5 - 2).sum()
+
+    compiled = tg.compile(fn)
+    x = tg.tensor([1.0, -2.0, 3.0], dtype=tg.float64)
+    followed = []
+    for a, b in [(2.0, 1.0), (2.0, 1.0), (2.0, 1.0), (3.0, 1.0), (3.0, 1.0), (2, 1.0), (-0.0, 0.0), (0.0, -0.0)]:
+        result, was_followed = _followed(compiled, x, a, b)
+        followed.append(was_followed)
+        np.testing.assert_allclose(result.numpy(), eager(x, a, b), rtol=1e-12)
+    assert all(followed[1:])  # changed numbers are other values, not another graph
+    recording = compiled._recordings[0]
+    kept = [t for _, t in recording.scalars.values()]
+    assert kept and all(not t.numpy().flags.writeable for t in kept)
+    assert len({id(t) for t in kept}) == len(kept)
+
+
+def test_a_signed_zero_is_not_taken_for_the_other():
+    compiled = tg.compile(lambda x, z: 1.0 / (x * z))
+    x = tg.tensor([1.0, 2.0])
+    for z in (0.0, -0.0, -0.0, 0.0, 0.0):
+        got = compiled(x, z).numpy()
+        assert np.all(np.signbit(got) == (np.copysign(1.0, z) < 0)), (z, got)

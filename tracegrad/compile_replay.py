@@ -132,7 +132,7 @@ def _save(node, prim, inputs: tuple, outputs: tuple, versions: tuple) -> None:
 class Recording:
     """A finished call's trace, for later calls to follow (see the module docstring)."""
 
-    __slots__ = ("graph", "arguments", "steps", "escapes", "busy", "plans", "leaf_inputs", "finish")
+    __slots__ = ("graph", "arguments", "steps", "escapes", "busy", "plans", "leaf_inputs", "finish", "scalars")
 
     def __init__(self, graph, arguments: int, steps: list, escapes: list):
         self.graph = graph
@@ -148,6 +148,9 @@ class Recording:
         # (live values, written values, the graph with its outputs, their slots, the
         # writes' slots, output positions, donations, key, program).
         self.finish = None
+        # Tensors of Python numbers the calls following it made (`Replay.scalar`): input
+        # position -> (the number, its 0-d tensor, read-only), reused by the next calls.
+        self.scalars: dict[int, tuple] = {}
 
     def free(self) -> bool:
         """Whether no tensor of an earlier call references the recorded nodes."""
@@ -190,7 +193,7 @@ class Replay:
     """A cursor over a `Recording`, moved by the ops of the call following it."""
 
     __slots__ = ("recording", "plans", "n_nodes", "inputs", "position", "n_inputs",
-                 "steps", "step_index", "next_step_at", "unsaved")
+                 "steps", "step_index", "next_step_at", "unsaved", "scalar_taken")
 
     def __init__(self, recording: Recording):
         graph = recording.graph
@@ -207,6 +210,7 @@ class Replay:
         # made when something may read them (a backward's version checks, a divergence, a
         # result that can reach them), never for nodes a replayed backward frees.
         self.unsaved: dict = {}  # keyed by node (hashed by identity)
+        self.scalar_taken = -1  # the input position whose kept scalar tensor this call took last
 
     def input(self, tensor, name: str | None):
         """The recorded graph input a concrete tensor becomes (an argument when `name` is
@@ -228,6 +232,27 @@ class Replay:
         value.leaf = weakref.ref(tensor) if leaf else None
         self.n_inputs = n + 1
         return value
+
+    def scalar(self, value, dtype, make):
+        """The 0-d tensor of the Python number `value` (`functional._util.scalar_tensor`):
+        the one an earlier call following this recording made for the input at the cursor,
+        if it holds the same number, else a new one (`make(value, dtype)`) kept for the next
+        call. Only its value matters (it is read, never written: its array is read-only),
+        so a kept tensor may land at another input position than the one it was kept at;
+        one tensor is never handed out twice in a call (two inputs would become one)."""
+        n = self.n_inputs
+        kept = self.recording.scalars.get(n)
+        if n != self.scalar_taken:
+            self.scalar_taken = n
+            # (Nonzero: 0.0 == -0.0. Same class: 1 == 1.0, and an int may have meant another dtype.)
+            if (kept is not None and value and kept[0] == value and kept[0].__class__ is value.__class__
+                    and kept[1]._type.dtype is dtype):
+                return kept[1]
+            t = make(value, dtype)
+            t._data.flags.writeable = False
+            self.recording.scalars[n] = (value, t)
+            return t
+        return make(value, dtype)
 
     def bind(self, tracer, prim, inputs: tuple, attrs: dict):
         """The outputs of the recorded node at the cursor if `prim(inputs, attrs)` is that

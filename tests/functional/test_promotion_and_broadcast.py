@@ -119,3 +119,12 @@ def test_python_floats_convert_straight_to_a_requested_dtype():
     assert tg.tensor(0.1, dtype=tg.float64).item() == 0.1
     assert tg.tensor([0.3]).dtype is tg.float32
     np.testing.assert_array_equal(tg.tensor([0.3]).numpy(), np.float32([0.3]))
+
+
+def test_where_between_two_numbers_takes_the_conditions_shape_in_eager_and_compiled_mode():
+    condition = tg.tensor([True, False, True])
+    for where in (lambda c: tg.where(c, 1.5, 2.5), tg.compile(lambda c: tg.where(c, 1.5, 2.5))):
+        result = where(condition)
+        assert result.shape == (3,) and result.dtype is tg.float32
+        np.testing.assert_array_equal(result.numpy(), [1.5, 2.5, 1.5])
+    assert tg.where(tg.tensor(False), 1, 2).shape == ()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracegrad.autograd.grad_mode import MODE
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops import movement as mv
@@ -12,7 +13,15 @@ from tracegrad.tensor import Tensor, _normalize_dim
 
 
 def scalar_tensor(value, dtype: types.DType) -> Tensor:
-    """A Python scalar as a 0-d constant tensor (a runtime argument when traced)."""
+    """A Python scalar as a 0-d constant tensor (a runtime argument when traced). A compiled
+    call following an earlier one's trace reuses that call's tensor of the same number."""
+    tracer = MODE.tracer
+    if tracer is not None and tracer.replay is not None:
+        return tracer.replay.scalar(value, dtype, _new_scalar_tensor)
+    return _new_scalar_tensor(value, dtype)
+
+
+def _new_scalar_tensor(value, dtype: types.DType) -> Tensor:
     typ = _SCALAR_TYPES.get(dtype)
     if typ is None:
         typ = _SCALAR_TYPES.setdefault(dtype, types.TensorType((), dtype))

@@ -9,7 +9,8 @@ from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops.dispatch import bind
 from tracegrad.tensor import Tensor
-from tracegrad.functional._util import as_operand, check_operand, common_operands, prepare, result_dtype
+from tracegrad.functional._util import (as_operand, broadcast_to, check_operand, common_operands, prepare,
+                                        result_dtype)
 from tracegrad.functional.eager_fusion import fused
 
 
@@ -125,6 +126,8 @@ def where(condition: Tensor, input, other) -> Tensor:
         got = condition.dtype.name if isinstance(condition, Tensor) else type(condition).__name__
         raise TypeError(f"where: expected condition to be a bool tensor, got {got}")
     cond, a, b = prepare("where", condition, input, other, dtype=result_dtype(input, other))
+    if a.shape == () and b.shape == () and cond.shape != ():
+        a = broadcast_to(a, cond.shape)  # (two numbers: the result has the condition's shape)
     return ew.where(ew.convert(cond, types.bool_), a, b)
 
 
