@@ -436,6 +436,8 @@ def test_the_short_grad_path_leaves_hooks_unused_inputs_and_the_output_itself_to
     gx, gloss = compiled(x, False, None)  # followed: the loss's own gradient is the seed
     np.testing.assert_allclose(gx.numpy(), expected, rtol=1e-12)
     assert gloss.numpy() == 1.0 and gloss.grad_fn is None
+    gloss.add_(1.0)  # a copy of the seed, the caller's to change
+    assert compiled(x, False, None)[1].numpy() == 1.0
     gx, _ = compiled(x, True, None)
     np.testing.assert_allclose(gx.numpy(), 10.0 * expected, rtol=1e-12)
     other = tg.tensor([1.0], dtype=tg.float64, requires_grad=True)

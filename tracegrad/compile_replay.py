@@ -57,7 +57,7 @@ class BackwardStep:
 
     __slots__ = ("start", "end", "inputs_before", "roots", "lazy_seeds", "seed_order",
                  "targets", "retain_graph", "results", "checked", "freed", "freed_set", "backwards",
-                 "answers")
+                 "answers", "seed")
 
     def __init__(self, start, end, inputs_before, roots, lazy_seeds, seed_order,
                  targets, retain_graph, results, checked, freed, backwards):
@@ -73,6 +73,7 @@ class BackwardStep:
         self.freed = freed            # nodes whose saved tensors the backward freed
         self.freed_set = frozenset(freed)
         self.answers = None           # per target, its result's position (`Replay.grad`), once used
+        self.seed = None              # the implicit seed `Replay.grad` gives it (read-only)
         self.backwards = backwards    # backwards of the trace before this one
 
 
@@ -429,8 +430,11 @@ class Replay:
         if None in answers:
             return None  # (allow_unused and materialize_grads: the general path)
         typ = output._type
-        seed = _new_object(Tensor)  # (engine._roots' implicit seed)
-        seed._init(np.array(1, typ.dtype.np), typ)
+        seed = step.seed  # (engine._roots' implicit seed, made once: only read, as graph input)
+        if seed is None or seed._type is not typ:
+            seed = step.seed = _new_object(Tensor)
+            seed._init(np.array(1, typ.dtype.np), typ)
+            seed._data.flags.writeable = False  # (a result that is the seed is copied: owned_array)
         results = self._take(tracer, step, [seed])
         if results is None:
             return None
