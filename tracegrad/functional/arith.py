@@ -7,7 +7,8 @@ import numpy as np
 
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
-from tracegrad.ops.dispatch import bind
+from tracegrad.autograd.grad_mode import MODE
+from tracegrad.ops.dispatch import NO_ATTRS, bind
 from tracegrad.tensor import Tensor
 from tracegrad.functional._util import (as_operand, broadcast_to, check_operand, common_operands, prepare,
                                         result_dtype)
@@ -19,6 +20,11 @@ def _binary(prim, name):
         # Two tensors of one type (common_operands' first case, inline: one frame less per op).
         if isinstance(input, Tensor) and isinstance(other, Tensor) and (
                 input._type is other._type or input._type == other._type):
+            tracer = MODE.tracer
+            if tracer is not None and tracer.replay is not None:  # (bind's first step, inline)
+                outputs = tracer.replay.bind(tracer, prim, (input, other), NO_ATTRS)
+                if outputs is not None:
+                    return outputs
             return bind(prim, (input, other))
         common = common_operands(input, other)  # (prepare's common case, one frame less per op)
         a, b = common if common is not None else prepare(name, input, other)
@@ -81,6 +87,11 @@ def _float_unary(prim, name):
             raise TypeError(f"{name}(): argument 'input' must be Tensor, not {type(input).__name__}")
         if not input._type.dtype.is_floating:
             input = ew.convert(input, types.default_float)
+        tracer = MODE.tracer
+        if tracer is not None and tracer.replay is not None:  # (bind's first step, inline)
+            outputs = tracer.replay.bind(tracer, prim, (input,), NO_ATTRS)
+            if outputs is not None:
+                return outputs
         return bind(prim, (input,))
     op.__name__ = name
     return op

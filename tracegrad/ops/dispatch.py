@@ -19,10 +19,10 @@ from tracegrad.ops.primitive import MOVEMENT, Primitive
 from tracegrad.tensor import Tensor, lazy_tensor
 
 
-_NO_ATTRS: dict = {}
+NO_ATTRS: dict = {}  # the attributes of an op without any (one shared empty dict)
 
 
-def bind(prim: Primitive, inputs: tuple, attrs: dict = _NO_ATTRS):
+def bind(prim: Primitive, inputs: tuple, attrs: dict = NO_ATTRS):
     """Apply `prim` to `inputs` (Tensors). Returns a Tensor, or a tuple for multi-output ops."""
     mode = MODE
     tracer = mode.tracer
