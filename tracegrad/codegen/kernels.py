@@ -500,6 +500,10 @@ class KernelStep:
         # (result position, leaf position) of outputs written into a leaf's buffer.
         self.donated = [(kernel.results.index(result), kernel.leaves.index(leaf))
                         for result, leaf in kernel.donated.items()]
+        # Leaves made C-contiguous per call; a 0-d one only needs to be an ndarray (not a
+        # NumPy scalar), which costs a fraction of np.ascontiguousarray's call.
+        self.shaped_leaves = tuple(i for i, leaf in enumerate(kernel.leaves) if leaf.type.shape != ())
+        self.scalar_leaves = tuple(i for i, leaf in enumerate(kernel.leaves) if leaf.type.shape == ())
         self.folded = folded_reductions(kernel)
         self.folded_positions = [kernel.results.index(node.output(0)) for node in self.folded]
         self.folded_elements = sum(int(np.prod(node.out_types[0].shape)) for node in self.folded)
@@ -556,7 +560,12 @@ class KernelStep:
             outs = [take_buffer(pool, shape, dtype) for shape, dtype in self.out_specs]
         else:
             outs = [np.empty(shape, dtype) for shape, dtype in self.out_specs]
-        leaves = [np.ascontiguousarray(a) for a in arrays]
+        leaves = list(arrays)
+        for i in self.shaped_leaves:
+            leaves[i] = np.ascontiguousarray(leaves[i])
+        for i in self.scalar_leaves:
+            if leaves[i].__class__ is not np.ndarray:
+                leaves[i] = np.ascontiguousarray(leaves[i])
         if self.donated:
             write_over_leaves(outs, leaves, self.donated)
         if self.fast_call is not None:
