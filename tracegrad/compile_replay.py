@@ -226,11 +226,12 @@ class Replay:
         typ = tensor._type
         if typ is not value.type and typ != value.type:  # (scalars share their type object)
             return None
-        leaf = tensor._requires_grad and tensor._grad_fn is None
-        if leaf != (value.leaf is not None):
+        if tensor._requires_grad and tensor._grad_fn is None:
+            if value.leaf is None:
+                return None
+            value.leaf = _weak(tensor)  # it feeds this call's tensor, as a fresh input would
+        elif value.leaf is not None:
             return None
-        # The value will feed this call's tensor, as a fresh input would.
-        value.leaf = weakref.ref(tensor) if leaf else None
         self.n_inputs = n + 1
         return value
 
