@@ -22,6 +22,7 @@ import numpy as np
 
 from tracegrad import compile_events, compile_replay, inspect_log
 from tracegrad.autograd.grad_mode import MODE
+from tracegrad.ir.autodiff import FREED
 from tracegrad.codegen.program import Program, build_program
 from tracegrad.compile_key import KeyedGraph, alias_pattern, structural_key
 from tracegrad.ir.graph import Graph, Node, Value, user_location
@@ -350,7 +351,10 @@ class CompiledFunction:
     def _remember(self, trace: CompileTrace, alive: list[Tensor]) -> None:
         """Keep the trace of a finished call for the next calls to follow (or, when it
         followed one to the end, keep that one)."""
-        escapes = [weakref.ref(t) for t in alive if t._grad_fn is not None]
+        escapes = [t for t in alive if t._grad_fn is not None]
+        if escapes:
+            _release_saved_tensors(trace.graph)
+        escapes = [weakref.ref(t) for t in escapes]
         replay = trace.replay
         # No tensor can reach a saved tensor any more: do not keep them alive. (A followed
         # call makes saved tensors only for results that reach them.)
@@ -377,6 +381,20 @@ class CompiledFunction:
         events with miss reasons, compile times. `str(report)` shows it all."""
         from tracegrad.explain import explain_call
         return explain_call(self, args, kwargs)
+
+
+def _release_saved_tensors(graph: Graph) -> None:
+    """Saved tensors of the call's nodes that hold a lazy tensor, now materialized, hold
+    its data instead (as an eager saved tensor does). Otherwise that tensor, alive only
+    through its node, would count as a result the user kept, and no later call could
+    follow the recording (a forward-only call with parameters that require grad)."""
+    for node in graph.nodes:
+        saved = node.saved
+        if saved and saved is not FREED:
+            for entry in saved:
+                if entry is not None and entry.lazy is not None and entry.lazy._data is not None:
+                    entry.data = entry.lazy._data
+                    entry.lazy = None
 
 
 def _graph_name(fn) -> str:
