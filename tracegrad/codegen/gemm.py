@@ -239,6 +239,10 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
     return out
 
 
+def _address(function) -> int:
+    return ctypes.cast(function, ctypes.c_void_p).value
+
+
 def _narrow_route(a: np.ndarray, b: np.ndarray) -> str | None:
     """The `codegen/gemm_narrow.py` kernel for a product with a side narrower than a tile,
     if one applies and the product is too small for two threads (those kernels do not
@@ -282,7 +286,10 @@ def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int, epilogue: tu
     if threads == 1:
         function(calls[0][1])
         return
-    # Both calls claim chunks from one counter until none is left; the pool returns when
+    # Both calls claim chunks from one counter until none is left; `run_pair` returns when
     # both calls have returned, and a worker that wakes late finds its call already taken
     # by the calling thread (whose second call then only finds the counter exhausted).
-    kernel_threads.run_parallel(calls, threads - 1)
+    if threads == 2:
+        kernel_threads.run_pair(function, calls[0][1], calls[1][1], _address(function))
+    else:
+        kernel_threads.run_parallel(calls, threads - 1)

@@ -24,6 +24,8 @@ import queue
 import threading
 import warnings
 
+from tracegrad.codegen import handoff
+
 MAX_THREADS = 8
 
 
@@ -46,17 +48,27 @@ MIN_PARALLEL_ELEMENTS = 1 << 20
 # little, big enough that the Python work per chunk (a few µs) does not count.
 CHUNKS_PER_THREAD = 8
 MIN_CHUNK_ELEMENTS = 1 << 15
+# After a task, a worker spins this long for a call handed to it natively
+# (`codegen/handoff.py`): a W4 step's GEMMs are a few hundred µs apart, and a sleeping
+# worker starts 40-50 µs late. 0: never spin (every call goes through the queue).
+SPIN_SECONDS = float(os.environ.get("TRACEGRAD_SPIN_SECONDS", "0.002"))
 
 
 class _Worker:
     def __init__(self):
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.mailbox, self.mailbox_address = handoff.new_mailbox()
         self.thread = threading.Thread(target=self._loop, name="tracegrad-kernel-worker", daemon=True)
         self.thread.start()
 
     def _loop(self) -> None:
         while True:
             self.tasks.get()()
+            # Then spin a while for a call handed off natively (`run_pair`), unless a
+            # task waits; a task queued meanwhile waits for the spin's end, while its
+            # caller runs the calls no thread took.
+            if handoff.ready() and SPIN_SECONDS > 0 and self.tasks.empty():
+                handoff.serve(self.mailbox_address, SPIN_SECONDS)
 
 
 _workers: list[_Worker] = []
@@ -107,6 +119,24 @@ class _Chunks:
                 self.left -= 1
                 if self.left == 0:
                     self.finished.release()
+
+
+def run_pair(function, first: int, second: int, function_address: int) -> None:
+    """`function(first)` on the calling thread and `function(second)` on a worker thread,
+    or both on the calling thread if none gets to it; returns when both have returned.
+    `function` is a foreign function of one pointer argument at `function_address`.
+    Handed off natively when the worker spins (`codegen/handoff.py`), else queued."""
+    if SPIN_SECONDS > 0 and handoff.available():
+        handoff.prepare()
+        worker = _ensure_workers(1)[0]
+        if handoff.post(worker.mailbox_address, function_address, second):
+            try:
+                function(first)
+            finally:
+                if not handoff.reclaim(worker.mailbox_address):
+                    function(second)
+            return
+    run_parallel([(function, first), (function, second)], 1)
 
 
 def run_parallel(calls: list[tuple], helpers: int) -> None:
