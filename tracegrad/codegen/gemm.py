@@ -36,6 +36,12 @@ NC_MAX = 2048
 # Below this many multiply-adds a second thread costs more (wake-up, duplicated packing)
 # than it saves.
 TWO_THREAD_MIN_WORK = 1 << 22
+# Products with a narrow side (`codegen/gemm_narrow.py`) below NARROW_MAX_WORK run
+# unpacked, on two threads (two halves of the long side) from NARROW_TWO_THREAD_MIN_WORK:
+# W4's (256, 512, 10) products took ~20 µs on one thread, and a call handed to a spinning
+# worker (`codegen/handoff.py`) starts within a few µs.
+NARROW_MAX_WORK = 1 << 22
+NARROW_TWO_THREAD_MIN_WORK = 1 << 20
 CHUNKS_PER_THREAD = 1
 
 _kernels: dict[tuple[np.dtype, str, str], Callable[[int], None]] = {}
@@ -215,7 +221,9 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
     if k == 0:
         out[...] = 0
     elif narrow is not None:  # a side narrower than a tile: no packing (codegen/gemm_narrow.py)
-        gemm_narrow.run(narrow, a, b, result)
+        if threads is None:
+            threads = 2 if m * n * k >= NARROW_TWO_THREAD_MIN_WORK else 1
+        gemm_narrow.run(narrow, a, b, result, min(threads, 2, kernel_threads.NUM_THREADS))
         if result is not out:
             out[...] = result
     elif n < _tile_shape(a.dtype)[1] // 2 and m > n:
@@ -245,10 +253,10 @@ def _address(function) -> int:
 
 def _narrow_route(a: np.ndarray, b: np.ndarray) -> str | None:
     """The `codegen/gemm_narrow.py` kernel for a product with a side narrower than a tile,
-    if one applies and the product is too small for two threads (those kernels do not
-    split). Decided by shape alone, so a product's result never depends on `threads`."""
+    if one applies and the product is below NARROW_MAX_WORK (a bigger one is worth packing).
+    Decided by shape alone, so a product's result never depends on `threads`."""
     (m, k), n = a.shape, b.shape[1]
-    return gemm_narrow.route(a, b) if m * n * k < TWO_THREAD_MIN_WORK else None
+    return gemm_narrow.route(a, b) if m * n * k < NARROW_MAX_WORK else None
 
 
 def _check_operands(a, b) -> None:

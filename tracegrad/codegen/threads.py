@@ -7,6 +7,8 @@ only Python work per chunk is a queue put and a lock release.
 
     TRACEGRAD_NUM_THREADS=n   threads per kernel (default: os.cpu_count(), at most
                               MAX_THREADS); 1 runs every kernel in the calling thread.
+    TRACEGRAD_SPIN_SECONDS=s  how long a worker spins after a task for a call handed
+                              to it natively (`run_pair`, `codegen/handoff.py`); 0: never.
 
 `NUM_THREADS` and `MIN_PARALLEL_ELEMENTS` are read at each kernel call, so tests and
 users may change them at run time; a kernel built while it was below
