@@ -18,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tracegrad.codegen import gemm_narrow, kernel_key, threads as kernel_threads
+from tracegrad.codegen.kernels import data_address
 from tracegrad.codegen.gemm_ir import COL, PARAMETER_COUNT, ROW, GemmEmitter, tile_shape as _tile_shape
 from tracegrad.codegen.llvm import compile_kernel_keyed, load_keyed
 
@@ -288,8 +289,8 @@ def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int, epilogue: tu
         b = np.ascontiguousarray(b)
         b_layout = (ROW, n)
     function = _kernel(dtype, a_layout[0], b_layout[0])
-    operands = (a.__array_interface__["data"][0], a_layout[1], b.__array_interface__["data"][0], b_layout[1],
-                c.__array_interface__["data"][0], c.strides[0] // c.itemsize if m > 1 else n)
+    operands = (data_address(a), a_layout[1], data_address(b), b_layout[1], data_address(c),
+                c.strides[0] // c.itemsize if m > 1 else n)
     threads = min(threads, kernel_threads.NUM_THREADS)
     workspaces = _own_workspaces(dtype, threads)
     counter = workspaces[0]

@@ -26,6 +26,7 @@ import numpy as np
 from llvmlite import ir
 
 from tracegrad.codegen import kernel_key
+from tracegrad.codegen.kernels import data_address
 from tracegrad.codegen.gemm_ir import VectorEmitter, tile_shape
 from tracegrad.codegen.llvm import I64, compile_kernel_keyed, emit_loop, load_keyed
 
@@ -210,7 +211,7 @@ def run(kind: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int = 1
     function = kernel(kind, a.dtype, n)
     a_row, b_ld, c_ld = a.strides[0] // size, (b.strides[0] if kind == "rows" else b.strides[1]) // size, \
         (c.strides[0] // size if m > 1 else n)
-    a_address, b_address, c_address = (x.__array_interface__["data"][0] for x in (a, b, c))
+    a_address, b_address, c_address = data_address(a), data_address(b), data_address(c)
     if kind == "rows":
         width = tile_shape(a.dtype)[1]
         full = n - n % width
@@ -226,8 +227,8 @@ def run(kind: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int = 1
             padded = np.zeros((k, width), a.dtype)
             padded[:, :n - full] = b[:, full:]
             block = np.empty((m, width), a.dtype)
-            _run_blocks(function, [_parameters(a_address, a_row, a_k, padded.__array_interface__["data"][0], width,
-                                               block.__array_interface__["data"][0], width, m, width, k)])
+            _run_blocks(function, [_parameters(a_address, a_row, a_k, data_address(padded), width,
+                                               data_address(block), width, m, width, k)])
             c[:, full:] = block[:, :n - full]
     else:
         half = -(-m // threads) if threads > 1 else m
