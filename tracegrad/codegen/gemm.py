@@ -38,9 +38,10 @@ NC_MAX = 2048
 # per block, and the epilogue reads the block from L1 instead of L2 (W4's (256, 10) @
 # (10, 512) with its ReLU mask: 63 -> 57 µs on one thread).
 SHALLOW_K = 32
-# Below this many multiply-adds a second thread costs more (wake-up, duplicated packing)
-# than it saves.
-TWO_THREAD_MIN_WORK = 1 << 22
+# Below this many multiply-adds a second thread costs more (hand-off, duplicated packing)
+# than it saves. With the call handed to a spinning worker (`codegen/handoff.py`) W4's
+# (256, 10) @ (10, 512) (1.3 M) gains from it: the W4 step 3.34 -> 3.25 ms, interleaved.
+TWO_THREAD_MIN_WORK = 1 << 20
 # Products with a narrow side (`codegen/gemm_narrow.py`) below NARROW_MAX_WORK run
 # unpacked, on two threads (two halves of the long side) from NARROW_TWO_THREAD_MIN_WORK:
 # W4's (256, 512, 10) products took ~20 µs on one thread, and a call handed to a spinning
