@@ -209,12 +209,18 @@ def prepare() -> None:
 
 
 def new_mailbox() -> tuple[np.ndarray, int]:
-    """A mailbox (ASLEEP) on its own cache line, and its address."""
-    raw = np.zeros(16, np.int64)
-    start = (-raw.__array_interface__["data"][0] % 64) // 8
-    mailbox = raw[start:start + 8]
-    mailbox[_SYSCALL] = ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value
-    return mailbox, mailbox.__array_interface__["data"][0]
+    """A mailbox (ASLEEP) on its own cache line, and its address. Its memory is never
+    freed: a daemon worker may still spin on it while the interpreter shuts down."""
+    libc = ctypes.CDLL(None)
+    libc.aligned_alloc.restype = ctypes.c_void_p
+    libc.aligned_alloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+    address = libc.aligned_alloc(64, 64)
+    if not address:
+        raise MemoryError("handoff: no memory for a mailbox")
+    ctypes.memset(address, 0, 64)
+    mailbox = np.ctypeslib.as_array((ctypes.c_int64 * 8).from_address(address))
+    mailbox[_SYSCALL] = ctypes.cast(libc.syscall, ctypes.c_void_p).value
+    return mailbox, address
 
 
 def serve(mailbox: int, seconds: float) -> None:
