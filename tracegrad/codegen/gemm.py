@@ -39,9 +39,10 @@ NC_MAX = 2048
 # (10, 512) with its ReLU mask: 63 -> 57 µs on one thread).
 SHALLOW_K = 32
 # Below this many multiply-adds a second thread costs more (hand-off, duplicated packing)
-# than it saves. With the call handed to a spinning worker (`codegen/handoff.py`) W4's
-# (256, 10) @ (10, 512) (1.3 M) gains from it: the W4 step 3.34 -> 3.25 ms, interleaved.
-TWO_THREAD_MIN_WORK = 1 << 20
+# than it saves. (1 << 20 was tried with the native hand-off: W4's (256, 10) @ (10, 512)
+# gained nothing measurable in the step, and a 64x128x128 product took 21 µs on two
+# threads against 17 on one.)
+TWO_THREAD_MIN_WORK = 1 << 22
 # Products with a narrow side (`codegen/gemm_narrow.py`) below NARROW_MAX_WORK run
 # unpacked, on two threads (two halves of the long side) from NARROW_TWO_THREAD_MIN_WORK:
 # W4's (256, 512, 10) products took ~20 µs on one thread, and a call handed to a spinning
