@@ -31,6 +31,7 @@ time-stamp counter, and `pause` eases the spin); elsewhere `available()` is Fals
 from __future__ import annotations
 
 import ctypes
+import functools
 import platform
 import threading
 
@@ -62,6 +63,7 @@ _function = None
 _lock = threading.Lock()
 
 
+@functools.cache
 def available() -> bool:
     """Linux on x86-64: the generated code makes system calls by number."""
     return platform.system() == "Linux" and platform.machine().lower() in ("x86_64", "amd64")
