@@ -39,10 +39,12 @@ NC_MAX = 2048
 # (10, 512) with its ReLU mask: 63 -> 57 µs on one thread).
 SHALLOW_K = 32
 # Below this many multiply-adds a second thread costs more (hand-off, duplicated packing)
-# than it saves. (1 << 20 was tried with the native hand-off: W4's (256, 10) @ (10, 512)
-# gained nothing measurable in the step, and a 64x128x128 product took 21 µs on two
-# threads against 17 on one.)
+# than it saves (a 64x128x128 product: 21 µs on two threads, 17 on one) ...
 TWO_THREAD_MIN_WORK = 1 << 22
+# ... unless C has this many elements: then writing C (and an epilogue reading and writing
+# as much again) is bound by one core's memory bandwidth, and two cores have twice that.
+# W4's (256, 10) @ (10, 512) with its ReLU-mask epilogue: 155 -> 106 µs in the step.
+TWO_THREAD_MIN_OUTPUT = 1 << 17
 # Products with a narrow side (`codegen/gemm_narrow.py`) below NARROW_MAX_WORK run
 # unpacked, on two threads (two halves of the long side) from NARROW_TWO_THREAD_MIN_WORK:
 # W4's (256, 512, 10) products took ~20 µs on one thread, and a call handed to a spinning
@@ -241,7 +243,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
         out[...] = matmul(b.T, a.T, threads=threads).T
     else:
         if threads is None:
-            threads = 2 if m * n * k >= TWO_THREAD_MIN_WORK else 1
+            threads = 2 if m * n * k >= TWO_THREAD_MIN_WORK or m * n >= TWO_THREAD_MIN_OUTPUT else 1
         _run(a, b, result, threads, epilogue if in_place else None, split_n)
         if result is not out:
             out[...] = result
