@@ -131,3 +131,22 @@ def test_no_spin_sends_every_call_through_the_queue(monkeypatch):
     a = rng.standard_normal((256, 300))
     b = rng.standard_normal((300, 200))
     np.testing.assert_array_equal(gemm.matmul(a, b, threads=2), gemm.matmul(a, b, threads=1))
+
+
+def test_a_task_queued_for_a_spinning_worker_stops_its_spin(monkeypatch):
+    monkeypatch.setattr(threads, "SPIN_SECONDS", 5.0)
+    handoff.prepare()
+    threads.run_parallel([(lambda: None,), (lambda: None,)], 1)  # the worker then spins
+    worker = threads._ensure_workers(1)[0]
+    deadline = time.monotonic() + 5
+    while worker.mailbox[0] != handoff.WATCHING and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert worker.mailbox[0] == handoff.WATCHING
+    # Two calls that can only finish together, on two threads: the worker must leave its
+    # spin for the queued task (else the caller runs both, and the first waits in vain).
+    both = threading.Barrier(2, timeout=2)
+    ran_on = []
+    start = time.monotonic()
+    threads.run_parallel([(lambda: ran_on.append(both.wait() is not None and threading.get_ident()),),
+                          (lambda: ran_on.append(both.wait() is not None and threading.get_ident()),)], 1)
+    assert len(set(ran_on)) == 2 and time.monotonic() - start < 2

@@ -15,17 +15,20 @@ The mailbox's state word moves, by compare-and-swap, through
     ASLEEP -(worker starts to spin)-> WATCHING -(caller: post)-> CLAIMED -> POSTED
     POSTED -(worker)-> RUNNING -> DONE -(caller: reclaim)-> WATCHING
     POSTED -(caller: reclaim, the worker had not taken it)-> WATCHING
-    WATCHING -(worker: spun long enough)-> ASLEEP
+    WATCHING -(worker: spun long enough; or anyone: stop)-> ASLEEP
 
 so a post only succeeds while the worker spins, one caller at a time owns the mailbox from
 its post to its reclaim, and a call is run by exactly one of the worker (reclaim returns
 1) and the caller (reclaim returns 0: the caller runs it). A post that fails (the worker
-sleeps, or another caller owns the mailbox) falls back to the queue.
+sleeps, or another caller owns the mailbox) falls back to the queue; whoever queues a task
+for a spinning worker stops its spin (`stop`), so the task does not wait for the spin's end.
 
-All three operations are one function `i64 handoff(i64 op, i64* mailbox, i64 fn, i64 arg)`
-(`SERVE`: arg is the spin limit in time-stamp-counter ticks; `POST`; `RECLAIM`), compiled
-once and kept in the disk cache like the GEMMs. x86 only (the spin limit reads the
-time-stamp counter, and `pause` eases the spin); elsewhere `available()` is False.
+The four operations are one function `i64 handoff(i64 op, i64* mailbox, i64 fn, i64 arg)`
+(`SERVE`: arg is the spin limit in time-stamp-counter ticks; `POST`; `RECLAIM`: arg is how
+long to spin before sleeping; `STOP`), compiled once and kept in the disk cache like the
+GEMMs. The idle worker yields its core at every turn of its spin (`sched_yield`), so that
+on a shared host another runnable thread is not held up by it. Linux on x86-64 only (the
+time-stamp counter, `pause`, system calls by number); elsewhere `available()` is False.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from tracegrad.codegen import kernel_key
 from tracegrad.codegen.llvm import I64, compile_kernel_keyed
 
 ASLEEP, WATCHING, CLAIMED, POSTED, RUNNING, DONE = range(6)
-SERVE, POST, RECLAIM = range(3)
+SERVE, POST, RECLAIM, STOP = range(4)
 # Mailbox words after the state: the posted call, whether the caller sleeps on the state
 # word, and the futex timeout (a timespec) a sleeping caller rechecks the state after.
 # The address of libc's `syscall` (the generated code is loaded without a dynamic linker).
@@ -94,12 +97,17 @@ def _build() -> ir.Module:
     def block(name: str):
         return function.append_basic_block(name)
 
-    serve, post, reclaim, other = (block(name) for name in ("serve", "post", "reclaim", "other"))
+    serve, post, reclaim, stop_serving, other = (block(name) for name in ("serve", "post", "reclaim", "stop",
+                                                                           "other"))
     switch = b.switch(op, other)
-    for value, target_block in ((SERVE, serve), (POST, post), (RECLAIM, reclaim)):
+    for value, target_block in ((SERVE, serve), (POST, post), (RECLAIM, reclaim), (STOP, stop_serving)):
         switch.add_case(I64(value), target_block)
     b.position_at_end(other)
     b.ret(I64(-1))
+
+    # -- stop: WATCHING -> ASLEEP, which ends the worker's spin (1), if it spins idle.
+    b.position_at_end(stop_serving)
+    b.ret(b.zext(swap(WATCHING, ASLEEP), I64))
 
     # -- post: WATCHING -> CLAIMED, fill the mailbox, -> POSTED.
     b.position_at_end(post)
@@ -175,6 +183,10 @@ def _build() -> ir.Module:
     b.position_at_end(idle)
     expired = b.and_(b.icmp_signed("==", current, I64(WATCHING)),
                      b.icmp_unsigned(">", b.sub(b.call(clock, []), since), argument))
+    stopped = b.icmp_signed("==", current, I64(ASLEEP))  # `stop`: a task waits in the queue
+    stopping = block("serve.stopping")
+    b.cbranch(stopped, stop, stopping)
+    b.position_at_end(stopping)
     b.cbranch(expired, asleep, again)
     b.position_at_end(asleep)
     b.cbranch(swap(WATCHING, ASLEEP), stop, again)
@@ -223,6 +235,11 @@ def new_mailbox() -> tuple[np.ndarray, int]:
     mailbox = np.ctypeslib.as_array((ctypes.c_int64 * 8).from_address(address))
     mailbox[_SYSCALL] = ctypes.cast(libc.syscall, ctypes.c_void_p).value
     return mailbox, address
+
+
+def stop(mailbox: int) -> bool:
+    """End the spin of a worker waiting idle on `mailbox` (it returns to its queue)."""
+    return bool(_handoff()(STOP, mailbox, None, None))
 
 
 def serve(mailbox: int, seconds: float) -> None:

@@ -67,8 +67,7 @@ class _Worker:
         while True:
             self.tasks.get()()
             # Then spin a while for a call handed off natively (`run_pair`), unless a
-            # task waits; a task queued meanwhile waits for the spin's end, while its
-            # caller runs the calls no thread took.
+            # task waits; one queued meanwhile stops the spin (`run_parallel`).
             if handoff.ready() and SPIN_SECONDS > 0 and self.tasks.empty():
                 handoff.serve(self.mailbox_address, SPIN_SECONDS)
 
@@ -146,6 +145,10 @@ def run_parallel(calls: list[tuple], helpers: int) -> None:
     threads; return when all have returned. The calls must be independent."""
     chunks = _Chunks(calls)
     for worker in _ensure_workers(helpers)[:helpers]:
+        # A worker spinning for a hand-off returns to its queue now. (Stopped before the
+        # put: after it, the stop could end the spin the worker began after this task.)
+        if handoff.ready():
+            handoff.stop(worker.mailbox_address)
         worker.tasks.put(chunks.work)
     chunks.work()
     chunks.finished.acquire()  # the last call to finish, on whichever thread, releases it
