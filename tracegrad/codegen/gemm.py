@@ -3,7 +3,7 @@
 What lives here: running the GEMM functions that `codegen/gemm_ir.py` generates (one per
 dtype and operand layouts): the per-thread packing workspaces and parameter blocks, the
 cache-blocking plan of a product, and the split of a product over two threads (two calls
-sharing one chunk counter, run by the kernels' pool, `codegen/threads.py`). A product may
+sharing one chunk counter; the second handed to a worker thread, `threads.run_pair`). A product may
 carry a tile epilogue (`codegen/epilogue.py`), run on each finished block of C. What does
 not: the IR, choosing between this kernel and numpy.matmul (`codegen/matmul_step.py`), and
 any graph or autograd logic.
@@ -48,12 +48,14 @@ SHALLOW_K = 32
 TWO_THREAD_MIN_WORK = 1 << 22
 # ... unless C has this many elements: then writing C (and an epilogue reading and writing
 # as much again) is bound by one core's memory bandwidth, and two cores have twice that.
-# W4's (256, 10) @ (10, 512) with its ReLU-mask epilogue: 155 -> 106 µs in the step.
+# W4's (256, 10) @ (10, 512) with its ReLU-mask epilogue, in the step: 53 -> 44 µs on a
+# quiet host, 155 -> 106 µs with one core busy elsewhere.
 TWO_THREAD_MIN_OUTPUT = 1 << 17
 # Products with a narrow side (`codegen/gemm_narrow.py`) below NARROW_MAX_WORK run
 # unpacked, on two threads (two halves of the long side) from NARROW_TWO_THREAD_MIN_WORK:
-# W4's (256, 512, 10) products took ~20 µs on one thread, and a call handed to a spinning
-# worker (`codegen/handoff.py`) starts within a few µs.
+# W4's (256, 512, 10) products take ~14 µs in the kernel on one thread, and a call handed
+# to a spinning worker (`codegen/handoff.py`) starts within a µs: 3-7 µs less each in the
+# W4 step on a quiet host (with one core busy elsewhere, 5-10 µs more).
 NARROW_MAX_WORK = 1 << 22
 NARROW_TWO_THREAD_MIN_WORK = 1 << 20
 CHUNKS_PER_THREAD = 1
