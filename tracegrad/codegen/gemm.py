@@ -55,7 +55,7 @@ TWO_THREAD_MIN_OUTPUT = 1 << 17
 # unpacked, on two threads (two halves of the long side) from NARROW_TWO_THREAD_MIN_WORK:
 # W4's (256, 512, 10) products take ~14 µs in the kernel on one thread, and a call handed
 # to a spinning worker (`codegen/handoff.py`) starts within a µs: 3-7 µs less each in the
-# W4 step on a quiet host (with one core busy elsewhere, 5-10 µs more).
+# W4 step on a quiet host (with one core busy elsewhere, 6-14 µs more).
 NARROW_MAX_WORK = 1 << 22
 NARROW_TWO_THREAD_MIN_WORK = 1 << 20
 CHUNKS_PER_THREAD = 1
