@@ -58,6 +58,22 @@ def test_two_threads_match_one(m, k, n, dtype):
     np.testing.assert_array_equal(two, gemm.matmul(a, b, threads=1))
 
 
+def test_a_shallow_product_with_a_big_output_runs_on_two_threads(monkeypatch):
+    """Few multiply-adds but a C past TWO_THREAD_MIN_OUTPUT elements (W4's (256, 10) @ (10,
+    512)): writing C is bandwidth-bound, so it gets two threads; the result is the same."""
+    ran = []
+    original = gemm._run
+    monkeypatch.setattr(gemm, "_run", lambda a, b, c, threads, *args: ran.append(threads) or
+                        original(a, b, c, threads, *args))
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((256, 10)).astype(np.float32), rng.standard_normal((10, 512)).astype(np.float32)
+    two = gemm.matmul(a, b)
+    small = gemm.matmul(a[:64], b[:, :128])
+    assert ran == [2, 1]
+    np.testing.assert_array_equal(two, gemm.matmul(a, b, threads=1))
+    _check(small, a[:64], b[:, :128])
+
+
 @pytest.fixture
 def host_tile(monkeypatch):
     """Set the tile shape (MR, NR, V) `matmul` compiles for, as on another host."""

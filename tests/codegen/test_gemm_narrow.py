@@ -5,7 +5,7 @@ of the vector width), strided operands, and chosen by `gemm.matmul` for such pro
 import numpy as np
 import pytest
 
-from tracegrad.codegen import gemm, gemm_narrow
+from tracegrad.codegen import gemm, gemm_narrow, threads
 
 TOLERANCE = {np.float32: 1e-5, np.float64: 1e-12}
 
@@ -34,6 +34,36 @@ def test_narrow_products_equal_numpy(dtype, m, k, n, layouts, kind):
     got = np.full((m, n), np.nan, dtype)
     gemm_narrow.run(kind, a, b, got)
     np.testing.assert_allclose(got, want, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * np.abs(want).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,n,layouts,kind", [
+    (10, 256, 512, "cr", "rows"), (7, 33, 70, "cr", "rows"), (3, 17, 1000, "rs", "rows"), (2, 5, 33, "rr", "rows"),
+    (1, 9, 40, "rr", "rows"), (12, 4, 96, "rr", "rows"),
+    (256, 512, 10, "rc", "cols"), (37, 19, 3, "rc", "cols"), (1, 16, 12, "sc", "cols"), (2, 7, 5, "rc", "cols"),
+])
+def test_two_threads_compute_what_one_call_computes(dtype, m, k, n, layouts, kind):
+    rng = np.random.default_rng(3)
+    a, b = _operand(rng, m, k, dtype, layouts[0]), _operand(rng, k, n, dtype, layouts[1])
+    assert gemm_narrow.route(a, b) == kind
+    one, two = np.full((m, n), np.nan, dtype), np.full((m, n), np.nan, dtype)
+    gemm_narrow.run(kind, a, b, one)
+    gemm_narrow.run(kind, a, b, two, threads=2)
+    np.testing.assert_array_equal(two, one)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(two, want, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * np.abs(want).max())
+
+
+def test_matmul_splits_the_w4_narrow_products_over_two_threads(monkeypatch):
+    calls = []
+    original = gemm_narrow.run
+    monkeypatch.setattr(gemm_narrow, "run", lambda *args: calls.append(args[4:]) or original(*args))
+    monkeypatch.setattr(threads, "NUM_THREADS", 2)
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((256, 512)).astype(np.float32), rng.standard_normal((10, 512)).astype(np.float32)
+    np.testing.assert_allclose(gemm.matmul(x, w.T), x @ w.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gemm.matmul(x[:8, :16], w.T[:16]), x[:8, :16] @ w.T[:16], rtol=1e-4, atol=1e-4)
+    assert calls == [(2,), (1,)]
 
 
 def test_products_without_a_narrow_side_or_layout_are_not_routed():

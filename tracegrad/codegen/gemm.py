@@ -3,7 +3,7 @@
 What lives here: running the GEMM functions that `codegen/gemm_ir.py` generates (one per
 dtype and operand layouts): the per-thread packing workspaces and parameter blocks, the
 cache-blocking plan of a product, and the split of a product over two threads (two calls
-sharing one chunk counter, run by the kernels' pool, `codegen/threads.py`). A product may
+sharing one chunk counter; the second handed to a worker thread, `threads.run_pair`). A product may
 carry a tile epilogue (`codegen/epilogue.py`), run on each finished block of C. What does
 not: the IR, choosing between this kernel and numpy.matmul (`codegen/matmul_step.py`), and
 any graph or autograd logic.
@@ -18,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tracegrad.codegen import gemm_narrow, kernel_key, threads as kernel_threads
+from tracegrad.codegen.kernels import data_address
 from tracegrad.codegen.gemm_ir import COL, PARAMETER_COUNT, ROW, GemmEmitter, tile_shape as _tile_shape
 from tracegrad.codegen.llvm import compile_kernel_keyed, load_keyed
 
@@ -29,13 +30,34 @@ EPILOGUE_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, cty
 
 # Cache blocking (elements). KC: a B micro-panel (KC x NR) fits in L1 (48 KB on Zen 5);
 # MC: the packed A block (MC x KC) sits in L2 (1 MB); NC: the packed B panel, L2/L3.
-# Measured with benchmarks/gemm_probe.py; see `_plan`.
+# Measured with benchmarks/gemm_probe.py; see `_plan`. MC 96 rather than 192: the block
+# of C an epilogue reads and writes after it (MC x NC) then stays in L2 beside the packed
+# B panel; in the W4 step (interleaved, quiet host) the weight-gradient products with
+# their SGD epilogue took 2-4% less and the step 51-86 µs less, while products without
+# an epilogue on one thread ran within 2% either way. (Workspaces are sized by MC_MAX
+# when first made: it must not grow afterwards.)
 KC_MAX = 256
-MC_MAX = 192
+MC_MAX = 96
 NC_MAX = 2048
-# Below this many multiply-adds a second thread costs more (wake-up, duplicated packing)
-# than it saves.
+# Up to this K a block of C is one MR-tall row of tiles (MC = MR): packing A costs little
+# per block, and the epilogue reads the block from L1 instead of L2 (W4's (256, 10) @
+# (10, 512) with its ReLU mask: 63 -> 57 µs on one thread).
+SHALLOW_K = 32
+# Below this many multiply-adds a second thread costs more (hand-off, duplicated packing)
+# than it saves (a 64x128x128 product: 21 µs on two threads, 17 on one) ...
 TWO_THREAD_MIN_WORK = 1 << 22
+# ... unless C has this many elements: then writing C (and an epilogue reading and writing
+# as much again) is bound by one core's memory bandwidth, and two cores have twice that.
+# W4's (256, 10) @ (10, 512) with its ReLU-mask epilogue, in the step: 53 -> 44 µs on a
+# quiet host, 155 -> 106 µs with one core busy elsewhere.
+TWO_THREAD_MIN_OUTPUT = 1 << 17
+# Products with a narrow side (`codegen/gemm_narrow.py`) below NARROW_MAX_WORK run
+# unpacked, on two threads (two halves of the long side) from NARROW_TWO_THREAD_MIN_WORK:
+# W4's (256, 512, 10) products take ~14 µs in the kernel on one thread, and a call handed
+# to a spinning worker (`codegen/handoff.py`) starts within a µs: 3-7 µs less each in the
+# W4 step on a quiet host (with one core busy elsewhere, 6-14 µs more).
+NARROW_MAX_WORK = 1 << 22
+NARROW_TWO_THREAD_MIN_WORK = 1 << 20
 CHUNKS_PER_THREAD = 1
 
 _kernels: dict[tuple[np.dtype, str, str], Callable[[int], None]] = {}
@@ -149,7 +171,8 @@ def _plan(m: int, n: int, k: int, dtype: np.dtype, threads: int, split_n: bool |
     if plan is None:
         rows, cols, _ = _tile_shape(dtype)
         kc = min(KC_MAX, _round_up(-(-k // -(-k // KC_MAX)), 16))
-        mc = min(_round_up(MC_MAX, rows), _round_up(m, rows))
+        mc_max = rows if k <= SHALLOW_K else MC_MAX
+        mc = min(_round_up(mc_max, rows), _round_up(m, rows))
         nc = min(_round_up(NC_MAX, cols), _round_up(n, cols))
         if split_n is None:
             split_n = n > m
@@ -215,7 +238,9 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
     if k == 0:
         out[...] = 0
     elif narrow is not None:  # a side narrower than a tile: no packing (codegen/gemm_narrow.py)
-        gemm_narrow.run(narrow, a, b, result)
+        if threads is None:
+            threads = 2 if m * n * k >= NARROW_TWO_THREAD_MIN_WORK else 1
+        gemm_narrow.run(narrow, a, b, result, min(threads, 2, kernel_threads.NUM_THREADS))
         if result is not out:
             out[...] = result
     elif n < _tile_shape(a.dtype)[1] // 2 and m > n:
@@ -225,7 +250,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
         out[...] = matmul(b.T, a.T, threads=threads).T
     else:
         if threads is None:
-            threads = 2 if m * n * k >= TWO_THREAD_MIN_WORK else 1
+            threads = 2 if m * n * k >= TWO_THREAD_MIN_WORK or m * n >= TWO_THREAD_MIN_OUTPUT else 1
         _run(a, b, result, threads, epilogue if in_place else None, split_n)
         if result is not out:
             out[...] = result
@@ -239,12 +264,16 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
     return out
 
 
+def _address(function) -> int:
+    return ctypes.cast(function, ctypes.c_void_p).value
+
+
 def _narrow_route(a: np.ndarray, b: np.ndarray) -> str | None:
     """The `codegen/gemm_narrow.py` kernel for a product with a side narrower than a tile,
-    if one applies and the product is too small for two threads (those kernels do not
-    split). Decided by shape alone, so a product's result never depends on `threads`."""
+    if one applies and the product is below NARROW_MAX_WORK (a bigger one is worth packing).
+    Decided by shape alone, so a product's result never depends on `threads`."""
     (m, k), n = a.shape, b.shape[1]
-    return gemm_narrow.route(a, b) if m * n * k < TWO_THREAD_MIN_WORK else None
+    return gemm_narrow.route(a, b) if m * n * k < NARROW_MAX_WORK else None
 
 
 def _check_operands(a, b) -> None:
@@ -271,8 +300,8 @@ def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int, epilogue: tu
         b = np.ascontiguousarray(b)
         b_layout = (ROW, n)
     function = _kernel(dtype, a_layout[0], b_layout[0])
-    operands = (a.__array_interface__["data"][0], a_layout[1], b.__array_interface__["data"][0], b_layout[1],
-                c.__array_interface__["data"][0], c.strides[0] // c.itemsize if m > 1 else n)
+    operands = (data_address(a), a_layout[1], data_address(b), b_layout[1], data_address(c),
+                c.strides[0] // c.itemsize if m > 1 else n)
     threads = min(threads, kernel_threads.NUM_THREADS)
     workspaces = _own_workspaces(dtype, threads)
     counter = workspaces[0]
@@ -282,7 +311,10 @@ def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int, epilogue: tu
     if threads == 1:
         function(calls[0][1])
         return
-    # Both calls claim chunks from one counter until none is left; the pool returns when
+    # Both calls claim chunks from one counter until none is left; `run_pair` returns when
     # both calls have returned, and a worker that wakes late finds its call already taken
     # by the calling thread (whose second call then only finds the counter exhausted).
-    kernel_threads.run_parallel(calls, threads - 1)
+    if threads == 2:
+        kernel_threads.run_pair(function, calls[0][1], calls[1][1], _address(function))
+    else:
+        kernel_threads.run_parallel(calls, threads - 1)

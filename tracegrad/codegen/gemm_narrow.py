@@ -13,8 +13,9 @@ for a tile that is mostly padding, and packing costs as much as the arithmetic. 
   the n columns of B in that many times n vector accumulators along K, summed across
   lanes at the end. One kernel per n, so no accumulator is spent on a missing column.
 
-Neither packs, so each reads its big operand once. What does not live here: the general
-GEMM, the choice of NumPy or generated (`codegen/matmul_step.py`).
+Neither packs, so each reads its big operand once. `run` may call a kernel twice, on two
+halves of C's long side, the second on a worker thread (`threads.run_pair`). What does not
+live here: the general GEMM, the choice of NumPy or generated (`codegen/matmul_step.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 from llvmlite import ir
 
 from tracegrad.codegen import kernel_key
+from tracegrad.codegen.kernels import data_address
 from tracegrad.codegen.gemm_ir import VectorEmitter, tile_shape
 from tracegrad.codegen.llvm import I64, compile_kernel_keyed, emit_loop, load_keyed
 
@@ -201,27 +203,50 @@ def route(a: np.ndarray, b: np.ndarray) -> str | None:
     return None
 
 
-def run(kind: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
-    """C = A @ B with the `kind` kernel; `c` has unit stride along its rows."""
+def run(kind: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int = 1) -> None:
+    """C = A @ B with the `kind` kernel; `c` has unit stride along its rows. With
+    `threads` = 2 the kernel is called twice, on two halves of C's long side (`rows`: the
+    column blocks, `cols`: the rows), each element computed as in one call."""
     (m, k), n, size = a.shape, b.shape[1], a.itemsize
     function = kernel(kind, a.dtype, n)
+    a_row, b_ld, c_ld = a.strides[0] // size, (b.strides[0] if kind == "rows" else b.strides[1]) // size, \
+        (c.strides[0] // size if m > 1 else n)
+    a_address, b_address, c_address = data_address(a), data_address(b), data_address(c)
     if kind == "rows":
-        full = n - n % tile_shape(a.dtype)[1]
-        _call(function, a, a.strides[0] // size, a.strides[1] // size, b, b.strides[0] // size, c, m, full, k)
+        width = tile_shape(a.dtype)[1]
+        full = n - n % width
+        a_k = a.strides[1] // size
+        if full:
+            # Column blocks [0, half) and [half, full), each a whole number of NR-wide blocks.
+            half = -(-(full // width) // threads) * width if threads > 1 else full
+            parts = [(0, half), (half, full)] if half < full else [(0, full)]
+            blocks = [_parameters(a_address, a_row, a_k, b_address + start * size, b_ld, c_address + start * size,
+                                  c_ld, m, stop - start, k) for start, stop in parts]
+            _run_blocks(function, blocks)
         if full < n:  # the last, partial column block: through a zero-padded copy
-            width = tile_shape(a.dtype)[1]
             padded = np.zeros((k, width), a.dtype)
             padded[:, :n - full] = b[:, full:]
             block = np.empty((m, width), a.dtype)
-            _call(function, a, a.strides[0] // size, a.strides[1] // size, padded, width, block, m, width, k)
+            _run_blocks(function, [_parameters(a_address, a_row, a_k, data_address(padded), width,
+                                               data_address(block), width, m, width, k)])
             c[:, full:] = block[:, :n - full]
     else:
-        _call(function, a, a.strides[0] // size, 0, b, b.strides[1] // size, c, m, n, k)
+        half = -(-m // threads) if threads > 1 else m
+        parts = [(0, half), (half, m)] if half < m else [(0, m)]
+        _run_blocks(function, [_parameters(a_address + start * a_row * size, a_row, 0, b_address, b_ld,
+                                           c_address + start * c_ld * size, c_ld, stop - start, n, k)
+                               for start, stop in parts])
 
 
-def _call(function, a, a_row: int, a_k: int, b, ldb: int, c, m: int, n: int, k: int) -> None:
-    ldc = c.strides[0] // c.itemsize if m > 1 else n
-    params = (ctypes.c_int64 * PARAMETER_COUNT)(
-        a.__array_interface__["data"][0], a_row, a_k, b.__array_interface__["data"][0], ldb,
-        c.__array_interface__["data"][0], ldc, m, n, k)
-    function(ctypes.addressof(params))
+def _parameters(*values: int):
+    return (ctypes.c_int64 * PARAMETER_COUNT)(*values)
+
+
+def _run_blocks(function, blocks: list) -> None:
+    """One call per parameter block: a second block goes to a worker thread."""
+    if len(blocks) == 1:
+        function(ctypes.addressof(blocks[0]))
+        return
+    from tracegrad.codegen import threads
+    first, second = (ctypes.addressof(block) for block in blocks)  # the blocks live until both return
+    threads.run_pair(function, first, second, ctypes.cast(function, ctypes.c_void_p).value)

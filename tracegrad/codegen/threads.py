@@ -7,6 +7,8 @@ only Python work per chunk is a queue put and a lock release.
 
     TRACEGRAD_NUM_THREADS=n   threads per kernel (default: os.cpu_count(), at most
                               MAX_THREADS); 1 runs every kernel in the calling thread.
+    TRACEGRAD_SPIN_SECONDS=s  how long a worker spins after a task for a call handed
+                              to it natively (`run_pair`, `codegen/handoff.py`); 0: never.
 
 `NUM_THREADS` and `MIN_PARALLEL_ELEMENTS` are read at each kernel call, so tests and
 users may change them at run time; a kernel built while it was below
@@ -23,6 +25,8 @@ import os
 import queue
 import threading
 import warnings
+
+from tracegrad.codegen import handoff
 
 MAX_THREADS = 8
 
@@ -46,17 +50,26 @@ MIN_PARALLEL_ELEMENTS = 1 << 20
 # little, big enough that the Python work per chunk (a few µs) does not count.
 CHUNKS_PER_THREAD = 8
 MIN_CHUNK_ELEMENTS = 1 << 15
+# After a task, a worker spins this long for a call handed to it natively
+# (`codegen/handoff.py`): a W4 step's GEMMs are a few hundred µs apart, and a sleeping
+# worker starts 40-50 µs late. 0: never spin (every call goes through the queue).
+SPIN_SECONDS = float(os.environ.get("TRACEGRAD_SPIN_SECONDS", "0.002"))
 
 
 class _Worker:
     def __init__(self):
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.mailbox, self.mailbox_address = handoff.new_mailbox()
         self.thread = threading.Thread(target=self._loop, name="tracegrad-kernel-worker", daemon=True)
         self.thread.start()
 
     def _loop(self) -> None:
         while True:
             self.tasks.get()()
+            # Then spin a while for a call handed off natively (`run_pair`), unless a
+            # task waits; one queued meanwhile stops the spin (`run_parallel`).
+            if handoff.ready() and SPIN_SECONDS > 0 and self.tasks.empty():
+                handoff.serve(self.mailbox_address, SPIN_SECONDS)
 
 
 _workers: list[_Worker] = []
@@ -109,11 +122,33 @@ class _Chunks:
                     self.finished.release()
 
 
+def run_pair(function, first: int, second: int, function_address: int) -> None:
+    """`function(first)` on the calling thread and `function(second)` on a worker thread,
+    or both on the calling thread if none gets to it; returns when both have returned.
+    `function` is a foreign function of one pointer argument at `function_address`.
+    Handed off natively when the worker spins (`codegen/handoff.py`), else queued."""
+    if SPIN_SECONDS > 0 and handoff.available():
+        handoff.prepare()
+        worker = _ensure_workers(1)[0]
+        if handoff.post(worker.mailbox_address, function_address, second):
+            try:
+                function(first)
+            finally:
+                if not handoff.reclaim(worker.mailbox_address):
+                    function(second)
+            return
+    run_parallel([(function, first), (function, second)], 1)
+
+
 def run_parallel(calls: list[tuple], helpers: int) -> None:
     """Run every `(function, *args)` on the calling thread and up to `helpers` worker
     threads; return when all have returned. The calls must be independent."""
     chunks = _Chunks(calls)
     for worker in _ensure_workers(helpers)[:helpers]:
+        # A worker spinning for a hand-off returns to its queue now. (Stopped before the
+        # put: after it, the stop could end the spin the worker began after this task.)
+        if handoff.ready():
+            handoff.stop(worker.mailbox_address)
         worker.tasks.put(chunks.work)
     chunks.work()
     chunks.finished.acquire()  # the last call to finish, on whichever thread, releases it

@@ -1,0 +1,152 @@
+"""The native hand-off of a call to a spinning worker (`codegen/handoff.py`): a post only
+succeeds while a worker spins and no other caller owns the mailbox, and a posted call runs
+exactly once, on the worker or (withdrawn by `reclaim`) on the caller."""
+
+import ctypes
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tracegrad.codegen import gemm, handoff, threads
+
+pytestmark = pytest.mark.skipif(not handoff.available(), reason="the hand-off is x86 only")
+
+_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int64)
+
+
+class _Recorder:
+    """A foreign function of one i64 that records its arguments."""
+
+    def __init__(self):
+        self.arguments = []
+        self.function = _CALLBACK(self.arguments.append)
+        self.address = ctypes.cast(self.function, ctypes.c_void_p).value
+
+
+@pytest.fixture
+def spinning():
+    """A mailbox with a thread serving it for up to `seconds` (joined at the end)."""
+    handoff.prepare()
+    started = []
+
+    def start(seconds: float = 5.0):
+        mailbox, address = handoff.new_mailbox()
+        thread = threading.Thread(target=handoff.serve, args=(address, seconds))
+        thread.start()
+        deadline = time.monotonic() + 5
+        while mailbox[0] != handoff.WATCHING and time.monotonic() < deadline:
+            time.sleep(0.001)
+        started.append(thread)
+        return mailbox, address
+    yield start
+    for thread in started:
+        thread.join()
+
+
+def test_a_post_fails_while_no_worker_spins():
+    handoff.prepare()
+    _, address = handoff.new_mailbox()
+    assert not handoff.post(address, _Recorder().address, 1)
+
+
+def test_a_posted_call_runs_on_the_worker(spinning):
+    mailbox, address = spinning(seconds=0.2)
+    recorder = _Recorder()
+    assert handoff.post(address, recorder.address, 42)
+    deadline = time.monotonic() + 5
+    while mailbox[0] != handoff.DONE and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert handoff.reclaim(address)
+    assert recorder.arguments == [42]
+    assert mailbox[0] == handoff.WATCHING
+
+
+def test_a_caller_waiting_long_sleeps_and_is_woken_when_the_call_is_done(spinning):
+    mailbox, address = spinning(seconds=0.2)
+    arguments = []
+    slow = _CALLBACK(lambda argument: (time.sleep(0.05), arguments.append(argument)))
+    assert handoff.post(address, ctypes.cast(slow, ctypes.c_void_p).value, 7)
+    deadline = time.monotonic() + 5
+    while mailbox[0] == handoff.POSTED and time.monotonic() < deadline:
+        time.sleep(0.001)
+    start = time.monotonic()
+    assert handoff.reclaim(address)  # past its spin: asleep on the futex until DONE
+    assert arguments == [7] and mailbox[0] == handoff.WATCHING
+    assert time.monotonic() - start < 2
+
+
+def test_a_call_reclaimed_at_once_runs_once_on_one_side(spinning):
+    _, address = spinning(seconds=0.2)
+    recorder = _Recorder()
+    for argument in range(20):
+        assert handoff.post(address, recorder.address, argument)
+        if not handoff.reclaim(address):
+            recorder.function(argument)  # withdrawn: the caller runs it
+    assert recorder.arguments == list(range(20))
+
+
+def test_a_second_post_fails_while_the_first_owns_the_mailbox(spinning):
+    _, address = spinning(seconds=0.2)
+    first, second = _Recorder(), _Recorder()
+    assert handoff.post(address, first.address, 1)
+    assert not handoff.post(address, second.address, 2)
+    if not handoff.reclaim(address):
+        first.function(1)
+    assert first.arguments == [1] and second.arguments == []
+
+
+def test_serve_returns_after_its_spin_time_and_the_mailbox_sleeps():
+    handoff.prepare()
+    mailbox, address = handoff.new_mailbox()
+    start = time.monotonic()
+    handoff.serve(address, 0.01)
+    assert time.monotonic() - start < 2
+    assert mailbox[0] == handoff.ASLEEP
+    assert not handoff.post(address, _Recorder().address, 1)
+
+
+def test_two_thread_products_handed_off_match_one_thread(monkeypatch):
+    monkeypatch.setattr(threads, "SPIN_SECONDS", 1.0)
+    posts = []
+    post = handoff.post
+    monkeypatch.setattr(handoff, "post", lambda *args: posts.append(post(*args)) or posts[-1])
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((256, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 200)).astype(np.float32)
+    expected = gemm.matmul(a, b, threads=1)
+    for _ in range(50):  # the first goes through the queue; the worker then spins
+        np.testing.assert_array_equal(gemm.matmul(a, b, threads=2), expected)
+        if any(posts):
+            break
+        time.sleep(0.01)
+    assert any(posts)
+
+
+def test_no_spin_sends_every_call_through_the_queue(monkeypatch):
+    monkeypatch.setattr(threads, "SPIN_SECONDS", 0)
+    monkeypatch.setattr(handoff, "post", lambda *args: pytest.fail("posted with SPIN_SECONDS = 0"))
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((256, 300))
+    b = rng.standard_normal((300, 200))
+    np.testing.assert_array_equal(gemm.matmul(a, b, threads=2), gemm.matmul(a, b, threads=1))
+
+
+def test_a_task_queued_for_a_spinning_worker_stops_its_spin(monkeypatch):
+    monkeypatch.setattr(threads, "SPIN_SECONDS", 5.0)
+    handoff.prepare()
+    threads.run_parallel([(lambda: None,), (lambda: None,)], 1)  # the worker then spins
+    worker = threads._ensure_workers(1)[0]
+    deadline = time.monotonic() + 5
+    while worker.mailbox[0] != handoff.WATCHING and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert worker.mailbox[0] == handoff.WATCHING
+    # Two calls that can only finish together, on two threads: the worker must leave its
+    # spin for the queued task (else the caller runs both, and the first waits in vain).
+    both = threading.Barrier(2, timeout=2)
+    ran_on = []
+    start = time.monotonic()
+    threads.run_parallel([(lambda: ran_on.append(both.wait() is not None and threading.get_ident()),),
+                          (lambda: ran_on.append(both.wait() is not None and threading.get_ident()),)], 1)
+    assert len(set(ran_on)) == 2 and time.monotonic() - start < 2
