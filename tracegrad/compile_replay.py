@@ -164,9 +164,10 @@ class Recording:
 def _plans(graph, steps: list) -> list[tuple]:
     """Per node: (node, op, number of inputs, attribute key part or None, whether it can be
     recorded for autograd, whether it saves tensors, whether it is a view of its one input,
-    its output values). The output values are the objects the recorded nodes read, so a
-    followed call's tensors hold values that later nodes' inputs (and backward steps'
-    roots, seeds and targets) are by identity."""
+    its output value if it has one output (else None), its output values). The output
+    values are the objects the recorded nodes read, so a followed call's tensors hold
+    values that later nodes' inputs (and backward steps' roots, seeds and targets) are by
+    identity."""
     # The first reader's object: a forward op reads the object its input tensor held, where
     # a backward node may hold another Value of the same output (a saved output re-attached).
     read: dict[tuple[int, int], Value] = {}
@@ -186,7 +187,7 @@ def _plans(graph, steps: list) -> list[tuple]:
         plans.append((node, op, len(node.inputs), part[1] if node.attrs else None,
                       op.vjp is not None and out_types[0].dtype.is_floating,
                       bool(op.saves_inputs or op.saves_output), op.kind == MOVEMENT and len(node.inputs) == 1,
-                      values))
+                      values[0] if len(values) == 1 else None, values))
     return plans
 
 
@@ -263,7 +264,7 @@ class Replay:
         if position >= self.n_nodes or position == self.next_step_at:
             tracer.diverge()
             return None
-        node, op, n_inputs, attr_part, recordable, saves, movement, values = self.plans[position]
+        node, op, n_inputs, attr_part, recordable, saves, movement, single, values = self.plans[position]
         if op is not prim or n_inputs != len(inputs) or (
                 attrs != node.attrs and attr_key(attrs) != attr_part if attrs else attr_part is not None):
             tracer.diverge()
@@ -315,11 +316,10 @@ class Replay:
         elif needs:
             tracer.diverge()
             return None
-        if len(values) == 1:  # (the usual op, written out: one output, no tuple, no loops)
-            value = values[0]
+        if single is not None:  # one output (the usual op, written out: no tuple, no loops)
             out = _new_object(Tensor)  # (lazy_tensor, inline: one frame less per op)
-            out._init(None, value.type)
-            out._value = value
+            out._init(None, single.type)
+            out._value = single
             if tracer.created is not None:
                 tracer.created.append(_weak(out))
             if movement:
@@ -335,7 +335,7 @@ class Replay:
         if record:
             # What `_record` does, but the saved tensors, made later (`save`) with the
             # versions their tensors have now.
-            if len(outputs) == 1:  # (recordable: the output is floating)
+            if single is not None:  # (one output; recordable: it is floating)
                 out._requires_grad = True
                 out._grad_fn = node
             else:
@@ -358,7 +358,7 @@ class Replay:
         elif volatile:
             for out in outputs:
                 out._volatile = True
-        return outputs[0] if len(outputs) == 1 else outputs
+        return out if single is not None else outputs
 
     def save(self, node) -> None:
         """Make the saved tensors of `node` if they are still to be made."""

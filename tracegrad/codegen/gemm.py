@@ -264,10 +264,6 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
     return out
 
 
-def _address(function) -> int:
-    return ctypes.cast(function, ctypes.c_void_p).value
-
-
 def _narrow_route(a: np.ndarray, b: np.ndarray) -> str | None:
     """The `codegen/gemm_narrow.py` kernel for a product with a side narrower than a tile,
     if one applies and the product is below NARROW_MAX_WORK (a bigger one is worth packing).
@@ -315,6 +311,6 @@ def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int, epilogue: tu
     # both calls have returned, and a worker that wakes late finds its call already taken
     # by the calling thread (whose second call then only finds the counter exhausted).
     if threads == 2:
-        kernel_threads.run_pair(function, calls[0][1], calls[1][1], _address(function))
+        kernel_threads.run_pair(function, calls[0][1], calls[1][1])
     else:
         kernel_threads.run_parallel(calls, threads - 1)

@@ -249,4 +249,4 @@ def _run_blocks(function, blocks: list) -> None:
         return
     from tracegrad.codegen import threads
     first, second = (ctypes.addressof(block) for block in blocks)  # the blocks live until both return
-    threads.run_pair(function, first, second, ctypes.cast(function, ctypes.c_void_p).value)
+    threads.run_pair(function, first, second)

@@ -20,6 +20,7 @@ another thread costs tens of microseconds (measured on the 2-core host: see
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
 import queue
@@ -122,15 +123,15 @@ class _Chunks:
                     self.finished.release()
 
 
-def run_pair(function, first: int, second: int, function_address: int) -> None:
+def run_pair(function, first: int, second: int) -> None:
     """`function(first)` on the calling thread and `function(second)` on a worker thread,
     or both on the calling thread if none gets to it; returns when both have returned.
-    `function` is a foreign function of one pointer argument at `function_address`.
+    `function` is a ctypes foreign function of one pointer argument.
     Handed off natively when the worker spins (`codegen/handoff.py`), else queued."""
     if SPIN_SECONDS > 0 and handoff.available():
         handoff.prepare()
         worker = _ensure_workers(1)[0]
-        if handoff.post(worker.mailbox_address, function_address, second):
+        if handoff.post(worker.mailbox_address, _function_address(function), second):
             try:
                 function(first)
             finally:
@@ -138,6 +139,17 @@ def run_pair(function, first: int, second: int, function_address: int) -> None:
                     function(second)
             return
     run_parallel([(function, first), (function, second)], 1)
+
+
+_addresses: dict[int, tuple] = {}  # id(function) -> (function, its address); kept alive here
+
+
+def _function_address(function) -> int:
+    # (ctypes.cast costs microseconds per call; the kernels live as long as the process)
+    known = _addresses.get(id(function))
+    if known is None:
+        known = _addresses[id(function)] = (function, ctypes.cast(function, ctypes.c_void_p).value)
+    return known[1]
 
 
 def run_parallel(calls: list[tuple], helpers: int) -> None:
