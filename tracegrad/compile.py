@@ -21,7 +21,7 @@ import weakref
 import numpy as np
 
 from tracegrad import compile_events, compile_replay, inspect_log
-from tracegrad.autograd.grad_mode import MODE
+from tracegrad.autograd.grad_mode import MODE, no_grad
 from tracegrad.ir.autodiff import FREED
 from tracegrad.codegen.program import Program, build_program
 from tracegrad.compile_key import KeyedGraph, alias_pattern, structural_key
@@ -29,6 +29,7 @@ from tracegrad.ir.graph import Graph, Node, Value, user_location
 from tracegrad.naming import ArgumentNames, bound_module
 from tracegrad.ir.passes import optimize
 from tracegrad.ir.tracer import Tracer
+from tracegrad.ops import elementwise
 from tracegrad.tensor import Tensor, lazy_tensor, owned_array
 
 
@@ -139,10 +140,8 @@ class CompileTrace(Tracer):
         own (a copy of `result`) marked as that leaf, so ops of the trace that read it later
         send their gradients to the leaf's `.grad` (`reverse_mode` stops at marked values),
         as eager ops reading the updated leaf would."""
-        from tracegrad.autograd.grad_mode import no_grad
-        from tracegrad.ops.elementwise import copy
         with no_grad():
-            fresh = copy(result)
+            fresh = elementwise.copy(result)
         fresh._value.leaf = weakref.ref(self.proxies.get(id(leaf), leaf))
         self.leaf_updates = True
         return fresh
