@@ -351,10 +351,10 @@ class CompiledFunction:
         """Keep the trace of a finished call for the next calls to follow (or, when it
         followed one to the end, keep that one)."""
         escapes = [t for t in alive if t._grad_fn is not None]
-        if escapes:
+        replay = trace.replay
+        if escapes and (replay is None or replay.saved_made):  # (a followed call made none: W5)
             _release_saved_tensors(trace.graph)
         escapes = [weakref.ref(t) for t in escapes]
-        replay = trace.replay
         # No tensor can reach a saved tensor any more: do not keep them alive. (A followed
         # call makes saved tensors only for results that reach them.)
         if not escapes and replay is None:

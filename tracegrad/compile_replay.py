@@ -195,7 +195,7 @@ class Replay:
     """A cursor over a `Recording`, moved by the ops of the call following it."""
 
     __slots__ = ("recording", "plans", "n_nodes", "inputs", "position", "n_inputs",
-                 "steps", "step_index", "next_step_at", "unsaved", "scalar_taken")
+                 "steps", "step_index", "next_step_at", "unsaved", "scalar_taken", "saved_made")
 
     def __init__(self, recording: Recording):
         graph = recording.graph
@@ -213,6 +213,7 @@ class Replay:
         # result that can reach them), never for nodes a replayed backward frees.
         self.unsaved: dict = {}  # keyed by node (hashed by identity)
         self.scalar_taken = -1  # the input position whose kept scalar tensor this call took last
+        self.saved_made = False  # whether `save` or `save_all` made any saved tensor
 
     def input(self, tensor, name: str | None):
         """The recorded graph input a concrete tensor becomes (an argument when `name` is
@@ -364,11 +365,14 @@ class Replay:
         """Make the saved tensors of `node` if they are still to be made."""
         entry = self.unsaved.pop(node, None)
         if entry is not None:
+            self.saved_made = True
             _save(*entry)
 
     def save_all(self) -> None:
         """Make every saved tensor still to be made (before the trace reads them its own way)."""
         unsaved, self.unsaved = self.unsaved, {}
+        if unsaved:
+            self.saved_made = True
         for entry in unsaved.values():
             _save(*entry)
 
