@@ -57,7 +57,7 @@ class BackwardStep:
 
     __slots__ = ("start", "end", "inputs_before", "roots", "lazy_seeds", "seed_order",
                  "targets", "retain_graph", "results", "checked", "freed", "freed_set", "backwards",
-                 "answers", "seed")
+                 "answers", "seed", "grad_form")
 
     def __init__(self, start, end, inputs_before, roots, lazy_seeds, seed_order,
                  targets, retain_graph, results, checked, freed, backwards):
@@ -74,6 +74,9 @@ class BackwardStep:
         self.freed_set = frozenset(freed)
         self.answers = None           # per target, its result's position (`Replay.grad`), once used
         self.seed = None              # the implicit seed `Replay.grad` gives it (read-only)
+        # `autograd.grad` of one root with the implicit seed, graph not retained (`Replay.grad`)
+        self.grad_form = (targets is not None and not retain_graph and len(roots) == 1
+                          and lazy_seeds[0] is None)
         self.backwards = backwards    # backwards of the trace before this one
 
 
@@ -416,9 +419,9 @@ class Replay:
         if self.position != self.next_step_at or output._data is not None or output._base is not None:
             return None
         step = self.steps[self.step_index][1]
-        if (step is None or step.retain_graph or step.backwards != tracer.backwards or step.targets is None
-                or len(step.roots) != 1 or step.lazy_seeds[0] is not None or len(inputs) != len(step.targets)
-                or self.n_inputs != step.inputs_before or not output._requires_grad or output._type.shape != ()):
+        if (step is None or not step.grad_form or step.backwards != tracer.backwards
+                or len(inputs) != len(step.targets) or self.n_inputs != step.inputs_before
+                or not output._requires_grad or output._type.shape != ()):
             return None
         value = output._value
         if value is not step.roots[0] and value != step.roots[0]:
