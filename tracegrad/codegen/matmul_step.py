@@ -16,7 +16,8 @@ NumPy for the step's first `COMPILE_AFTER` runs and compiles it then (~0.3 s per
 a function called once or twice never pays it, and a first call stays fast).
 `TRACEGRAD_MATMUL=measure` instead times both on the first run of each signature (one
 warm-up call each, then `ROUNDS` alternating timed calls; the smaller best time wins);
-`=numpy` or `=generated` forces one. Batched (3-D and up) products run through NumPy.
+`=numpy` or `=generated` forces one (read when a program is built; per product in eager
+mode). Batched (3-D and up) products run through NumPy.
 
 `EpilogueMatmulStep` is a product with a fused epilogue (`codegen/epilogue.py`): the
 generated GEMM runs it on each finished block of C, NumPy's BLAS is followed by it.
@@ -74,11 +75,13 @@ def _measure(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str:
     return GENERATED if best[GENERATED] < best[NUMPY] else NUMPY
 
 
-def choose(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str:
-    """Which implementation runs `a @ b` (decided once per signature)."""
+def choose(a: np.ndarray, b: np.ndarray, out: np.ndarray, mode: str | None = "") -> str:
+    """Which implementation runs `a @ b` (decided once per signature); `mode` is the
+    setting a program read when it was built (by default, read now)."""
     if not gemm.is_supported(a.shape, b.shape, a.dtype) or b.dtype != a.dtype:
         return NUMPY
-    mode = _mode()
+    if mode == "":
+        mode = _mode()
     if mode in (NUMPY, GENERATED):
         return mode
     signature = (a.shape, b.shape[1], a.dtype, _layout(a), _layout(b))
@@ -99,7 +102,7 @@ def choices() -> dict[tuple, str]:
 class MatmulStep(NumpyStep):
     """A matmul node; writes into a buffer from the run's pool when one is free."""
 
-    __slots__ = ("out_shape", "out_dtype", "runs")
+    __slots__ = ("out_shape", "out_dtype", "runs", "mode")
     owns_outputs = True
 
     def __init__(self, node, inputs: tuple[int, ...], outputs: tuple[int, ...]):
@@ -107,11 +110,14 @@ class MatmulStep(NumpyStep):
         out_type = node.out_types[0]
         self.out_shape, self.out_dtype = out_type.shape, out_type.dtype.np
         self.runs = 0
+        # TRACEGRAD_MATMUL as the program is built (reading the environment costs about
+        # a microsecond, at every product of every run otherwise).
+        self.mode = _mode()
 
     def _generated_ready(self, a: np.ndarray, b: np.ndarray) -> bool:
         """A kernel in memory or on disk runs at once; one that would compile now waits
         for this step's COMPILE_AFTER-th run (NumPy runs it until then), unless forced."""
-        if self.runs < COMPILE_AFTER and _mode() != GENERATED:
+        if self.runs < COMPILE_AFTER and self.mode != GENERATED:
             self.runs += 1
             return gemm.ready(a, b)
         return gemm.ready(a, b, compile=True)
@@ -123,7 +129,7 @@ class MatmulStep(NumpyStep):
             return
         free = pool.get((self.out_shape, np.dtype(self.out_dtype))) if pool else None
         out = free.pop() if free else np.empty(self.out_shape, self.out_dtype)
-        if choose(a, b, out) == GENERATED and self._generated_ready(a, b):
+        if choose(a, b, out, self.mode) == GENERATED and self._generated_ready(a, b):
             gemm.matmul(a, b, out=out)
         else:
             np.matmul(a, b, out=out)
@@ -201,7 +207,7 @@ class EpilogueMatmulStep(MatmulStep):
                   for source in self.leaf_sources]
         write_over_leaves(results, leaves, self.donated)
         pointers = self.pointer_array(*(data_address(x) for x in results + leaves))  # alive during the calls
-        if choose(a, b, product) == GENERATED and self._generated_ready(a, b):
+        if choose(a, b, product, self.mode) == GENERATED and self._generated_ready(a, b):
             gemm.matmul(a, b, out=product, epilogue=(self.tile_address, ctypes.addressof(pointers)),
                         split_n=self.split_n)
         else:

@@ -37,7 +37,8 @@ def _gather_rule(x: TensorType, index: TensorType, axis):
 def check_bounds(name, index, size):
     if not index.size:
         return
-    low, high = index.min(), index.max()
+    # (The ufuncs' reduce directly: index.min() goes through two Python layers per call.)
+    low, high = np.minimum.reduce(index, axis=None), np.maximum.reduce(index, axis=None)
     if low < -size or high >= size:
         bad = low if low < -size else high
         raise IndexError(f"{name}: index {int(bad)} is out of bounds for dimension with size {size}")
