@@ -254,3 +254,39 @@ def test_identical_graphs_share_one_compiled_kernel():
     symbols = [[s.symbol for s in p.steps if hasattr(s, "symbol")]
                for p in (next(iter(f._programs.values())) for f in (first, second))]
     assert symbols[0] == symbols[1] and symbols[0]
+
+
+def test_grad_of_a_compiled_result_with_respect_to_its_arguments_outside_the_call():
+    # The result's graph reads each argument through an input of the compiled graph; the
+    # gradient w.r.t. the argument itself is what reaches that input.
+    rng = np.random.default_rng(0)
+    x = tg.tensor(rng.standard_normal((3, 4)), requires_grad=True)
+    w = tg.tensor(rng.standard_normal((2, 4)), requires_grad=True)
+    unused = tg.tensor(rng.standard_normal((2, 4)), requires_grad=True)  # w's shape, not read
+    forward = tg.compile(lambda x, w: (x @ w.T).tanh().sum())
+    expected = tg.autograd.grad((x @ w.T).tanh().sum(), [x, w])
+    for _ in range(4):  # (the eager backward cache keys repeated structures)
+        out = forward(x, w)
+        got = tg.autograd.grad(out, [x, w], retain_graph=True)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-12)
+        (gw,) = tg.autograd.grad(out, [w], retain_graph=True)  # one target of unused's type
+        np.testing.assert_allclose(gw.numpy(), expected[1].numpy(), rtol=1e-12)
+        with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
+            tg.autograd.grad(out, [unused], retain_graph=True)
+        (zeros,) = tg.autograd.grad(out, [unused], allow_unused=True, materialize_grads=True)
+        np.testing.assert_array_equal(zeros.numpy(), np.zeros((2, 4)))
+
+
+def test_grad_through_a_compiled_result_and_an_eager_use_of_one_argument_sums_both():
+    x = tg.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    forward = tg.compile(lambda x: (x * x).sum())
+    (g,) = tg.autograd.grad(forward(x) + (3.0 * x).sum(), [x])
+    np.testing.assert_allclose(g.numpy(), 2 * x.detach().numpy() + 3.0, rtol=1e-12)
+
+
+def test_compiled_function_passes_gradcheck_through_its_arguments():
+    rng = np.random.default_rng(1)
+    inputs = [tg.tensor(rng.standard_normal(s), requires_grad=True) for s in [(3, 5), (4, 5), (4,)]]
+    forward = tg.compile(lambda x, w, b: ((x @ w.T) + b).sigmoid().sum())
+    assert tg.autograd.gradcheck(forward, inputs)

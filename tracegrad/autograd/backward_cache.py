@@ -122,11 +122,20 @@ def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None
             continue
         for i in range(len(out_types)):
             values.append(node.output(i))
+    leaves = set()
     for i in inputs:
         leaf = values[i].leaf
         if leaf is not None:
             tensor = leaf()
-            if tensor is not None and tensor._hooks:
+            if tensor is not None:
+                if tensor._hooks:
+                    return None
+                leaves.add(id(tensor))
+    if targets is not None and leaves:
+        for v in targets:
+            # A target reached through another input for its tensor (a compiled call's
+            # argument: `autodiff._leaf_aliases`), which the key cannot tell apart.
+            if v.node is None and id(v) not in number and v.leaf is not None and id(v.leaf()) in leaves:
                 return None
     root_part = tuple([(index_of(v), v.type.shape, v.type.dtype) for v in roots])
     target_part = tuple([index_of(v) for v in targets]) if targets is not None else None

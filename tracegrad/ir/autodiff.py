@@ -84,6 +84,9 @@ def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None 
         cotangents[value] = cotangent if previous is None else add(previous, cotangent)
     order = forward_order([v for v, _ in roots])
     target_set = set(targets) if targets is not None else None
+    aliases = _leaf_aliases(order, target_set) if target_set is not None else None
+    if aliases:
+        target_set.update(aliases)
     useful = _leads_to_targets(order, target_set) if target_set is not None else None
     results: dict[Value, object] = {}
     for node in reversed(order):
@@ -118,7 +121,37 @@ def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None 
     for value, grad in cotangents.items():
         if (value.node is None or value.leaf is not None) and (target_set is None or value in target_set):
             results[value] = grad
+    if aliases:
+        for alias, target in aliases.items():
+            grad = results.pop(alias, None)
+            if grad is not None:
+                previous = results.get(target)
+                results[target] = grad if previous is None else add(previous, grad)
     return results
+
+
+def _leaf_aliases(order: list[Node], targets: set[Value]) -> dict[Value, Value]:
+    """Graph inputs that stand for the same leaf tensor as a target, other than the
+    target itself (a compiled call's result reads its arguments through inputs of its own
+    graph, marked with the argument as their leaf): alias -> target. Gradients reaching
+    an alias are the target's too."""
+    by_tensor = {}
+    for target in targets:
+        if target.node is None and target.leaf is not None:
+            tensor = target.leaf()
+            if tensor is not None:
+                by_tensor[id(tensor)] = target
+    aliases: dict[Value, Value] = {}
+    if not by_tensor:
+        return aliases
+    for node in order:
+        for value in node.inputs:
+            if value.node is None and value.leaf is not None and value not in targets:
+                tensor = value.leaf()
+                target = by_tensor.get(id(tensor)) if tensor is not None else None
+                if target is not None:
+                    aliases[value] = target
+    return aliases
 
 
 def apply_hooks(hooks, grad):
