@@ -504,3 +504,21 @@ def test_forward_only_calls_with_parameters_that_require_grad_follow_once_their_
         w.mul_(2.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+def test_a_followed_result_keeping_its_graph_backpropagates_through_saved_outputs():
+    # exp saves its output: after a followed call, that saved tensor is an alias of a lazy
+    # output, and it must be materialized with the call's results.
+    w = tg.tensor(np.random.default_rng(4).standard_normal((3, 4)), requires_grad=True)
+    compiled = tg.compile(lambda x: ((x * w).exp() * 2.0).sum(1))
+    x = tg.tensor(np.random.default_rng(5).standard_normal((3, 4)))
+    expected = tg.autograd.grad(((x * w).exp() * 2.0).sum(), [w])[0].numpy()
+    followed = []
+    for _ in range(3):
+        w.grad = None
+        result, replayed = _followed(compiled, x)
+        followed.append(replayed)
+        result.sum().backward()
+        del result
+        np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-12)
+    assert followed == [False, True, True]

@@ -20,7 +20,7 @@ import weakref
 
 import numpy as np
 
-from tracegrad import compile_events, compile_replay, inspect_log
+from tracegrad import compile_composite, compile_events, compile_replay, inspect_log
 from tracegrad.autograd.grad_mode import MODE, no_grad
 from tracegrad.ir.autodiff import FREED
 from tracegrad.codegen.program import Program, build_program
@@ -57,6 +57,23 @@ class CompileTrace(Tracer):
         # What the function returned and which tensors became graph outputs (naming.name_outputs).
         self.result = None
         self.output_tensors: tuple = ((), ())
+        # Composite calls of this trace a later call may take in one step (compile_composite):
+        # node position -> {function: Composite}; and the 0-d tensors `scalar_tensor` made
+        # (id -> (tensor, number, dtype)), which those may capture. None: not recorded.
+        self.composites: dict | None = {} if compile_replay.ENABLED else None
+        self.scalars: dict | None = {} if compile_replay.ENABLED else None
+
+    def composite(self, function, args: tuple, kwargs: dict):
+        """Call a composite function (`compile_composite`): in one step if the call follows
+        a recording that has it at the cursor, else op by op (noted if this is a full trace)."""
+        replay = self.replay
+        if replay is not None and replay.recording.composites:
+            results = compile_composite.jump(replay, self, function, args, kwargs)
+            if results is not None:
+                return results
+        if self.composites is None:
+            return function(*args, **kwargs)
+        return compile_composite.record(self, function, args, kwargs)
 
     def value_of(self, tensor) -> Value:
         if tensor._data is None:
@@ -115,6 +132,11 @@ class CompileTrace(Tracer):
         self.replay = None
         replay.save_all()
         self.graph = self.graph.prefix(replay.n_inputs, replay.position)
+        if self.composites is not None:  # the recorded composites within the part kept
+            for position, found in replay.recording.composites.items():
+                kept = {f: c for f, c in found.items() if c.end <= replay.position}
+                if kept:
+                    self.composites[position] = kept
         self.compiled._forget(replay.recording)  # its nodes now belong to this call's graph
 
     def note_hooks(self) -> None:
@@ -370,7 +392,7 @@ class CompiledFunction:
                     return
             else:
                 recording = compile_replay.Recording(trace.graph, len(trace.arguments), trace.backward_steps,
-                                                     escapes)
+                                                     escapes, trace.composites)
             self._recordings.insert(0, recording)
             del self._recordings[compile_replay.RECORDINGS:]
 
@@ -425,7 +447,8 @@ def _finish(trace: CompileTrace) -> None:
     if trace.replay is not None and trace.replay.unsaved:
         # Saved tensors still to be made: needed only if a result can reach their nodes.
         if any(t._grad_fn is not None for t in alive):
-            trace.replay.save_all()
+            with trace:  # (a saved output's alias is a lazy tensor of the trace, to materialize)
+                trace.replay.save_all()
             alive = trace.live_lazy_tensors()  # with the saved outputs' aliases
         else:
             trace.replay.unsaved.clear()

@@ -136,9 +136,10 @@ def _save(node, prim, inputs: tuple, outputs: tuple, versions: tuple) -> None:
 class Recording:
     """A finished call's trace, for later calls to follow (see the module docstring)."""
 
-    __slots__ = ("graph", "arguments", "steps", "escapes", "busy", "plans", "leaf_inputs", "finish", "scalars")
+    __slots__ = ("graph", "arguments", "steps", "escapes", "busy", "plans", "leaf_inputs", "finish", "scalars",
+                 "composites")
 
-    def __init__(self, graph, arguments: int, steps: list, escapes: list):
+    def __init__(self, graph, arguments: int, steps: list, escapes: list, composites: dict | None = None):
         self.graph = graph
         self.arguments = arguments  # its first inputs are the arguments' stand-ins
         # The backwards in order: (node position, the BackwardStep, or None if not repeatable).
@@ -155,6 +156,9 @@ class Recording:
         # Tensors of Python numbers the calls following it made (`Replay.scalar`): input
         # position -> (the number, its 0-d tensor, read-only), reused by the next calls.
         self.scalars: dict[int, tuple] = {}
+        # Composite calls a following call may take in one step (`compile_composite`):
+        # node position -> {function: Composite}.
+        self.composites: dict = composites or {}
 
     def free(self) -> bool:
         """Whether no tensor of an earlier call references the recorded nodes."""
@@ -369,7 +373,7 @@ class Replay:
         entry = self.unsaved.pop(node, None)
         if entry is not None:
             self.saved_made = True
-            _save(*entry)
+            _save(*(entry if len(entry) != 2 else entry[1].entry(node)))
 
     def save_all(self) -> None:
         """Make every saved tensor still to be made (before the trace reads them its own way)."""
@@ -377,7 +381,7 @@ class Replay:
         if unsaved:
             self.saved_made = True
         for entry in unsaved.values():
-            _save(*entry)
+            _save(*(entry if len(entry) != 2 else entry[1].entry(entry[0])))
 
     def backward(self, tracer, roots: list, targets, retain_graph: bool) -> dict | None:
         """The gradients the recorded backward at the cursor gave, if this backward is the
@@ -480,8 +484,12 @@ class Replay:
         unsaved = self.unsaved
         for node, slot in step.checked:  # the version checks of the saved tensors it unpacked
             entry = unsaved.get(node)
-            if entry is not None and slot < len(entry[4]) and entry[2][slot]._version_counter.value == entry[4][slot]:
-                continue  # (what the saved tensor's check would find, without making it)
+            if entry is not None:  # (what the saved tensor's check would find, without making it)
+                if len(entry) == 2:  # (`compile_composite.Deferred`)
+                    if entry[1].current(node, slot):
+                        continue
+                elif slot < len(entry[4]) and entry[2][slot]._version_counter.value == entry[4][slot]:
+                    continue
             self.save(node)
             node.saved[slot].check_version(node)
         self.position = step.end

@@ -3,6 +3,8 @@ promotion, broadcasting, dim normalization."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from tracegrad.autograd.grad_mode import MODE
@@ -16,9 +18,28 @@ def scalar_tensor(value, dtype: types.DType) -> Tensor:
     """A Python scalar as a 0-d constant tensor (a runtime argument when traced). A compiled
     call following an earlier one's trace reuses that call's tensor of the same number."""
     tracer = MODE.tracer
-    if tracer is not None and tracer.replay is not None:
-        return tracer.replay.scalar(value, dtype, _new_scalar_tensor)
+    if tracer is not None:
+        if tracer.replay is not None:
+            return tracer.replay.scalar(value, dtype, _new_scalar_tensor)
+        made = tracer.scalars
+        if made is not None:  # (a composite may capture it: `compile_composite.record`)
+            t = _new_scalar_tensor(value, dtype)
+            made[id(t)] = (t, value, dtype)
+            return t
     return _new_scalar_tensor(value, dtype)
+
+
+def composite(function):
+    """Mark `function` (made of several primitives, depending on nothing but its
+    arguments) as a composite: a compiled call following an earlier one's trace may take
+    all its primitives in one step (`tracegrad.compile_composite`)."""
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        tracer = MODE.tracer
+        if tracer is not None:
+            return tracer.composite(function, args, kwargs)
+        return function(*args, **kwargs)
+    return run
 
 
 def _new_scalar_tensor(value, dtype: types.DType) -> Tensor:

@@ -83,8 +83,9 @@ def fused(composite=None, *, single_op: bool = False):
 
     @functools.wraps(composite)
     def run(*args, **kwargs):
-        if MODE.tracer is not None:  # traced: recorded op by op (checked first, for its per-op cost)
-            return composite(*args, **kwargs)
+        tracer = MODE.tracer
+        if tracer is not None:  # traced: recorded op by op (checked first, for its per-op cost),
+            return tracer.composite(composite, args, kwargs)  # or in one step (compile_composite)
         if not kwargs:  # small eager tensors (the common call) leave before `_signature`
             threshold = MIN_ELEMENTS * factor
             for item in args:

@@ -13,7 +13,7 @@ from tracegrad.ops import movement as mv
 from tracegrad.ops import reduction as red
 from tracegrad.tensor import Tensor
 from tracegrad.functional import arith, reduce
-from tracegrad.functional._util import normalize_dim, scalar_tensor
+from tracegrad.functional._util import composite, normalize_dim, scalar_tensor
 from tracegrad.functional.eager_fusion import fused
 from tracegrad.functional.linalg import matmul
 from tracegrad.functional.arith import relu  # noqa: F401  (re-exported)
@@ -106,6 +106,7 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
     return out
 
 
+@composite
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if input.shape[-1:] != weight.shape[-1:]:
         raise RuntimeError(f"linear: mat1 and mat2 shapes cannot be multiplied ({list(input.shape)} "

@@ -15,6 +15,7 @@ class Tracer:
     replay = None  # a compile trace may follow an earlier call's graph (compile_replay.Replay)
     version_checks = None  # when a list: collects (node, node.saved, saved tensor) per version check
     created = None  # when a list: a weak reference to every lazy tensor made while this tracer is active
+    scalars = None  # when a dict: id -> (tensor, number, dtype) of each 0-d tensor `scalar_tensor` made
 
     def __init__(self, graph: Graph):
         self.graph = graph
@@ -42,6 +43,11 @@ class Tracer:
             entry = (tensor, self.graph.add_input(tensor._type, name))
             self.captured[key] = entry
         return entry[1]
+
+    def composite(self, function, args: tuple, kwargs: dict):
+        """Call a composite function (`functional._util.composite`): here op by op; a
+        compile trace may take it in one step (`tracegrad.compile_composite`)."""
+        return function(*args, **kwargs)
 
     def note_hooks(self) -> None:
         """Called before a hook is put on a traced node."""
