@@ -31,6 +31,7 @@ from __future__ import annotations
 import weakref
 
 from tracegrad.autograd.grad_mode import MODE
+from tracegrad.functional._util import _new_scalar_tensor
 from tracegrad.ops.dispatch import _share_storage
 from tracegrad.ops.primitive import MOVEMENT
 from tracegrad.tensor import Tensor, lazy_tensor
@@ -47,11 +48,12 @@ class Composite:
     """One recorded composite call (see the module docstring)."""
 
     __slots__ = ("function", "key", "start", "end", "grad_enabled", "flags", "arguments", "aliases",
-                 "new_inputs", "distinct", "outputs", "output_grad", "single", "saving", "recorded", "sources")
+                 "new_inputs", "distinct", "views", "outputs", "output_grad", "single", "saving", "recorded",
+                 "sources", "resets")
 
     def __init__(self, function, key: tuple, start: int, end: int, grad_enabled: bool, flags: tuple,
                  arguments: tuple, aliases: tuple, new_inputs: tuple, outputs: tuple, output_grad: tuple,
-                 single: bool, saving: tuple, recorded: frozenset, sources: dict):
+                 single: bool, saving: tuple, recorded: frozenset, sources: dict, node_of: dict):
         self.function = function
         self.key = key                # the non-tensor arguments (`call_key`)
         self.start, self.end = start, end
@@ -68,10 +70,14 @@ class Composite:
         self.output_grad = output_grad  # per result: whether its node is its grad_fn
         self.single = single          # a Tensor was returned (else a tuple of them)
         self.saving = saving          # the nodes that saved tensors
+        self.views = any(flag[3] for flag in flags)  # a tensor argument is a view
         self.recorded = recorded      # positions of the nodes recorded for autograd
         # Per saving node, per saved slot: whose version counter its tensor has:
         # ("argument", i), ("result", j), or None (an intermediate nobody else sees).
         self.sources = sources
+        # What a jump clears of an earlier call: saved tensors (only the saving nodes have
+        # any) and hooks (only put on a result's node: no other tensor of it is seen).
+        self.resets = tuple({id(n): n for n in (*saving, *(node_of[p] for p, _ in outputs))}.values())
 
 
 def call_key(args: tuple, kwargs: dict) -> tuple[tuple | None, list]:
@@ -210,9 +216,10 @@ def _describe(tracer, function, key, tensors, flags, before, grad_enabled, start
     lazy = [t._data is None for t in tensors]
     result_of = {output: j for j, output in enumerate(outputs)}
     sources = {node: _sources(node, lazy, values, result_of, position_of) for node in saving}
+    node_of = {p: graph.nodes[p] for p, _ in outputs}
     return Composite(function, key, start, end, grad_enabled, flags, arguments, tuple(aliases),
                      tuple(new_inputs), tuple(outputs), tuple(t._grad_fn is not None for t in results), single,
-                     saving, recorded, sources)
+                     saving, recorded, sources, node_of)
 
 
 def _sources(node, lazy: list, values: list, results: dict, position_of: dict) -> tuple:
@@ -255,12 +262,16 @@ def jump(replay, tracer, function, args: tuple, kwargs: dict):
     if key != record.key or mode.grad_enabled != record.grad_enabled or mode.inference or tracer.overrides:
         return None
     captured = tracer.captured
-    for t, flags, value in zip(tensors, record.flags, record.arguments):
-        if t._inference or t._volatile or _flags(t) != flags:
+    for t, (lazy, requires_grad, leaf, view), value in zip(tensors, record.flags, record.arguments):
+        # (`_flags`, written out: this runs per tensor argument of every composite taken)
+        if (t._inference or t._volatile or t._requires_grad is not requires_grad
+                or (t._base is not None) is not view or (t._grad_fn is None) is not leaf):
             return None
         if t._data is None:
-            if t._value is not value and t._value != value:
+            if not lazy or (t._value is not value and t._value != value):
                 return None
+        elif lazy:
+            return None
         elif value is not None:  # captured before the composite, as it was then
             entry = captured.get(id(t))
             if entry is None or entry[1] is not value:
@@ -269,7 +280,8 @@ def jump(replay, tracer, function, args: tuple, kwargs: dict):
         if tensors[i] is not tensors[j]:
             return None
     distinct = record.distinct
-    if len(distinct) > 1 and len({id(tensors[i]) for i in distinct}) != len(distinct):
+    if len(distinct) > 1 and (tensors[distinct[0]] is tensors[distinct[1]] if len(distinct) == 2 else
+                              len({id(tensors[i]) for i in distinct}) != len(distinct)):
         return None
     first = replay.n_inputs
     inputs = replay.inputs
@@ -281,15 +293,15 @@ def jump(replay, tracer, function, args: tuple, kwargs: dict):
             if (id(t) in captured or (t._type is not value.type and t._type != value.type)
                     or (t._requires_grad and t._grad_fn is None) != (value.leaf is not None)):
                 return None
-    for t in tensors:  # (as `bind` checks each view it reads)
-        if t._base is not None and (record.grad_enabled or t._data is None):
-            t._check_view_is_current()
+    if record.views:
+        for t in tensors:  # (as `bind` checks each view it reads)
+            if t._base is not None and (record.grad_enabled or t._data is None):
+                t._check_view_is_current()
     return _take(replay, tracer, record, tensors)
 
 
 def _take(replay, tracer, record: Composite, tensors: list):
-    from tracegrad.functional._util import _new_scalar_tensor
-    versions = tuple(t._version_counter.value for t in tensors)
+    versions = tuple([t._version_counter.value for t in tensors]) if record.saving else None
     captured = tracer.captured
     created_inputs = []
     for item in record.new_inputs:
@@ -300,11 +312,10 @@ def _take(replay, tracer, record: Composite, tensors: list):
             return None
         captured[id(t)] = (t, value)
         created_inputs.append((value, t))
-    plans = replay.plans
-    for position in range(record.start, record.end):
-        node = plans[position][0]
+    for node in record.resets:  # (the earlier call's hooks on results, saved tensors)
         node.hooks = None
-        node.saved = None  # (the earlier call's)
+        node.saved = None
+    plans = replay.plans
     created = tracer.created
     results = []
     for (position, index), has_grad_fn in zip(record.outputs, record.output_grad):
