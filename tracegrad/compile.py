@@ -30,6 +30,7 @@ from tracegrad.naming import ArgumentNames, bound_module
 from tracegrad.ir.passes import optimize
 from tracegrad.ir.tracer import Tracer
 from tracegrad.ops import elementwise
+from tracegrad.ops.dispatch import NO_ATTRS
 from tracegrad.tensor import Tensor, lazy_tensor, owned_array
 
 
@@ -162,9 +163,15 @@ class CompileTrace(Tracer):
         own (a copy of `result`) marked as that leaf, so ops of the trace that read it later
         send their gradients to the leaf's `.grad` (`reverse_mode` stops at marked values),
         as eager ops reading the updated leaf would."""
-        with no_grad():
-            fresh = elementwise.copy(result)
-        fresh._value.leaf = weakref.ref(self.proxies.get(id(leaf), leaf))
+        if MODE.grad_enabled:
+            with no_grad():
+                fresh = elementwise.copy(result)
+        else:  # (an optimizer's step runs under no_grad already; followed: `bind`'s first step inline)
+            replay = self.replay
+            fresh = replay.bind(self, elementwise.COPY, (result,), NO_ATTRS) if replay is not None else None
+            if fresh is None:  # (not followed, or the replay diverged: as any op)
+                fresh = elementwise.copy(result)
+        fresh._value.leaf = weakref.ref(self.proxies.get(id(leaf), leaf) if self.proxies else leaf)
         self.leaf_updates = True
         return fresh
 

@@ -106,10 +106,11 @@ def _apply_inplace(self: Tensor, name: str, compute) -> Tensor:
                            "You can make a clone to get a normal tensor before doing inplace update."
                            "See https://github.com/pytorch/rfcs/pull/17 for more details.")
     result = compute()
-    if result.shape != self.shape:
+    typ, result_type = self._type, result._type  # (not the properties: every optimizer step pays them)
+    if result_type.shape != typ.shape:
         raise RuntimeError(f"{name}: output with shape {list(self.shape)} doesn't match the "
                            f"broadcast shape {list(result.shape)}")
-    if result.dtype is not self.dtype:
+    if result_type.dtype is not typ.dtype:
         if self.dtype.is_floating or not result.dtype.is_floating:
             result_cast = ew.convert(result, self.dtype)
         else:
