@@ -10,7 +10,7 @@ from tracegrad.ops import elementwise as ew
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.ops.dispatch import NO_ATTRS, bind
 from tracegrad.tensor import Tensor
-from tracegrad.functional._util import (as_operand, broadcast_to, check_operand, common_operands, prepare,
+from tracegrad.functional._util import (composite, as_operand, broadcast_to, check_operand, common_operands, prepare,
                                         result_dtype)
 from tracegrad.functional.eager_fusion import fused
 
@@ -142,6 +142,7 @@ def where(condition: Tensor, input, other) -> Tensor:
     return ew.where(ew.convert(cond, types.bool_), a, b)
 
 
+@composite
 def relu(input: Tensor) -> Tensor:
     # where(x <= 0, 0, x): relu'(0) = 0 as in PyTorch, and NaN propagates.
     zero = ew.full_like(input, 0)
