@@ -28,6 +28,11 @@ def _binary(prim, name):
             return bind(prim, (input, other))
         common = common_operands(input, other)  # (prepare's common case, one frame less per op)
         a, b = common if common is not None else prepare(name, input, other)
+        tracer = MODE.tracer
+        if tracer is not None and tracer.replay is not None:  # (bind's first step, inline)
+            outputs = tracer.replay.bind(tracer, prim, (a, b), NO_ATTRS)
+            if outputs is not None:
+                return outputs
         return bind(prim, (a, b))  # not through ew's function: one frame less per op
     op.__name__ = name
     return op
@@ -64,6 +69,11 @@ def sub(input, other, *, alpha=1) -> Tensor:
 def div(input, other) -> Tensor:
     common = common_operands(input, other)
     if common is not None and common[0]._type.dtype.is_floating:
+        tracer = MODE.tracer
+        if tracer is not None and tracer.replay is not None:  # (bind's first step, inline)
+            outputs = tracer.replay.bind(tracer, ew.DIV, (common[0], common[1]), NO_ATTRS)
+            if outputs is not None:
+                return outputs
         return bind(ew.DIV, (common[0], common[1]))
     for operand in (input, other):
         check_operand("div", operand)
