@@ -281,7 +281,11 @@ class Replay:
         mode = MODE
         grad_enabled = mode.grad_enabled
         volatile = requires_grad = False
-        for t, recorded in zip(inputs, node.inputs):
+        recorded_inputs = node.inputs
+        k = 0
+        for t in inputs:  # (with an index, not zip: a zip costs ~90 ns per op here)
+            recorded = recorded_inputs[k]
+            k += 1
             if t._base is not None and (grad_enabled or t._data is None):
                 t._check_view_is_current()
             if t._volatile:
