@@ -148,6 +148,39 @@ def test_sgd_step_on_linear_relu_model_matches_eager(path):
     assert _epilogue_steps(compiled)
 
 
+@pytest.mark.parametrize("dtype", [tg.float32, tg.float64])
+def test_sgd_step_of_a_classifier_with_a_narrow_output_layer_matches_eager(path, dtype):
+    # Odd sizes: 7 classes (the logits and the last weight gradient are narrow products,
+    # the latter with the SGD update as its epilogue), a batch of 37 rows (not a whole
+    # number of row blocks of the cross entropy's row kernel).
+    def make():
+        tg.manual_seed(1)
+        model = tg.nn.Sequential(tg.nn.Linear(45, 70), tg.nn.ReLU(), tg.nn.Linear(70, 7))
+        return model.double() if dtype == tg.float64 else model
+
+    rng = np.random.default_rng(6)
+    x, labels = _tensor(rng, (37, 45), dtype), tg.tensor(rng.integers(0, 7, 37))
+    eager_model, compiled_model = make(), make()
+    optimizers = [tg.optim.SGD(m.parameters(), lr=0.1) for m in (eager_model, compiled_model)]
+
+    def train(model, optimizer):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), labels)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    compiled = tg.compile(train)
+    rtol = 1e-4 if dtype == tg.float32 else 1e-10
+    for _ in range(matmul_step.COMPILE_AFTER + 2):
+        want = train(eager_model, optimizers[0])
+        got = compiled(compiled_model, optimizers[1])
+        np.testing.assert_allclose(got.item(), want.item(), rtol=rtol)
+    for p, q in zip(compiled_model.parameters(), eager_model.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=rtol, atol=rtol)
+    assert _epilogue_steps(compiled)
+
+
 def test_relu_of_linear_compiles_to_one_step():
     rng = np.random.default_rng(6)
     x, w, b = _tensor(rng, (32, 16), tg.float32), _tensor(rng, (24, 16), tg.float32), _tensor(rng, (24,), tg.float32)
