@@ -370,3 +370,24 @@ def test_an_operand_of_the_product_is_never_overwritten_by_its_epilogue(path):
         np.testing.assert_allclose(w.numpy(), w_eager.numpy(), rtol=1e-10, atol=1e-10)
     (step,) = _epilogue_steps(compiled)
     assert not step.donated
+
+
+def test_an_epilogue_output_read_only_inside_the_program_is_written_over_its_product(path):
+    rng = np.random.default_rng(8)
+    a, b, c = (_tensor(rng, shape, tg.float32) for shape in [(37, 20), (20, 45), (45, 9)])
+    compiled = tg.compile(lambda a, b, c: F.relu(a @ b) @ c)
+    for _ in range(matmul_step.COMPILE_AFTER + 2):  # the product's buffer stays out of the pool
+        _assert_close(compiled(a, b, c), F.relu(a @ b) @ c, tg.float32)
+    (step,) = _epilogue_steps(compiled)
+    assert not step.keep_product and not step.pool_product
+    assert step.donated == [(0, step.leaf_sources.index(None))]  # the relu over the product
+
+
+def test_an_epilogue_output_the_program_returns_gets_a_buffer_of_its_own(path):
+    rng = np.random.default_rng(9)
+    a, b = _tensor(rng, (37, 20), tg.float32), _tensor(rng, (20, 45), tg.float32)
+    compiled = tg.compile(lambda a, b: F.relu(a @ b))
+    for _ in range(matmul_step.COMPILE_AFTER + 2):
+        _assert_close(compiled(a, b), F.relu(a @ b), tg.float32)
+    (step,) = _epilogue_steps(compiled)
+    assert not step.donated and step.pool_product
