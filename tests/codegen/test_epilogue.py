@@ -148,6 +148,39 @@ def test_sgd_step_on_linear_relu_model_matches_eager(path):
     assert _epilogue_steps(compiled)
 
 
+@pytest.mark.parametrize("dtype", [tg.float32, tg.float64])
+def test_sgd_step_of_a_classifier_with_a_narrow_output_layer_matches_eager(path, dtype):
+    # Odd sizes: 7 classes (the logits and the last weight gradient are narrow products,
+    # the latter with the SGD update as its epilogue), a batch of 37 rows (not a whole
+    # number of row blocks of the cross entropy's row kernel).
+    def make():
+        tg.manual_seed(1)
+        model = tg.nn.Sequential(tg.nn.Linear(45, 70), tg.nn.ReLU(), tg.nn.Linear(70, 7))
+        return model.double() if dtype == tg.float64 else model
+
+    rng = np.random.default_rng(6)
+    x, labels = _tensor(rng, (37, 45), dtype), tg.tensor(rng.integers(0, 7, 37))
+    eager_model, compiled_model = make(), make()
+    optimizers = [tg.optim.SGD(m.parameters(), lr=0.1) for m in (eager_model, compiled_model)]
+
+    def train(model, optimizer):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), labels)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    compiled = tg.compile(train)
+    rtol = 1e-4 if dtype == tg.float32 else 1e-10
+    for _ in range(matmul_step.COMPILE_AFTER + 2):
+        want = train(eager_model, optimizers[0])
+        got = compiled(compiled_model, optimizers[1])
+        np.testing.assert_allclose(got.item(), want.item(), rtol=rtol)
+    for p, q in zip(compiled_model.parameters(), eager_model.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=rtol, atol=rtol)
+    assert _epilogue_steps(compiled)
+
+
 def test_relu_of_linear_compiles_to_one_step():
     rng = np.random.default_rng(6)
     x, w, b = _tensor(rng, (32, 16), tg.float32), _tensor(rng, (24, 16), tg.float32), _tensor(rng, (24,), tg.float32)
@@ -337,3 +370,24 @@ def test_an_operand_of_the_product_is_never_overwritten_by_its_epilogue(path):
         np.testing.assert_allclose(w.numpy(), w_eager.numpy(), rtol=1e-10, atol=1e-10)
     (step,) = _epilogue_steps(compiled)
     assert not step.donated
+
+
+def test_an_epilogue_output_read_only_inside_the_program_is_written_over_its_product(path):
+    rng = np.random.default_rng(8)
+    a, b, c = (_tensor(rng, shape, tg.float32) for shape in [(37, 20), (20, 45), (45, 9)])
+    compiled = tg.compile(lambda a, b, c: F.relu(a @ b) @ c)
+    for _ in range(matmul_step.COMPILE_AFTER + 2):  # the product's buffer stays out of the pool
+        _assert_close(compiled(a, b, c), F.relu(a @ b) @ c, tg.float32)
+    (step,) = _epilogue_steps(compiled)
+    assert not step.keep_product and not step.pool_product
+    assert step.donated == [(0, step.leaf_sources.index(None))]  # the relu over the product
+
+
+def test_an_epilogue_output_the_program_returns_gets_a_buffer_of_its_own(path):
+    rng = np.random.default_rng(9)
+    a, b = _tensor(rng, (37, 20), tg.float32), _tensor(rng, (20, 45), tg.float32)
+    compiled = tg.compile(lambda a, b: F.relu(a @ b))
+    for _ in range(matmul_step.COMPILE_AFTER + 2):
+        _assert_close(compiled(a, b), F.relu(a @ b), tg.float32)
+    (step,) = _epilogue_steps(compiled)
+    assert not step.donated and step.pool_product

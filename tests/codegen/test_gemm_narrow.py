@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tracegrad.codegen import gemm, gemm_narrow, threads
+from tracegrad.codegen.gemm_ir import tile_shape
 
 TOLERANCE = {np.float32: 1e-5, np.float64: 1e-12}
 
@@ -87,3 +88,23 @@ def test_matmul_runs_small_narrow_products_through_the_narrow_kernels(monkeypatc
     a, b = rng.standard_normal((10, 1024)).astype(np.float32), rng.standard_normal((1024, 1024)).astype(np.float32)
     np.testing.assert_allclose(gemm.matmul(a, b), a @ b, rtol=1e-4, atol=1e-3)
     assert ran == ["cols", "rows"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m", range(1, 13))
+def test_rows_kernels_for_every_row_count_equal_numpy(m, dtype):
+    # One kernel per row count, its column blocks as wide as its accumulators allow: a
+    # whole block, a partial one, and a second thread's half.
+    rng = np.random.default_rng(m)
+    if m > tile_shape(np.dtype(dtype))[0]:
+        pytest.skip("more rows than a micro-tile on this host")
+    width = gemm_narrow.block_width(np.dtype(dtype), m)
+    n = 3 * width + 5
+    a, b = _operand(rng, m, 21, dtype, "c"), _operand(rng, 21, n, dtype, "r")
+    assert gemm_narrow.route(a, b) == "rows"
+    one, two = np.full((m, n), np.nan, dtype), np.full((m, n), np.nan, dtype)
+    gemm_narrow.run("rows", a, b, one)
+    gemm_narrow.run("rows", a, b, two, threads=2)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(one, want, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * np.abs(want).max())
+    np.testing.assert_array_equal(two, one)

@@ -106,3 +106,83 @@ def test_kernel_loops_see_every_buffer_as_a_noalias_pointer():
     ir_text = _kernel_ir(lambda t: (t - t.amax(1, keepdim=True)).exp(), x)
     loops = next(line for line in ir_text.splitlines() if line.startswith("define internal"))
     assert loops.count("noalias") == 3  # the row max and the result written, x read
+
+
+def _cross_entropy_step(logits, bias, labels):
+    """Cross entropy of logits + bias with its gradients: a row group over the logits'
+    rows (max, exp-sum, the backward's row sum) with the bias gradient folded in."""
+    import tracegrad.nn.functional as F
+    loss = F.cross_entropy(logits + bias, labels)
+    return (loss, *tg.autograd.grad(loss, [logits, bias]))
+
+
+def _cross_entropy_reference(logits, bias, labels):
+    z = logits.astype(np.float64) + bias
+    z = z - z.max(1, keepdims=True)
+    log_p = z - np.log(np.exp(z).sum(1, keepdims=True))
+    rows = np.arange(len(labels))
+    grad = np.exp(log_p)
+    grad[rows, labels] -= 1.0
+    grad /= len(labels)
+    return -log_p[rows, labels].mean(), grad, grad.sum(0)
+
+
+# Rows of at most kernels.SHORT_ROW elements run in blocks of kernels.ROW_BLOCK rows: row
+# counts below, at and between multiples of the block, rows of 1 and of SHORT_ROW elements,
+# and a row one longer (row by row).
+SHORT_ROW_SHAPES = [(256, 10), (37, 10), (5, 3), (16, 1), (49, 32), (20, 33)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("rows,columns", SHORT_ROW_SHAPES)
+def test_cross_entropy_and_its_gradients_over_short_rows_equal_numpy(rows, columns, dtype):
+    rng = np.random.default_rng(rows * 100 + columns)
+    logits, bias = rng.standard_normal((rows, columns)).astype(dtype), rng.standard_normal(columns).astype(dtype)
+    labels = rng.integers(0, columns, rows)
+    args = (tg.tensor(logits, requires_grad=True), tg.tensor(bias, requires_grad=True), tg.tensor(labels))
+    got = [t.detach().numpy() for t in tg.compile(_cross_entropy_step)(*args)]
+    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    for value, expected in zip(got, _cross_entropy_reference(logits, bias, labels)):
+        np.testing.assert_allclose(value, expected, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("shape", [(3, 7, 10), (2, 16, 5), (40, 1, 12)])
+def test_softmax_and_layer_norm_over_short_rows_of_3d_tensors_equal_numpy(shape, dtype):
+    import tracegrad.nn.functional as F
+    x = np.random.default_rng(7).standard_normal(shape).astype(dtype)
+    softmax, normed = tg.compile(lambda t: (F.softmax(t, -1), F.layer_norm(t, (shape[-1],))))(tg.tensor(x))
+    z = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+    centered = x.astype(np.float64) - x.mean(-1, keepdims=True)
+    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(softmax.numpy(), z / z.sum(-1, keepdims=True), rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(normed.numpy(), centered / np.sqrt((centered ** 2).mean(-1, keepdims=True) + 1e-5),
+                               rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-4 if dtype == np.float32 else 1e-10)
+
+
+def test_short_rows_split_over_threads_at_any_row_compute_what_one_call_computes(monkeypatch):
+    # Built for a runtime [start, end) range, chunks start and end between blocks of rows.
+    monkeypatch.setattr(threads, "MIN_PARALLEL_ELEMENTS", 1)
+    monkeypatch.setattr(threads, "MIN_CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr(threads, "NUM_THREADS", 3)
+    rng = np.random.default_rng(5)
+    logits, bias = rng.standard_normal((203, 10)).astype(np.float32), rng.standard_normal(10).astype(np.float32)
+    labels = rng.integers(0, 10, 203)
+    args = (tg.tensor(logits, requires_grad=True), tg.tensor(bias, requires_grad=True), tg.tensor(labels))
+    compiled = tg.compile(_cross_entropy_step)
+    got = [t.detach().numpy() for t in compiled(*args)]
+    program = next(iter(compiled._programs.values()))
+    assert any(isinstance(step, KernelStep) and step.chunk_count() > 1 for step in program.steps)
+    for value, expected in zip(got, _cross_entropy_reference(logits, bias, labels)):
+        np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("columns,blocked", [(10, True), (33, False)])
+def test_row_groups_over_short_rows_run_each_member_over_a_block_of_rows(columns, blocked):
+    import re
+
+    from tracegrad.codegen import kernels
+    x = tg.from_numpy(np.ones((64, columns), dtype=np.float32))
+    ir_text = _kernel_ir(lambda t: (t - t.amax(1, keepdim=True)).exp().sum(1), x)
+    # the loop over blocks steps by ROW_BLOCK rows
+    assert bool(re.search(rf'add i64 %"[.\w]+", {kernels.ROW_BLOCK}\n', ir_text)) == blocked

@@ -50,7 +50,8 @@ class FusedKernel:
     remapped: set = field(default_factory=set)
     paths: dict = field(default_factory=dict)
     # Outputs written into the buffer of a leaf they replace, read at the current element
-    # only (output -> leaf; set by `program._donate` for in-place parameter updates).
+    # only (output -> leaf; set by `program._donate` for in-place parameter updates, and by
+    # `epilogue.fuse_epilogues` over a product nothing else reads).
     donated: dict = field(default_factory=dict)
 
     @property

@@ -90,7 +90,7 @@ def ready(a: np.ndarray, b: np.ndarray, compile: bool = False) -> bool:  # noqa:
     _check_operands(a, b)
     narrow = _narrow_route(a, b)
     if narrow is not None:
-        return gemm_narrow.kernel(narrow, a.dtype, b.shape[1], compile=compile) is not None
+        return gemm_narrow.kernel(narrow, a.dtype, gemm_narrow.narrow_side(narrow, a, b), compile=compile) is not None
     a_layout, b_layout = (_operand_layout(x) or (ROW, 0) for x in (a, b))
     key = (a.dtype, a_layout[0], b_layout[0])
     if key in _kernels:

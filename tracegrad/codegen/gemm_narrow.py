@@ -4,10 +4,12 @@ The BLIS loop nest of `codegen/gemm_ir.py` packs both operands; when one side of
 fewer elements than a micro-tile, the big operand is packed (read and written once more)
 for a tile that is mostly padding, and packing costs as much as the arithmetic. Here:
 
-- `rows`: C has at most MR rows and B is row-major. Per NR-wide column block of C, the MR x
-  NR tile stays in registers while k runs over all of K: B's row piece is two vector loads
-  straight from B, A's elements are broadcast from wherever they are (any strides). Rows
-  past M repeat the last row and are not stored. `g3.T @ r2` in an MLP's backward.
+- `rows`: C has at most MR rows and B is row-major. Per column block of C (`_vectors_per_row(m)`
+  vectors wide), the m-row tile stays in registers while k runs over all of K: B's row piece
+  is that many vector loads straight from B, A's elements are broadcast from wherever they
+  are (any strides). One kernel per m, so no accumulator or FMA is spent on a missing row
+  (10 of 12 rows: a sixth of the work), and few rows get wider blocks. `g3.T @ r2` in an
+  MLP's backward.
 - `cols`: C has at most NCOLS columns, A is row-major and B column-major (both contiguous
   along K: `x @ w.T` with a narrow w). Dot products: `_rows_per_step(n)` rows of A times
   the n columns of B in that many times n vector accumulators along K, summed across
@@ -42,6 +44,18 @@ def _smin(b: ir.IRBuilder, x, y):
     return b.select(b.icmp_signed("<", x, y), x, y)
 
 
+def _vectors_per_row(m: int, dtype: np.dtype) -> int:
+    """Vectors per row of a `rows` kernel's column block for m rows: as many as the
+    micro-tile's accumulators (MR x NR) allow, at most 4 (m = 10 or 12 with AVX-512: 2)."""
+    rows, cols, lanes = tile_shape(dtype)
+    return max(1, min(4, rows * (cols // lanes) // m))
+
+
+def block_width(dtype: np.dtype, m: int) -> int:
+    """The columns of C one column block of the `rows` kernel for m rows computes."""
+    return _vectors_per_row(m, dtype) * tile_shape(dtype)[2]
+
+
 def _rows_per_step(n: int) -> int:
     """Rows of A per step of the `cols` kernel for n columns: as many as keep the
     accumulators in registers (n = 10: 2 rows, 20 accumulators; n = 1: 8 rows)."""
@@ -57,7 +71,7 @@ class _Emitter(VectorEmitter):
         self.read = lambda position: b.load(b.gep(params, [I64(position)], inbounds=True))
         self.address = lambda position: b.inttoptr(self.read(position), self.pointer)
         if kind == "rows":
-            self._rows()
+            self._rows(n, dtype)
         else:
             self._cols(n, _rows_per_step(n))
         b.ret_void()
@@ -75,15 +89,15 @@ class _Emitter(VectorEmitter):
         mask = ir.Constant(ir.VectorType(ir.IntType(32), self.lanes), [0] * self.lanes)
         return b.shuffle_vector(b.insert_element(undefined, scalar, I64(0)), undefined, mask)
 
-    def _rows(self) -> None:
-        """C[:m, n0:n0+NR] for each full NR-wide block (the caller pads a partial one)."""
+    def _rows(self, m: int, dtype: np.dtype) -> None:
+        """C[:m, n0:n0+width] for each full column block (the caller pads a partial one);
+        m is the kernel's own row count (P_M is not read)."""
         b = self.b
         a, a_row, a_k = self.address(P_A), self.read(P_A_ROW), self.read(P_A_K)
         b_matrix, ldb, c, ldc = self.address(P_B), self.read(P_LDB), self.address(P_C), self.read(P_LDC)
-        m, n, k = self.read(P_M), self.read(P_N), self.read(P_K)
-        last = b.sub(m, I64(1))
-        rows = [self._at(a, b.mul(_smin(b, I64(i), last), a_row)) for i in range(self.rows)]
-        vectors = self.cols // self.lanes
+        n, k = self.read(P_N), self.read(P_K)
+        rows = [self._at(a, b.mul(I64(i), a_row)) for i in range(m)]
+        vectors = _vectors_per_row(m, dtype)
         zero = ir.Constant(self.vector, None)
 
         def column_block(j0, _):
@@ -92,22 +106,20 @@ class _Emitter(VectorEmitter):
                 pieces = [self._vector_at(b_row, I64(v * self.lanes)) for v in range(vectors)]
                 offset = b.mul(kk, a_k)
                 updated = []
-                for i in range(self.rows):
+                for i in range(m):
                     broadcast = self._broadcast(b.load(self._at(rows[i], offset)))
                     updated += [b.call(self.fma, [broadcast, piece, accumulators[i * vectors + v]])
                                 for v, piece in enumerate(pieces)]
                 return updated
 
-            accumulators = emit_loop(b, I64(0), k, 1, [zero] * (self.rows * vectors), step)
-            for i in range(self.rows):
-                with b.if_then(b.icmp_signed("<", I64(i), m)):
-                    for v in range(vectors):
-                        at = self._at(c, b.add(b.add(b.mul(I64(i), ldc), j0), I64(v * self.lanes)))
-                        b.store(accumulators[i * vectors + v], b.bitcast(at, self.vector.as_pointer()),
-                                align=self.size)
+            accumulators = emit_loop(b, I64(0), k, 1, [zero] * (m * vectors), step)
+            for i in range(m):
+                for v in range(vectors):
+                    at = self._at(c, b.add(b.add(b.mul(I64(i), ldc), j0), I64(v * self.lanes)))
+                    b.store(accumulators[i * vectors + v], b.bitcast(at, self.vector.as_pointer()), align=self.size)
             return []
 
-        emit_loop(b, I64(0), n, self.cols, [], column_block)
+        emit_loop(b, I64(0), n, vectors * self.lanes, [], column_block)
 
     def _lane_sum(self, vector):
         b = self.b
@@ -173,9 +185,8 @@ def _description(kind: str, dtype: np.dtype, n: int) -> str | None:
 
 
 def kernel(kind: str, dtype: np.dtype, n: int, compile: bool = True):  # noqa: A002
-    """The compiled kernel for `kind`, dtype and (for `cols`) the number of columns: from
-    memory, the disk cache, or compiled now if `compile`."""
-    n = n if kind == "cols" else 0
+    """The compiled kernel for `kind`, dtype and its narrow side `n` (the columns of C for
+    `cols`, its rows for `rows`): from memory, the disk cache, or compiled now if `compile`."""
     key = (kind, dtype, n)
     function = _kernels.get(key)
     if function is None:
@@ -203,21 +214,26 @@ def route(a: np.ndarray, b: np.ndarray) -> str | None:
     return None
 
 
+def narrow_side(kind: str, a: np.ndarray, b: np.ndarray) -> int:
+    """What a kernel of `kind` is specialized on: C's rows for `rows`, its columns for `cols`."""
+    return a.shape[0] if kind == "rows" else b.shape[1]
+
+
 def run(kind: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int = 1) -> None:
     """C = A @ B with the `kind` kernel; `c` has unit stride along its rows. With
     `threads` = 2 the kernel is called twice, on two halves of C's long side (`rows`: the
     column blocks, `cols`: the rows), each element computed as in one call."""
     (m, k), n, size = a.shape, b.shape[1], a.itemsize
-    function = kernel(kind, a.dtype, n)
+    function = kernel(kind, a.dtype, narrow_side(kind, a, b))
     a_row, b_ld, c_ld = a.strides[0] // size, (b.strides[0] if kind == "rows" else b.strides[1]) // size, \
         (c.strides[0] // size if m > 1 else n)
     a_address, b_address, c_address = data_address(a), data_address(b), data_address(c)
     if kind == "rows":
-        width = tile_shape(a.dtype)[1]
+        width = block_width(a.dtype, m)
         full = n - n % width
         a_k = a.strides[1] // size
         if full:
-            # Column blocks [0, half) and [half, full), each a whole number of NR-wide blocks.
+            # Column blocks [0, half) and [half, full), each a whole number of blocks.
             half = -(-(full // width) // threads) * width if threads > 1 else full
             parts = [(0, half), (half, full)] if half < full else [(0, full)]
             blocks = [_parameters(a_address, a_row, a_k, b_address + start * size, b_ld, c_address + start * size,

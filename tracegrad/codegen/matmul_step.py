@@ -147,7 +147,8 @@ class EpilogueMatmulStep(MatmulStep):
 
     __slots__ = ("epilogue", "keep_product", "operand_views", "leaf_sources", "result_specs", "pointer_array",
                  "tile_address", "tile_function", "_module", "symbol", "from_disk", "compile_seconds", "name",
-                 "identities", "split_n", "donated", "description")
+                 "identities", "split_n", "donated", "description", "pool_product",
+                 "donated_results")
 
     def __init__(self, item, inputs: tuple[int, ...], outputs: tuple[int, ...]):
         from tracegrad.codegen import kernel_key
@@ -170,6 +171,10 @@ class EpilogueMatmulStep(MatmulStep):
         # (`program._donate`: an optimizer's update of the parameter it reads).
         self.donated = [(kernel.results.index(result), kernel.leaves.index(leaf))
                         for result, leaf in kernel.donated.items()]
+        # A product nothing else reads goes back to the pool after the step, unless an
+        # output was written over it (`epilogue._write_over_product`).
+        self.pool_product = not self.keep_product and item.product not in kernel.donated.values()
+        self.donated_results = frozenset(result for result, _ in self.donated)
         # Reductions over the rows: each thread must own whole columns (cut N between them).
         self.split_n = True if kernel.folded else None
         self.pointer_array = ctypes.c_void_p * (len(kernel.results) + len(kernel.leaves))
@@ -200,7 +205,9 @@ class EpilogueMatmulStep(MatmulStep):
             operands[position] = view.op.impl(operands[position], **view.attrs)
         a, b = operands
         product = take_buffer(pool, self.out_shape, self.out_dtype)
-        results = [take_buffer(pool, shape, dtype) for shape, dtype in self.result_specs]
+        # (A result written over a leaf gets the leaf's buffer from write_over_leaves.)
+        results = [None if position in self.donated_results else take_buffer(pool, shape, dtype)
+                   for position, (shape, dtype) in enumerate(self.result_specs)]
         for position, identity in self.identities:
             results[position].fill(identity)
         leaves = [product if source is None else np.ascontiguousarray(slots[self.inputs[source]])
@@ -216,7 +223,7 @@ class EpilogueMatmulStep(MatmulStep):
         written = ([product] if self.keep_product else []) + results
         for slot, array in zip(self.outputs, written):
             slots[slot] = array
-        if not self.keep_product and pool is not None:
+        if self.pool_product and pool is not None:
             pool.setdefault((product.shape, product.dtype), []).append(product)
 
 
