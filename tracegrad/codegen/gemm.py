@@ -349,7 +349,7 @@ class BoundProduct:
     returns False without running anything when one does not hold: the caller then runs
     the general `matmul`."""
 
-    __slots__ = ("geometry", "thread", "num_threads", "misalignment", "a_extent", "b_extent", "c_bytes",
+    __slots__ = ("geometry", "thread", "num_threads", "misalignment", "extents", "c_bytes",
                  "function", "blocks", "first", "second", "counter", "after", "shape", "keep")
 
     def __init__(self, geometry, function, blocks: list[tuple], fields: tuple[int, int, int], addresses,
@@ -358,8 +358,7 @@ class BoundProduct:
         self.thread = threading.get_ident()
         self.num_threads = kernel_threads.NUM_THREADS
         self.misalignment = geometry[0][2].alignment - 1
-        self.a_extent, self.b_extent = (_extent(shape, strides, dtype.itemsize)
-                                        for shape, strides, dtype in geometry[:2])
+        self.extents = tuple(_extent(shape, strides, dtype.itemsize) for shape, strides, dtype in geometry[:2])
         self.c_bytes = int(np.prod(geometry[2][0])) * geometry[2][2].itemsize
         self.function = function
         # Per call: its parameter block, and the offsets of its A, B and C from the operands'.
@@ -380,9 +379,9 @@ class BoundProduct:
                 or kernel_threads.NUM_THREADS != self.num_threads):
             return False
         c_end = c + self.c_bytes
-        for x, (low, high) in ((a, self.a_extent), (b, self.b_extent)):
-            if x + low < c_end and c < x + high:
-                return False
+        (a_low, a_high), (b_low, b_high) = self.extents
+        if (a + a_low < c_end and c < a + a_high) or (b + b_low < c_end and c < b + b_high):
+            return False
         for params, a_field, b_field, c_field, a_offset, b_offset, c_offset in self.blocks:
             params[a_field] = a + a_offset
             params[b_field] = b + b_offset

@@ -642,6 +642,14 @@ def data_address(array: np.ndarray) -> int:
         return array.ctypes.data
 
 
+def data_addresses(arrays) -> list[int]:
+    """`data_address` of each array, in one call (a step's per-run addresses)."""
+    if _DATA_OFFSET is not None:
+        offset, read = _DATA_OFFSET, _read_pointer
+        return [read(id(array) + offset).value or 0 for array in arrays]
+    return [data_address(array) for array in arrays]
+
+
 def take_buffer(pool: dict | None, shape: tuple[int, ...], dtype) -> np.ndarray:
     """A dead buffer of this shape and dtype from the run's pool, or a new one."""
     free = pool.get((shape, np.dtype(dtype))) if pool else None

@@ -41,7 +41,7 @@ import time
 import numpy as np
 
 from tracegrad.codegen import gemm
-from tracegrad.codegen.kernels import data_address, take_buffer, write_over_leaves
+from tracegrad.codegen.kernels import data_address, data_addresses, take_buffer, write_over_leaves
 from tracegrad.codegen.program import NumpyStep
 
 ROUNDS = 3
@@ -111,6 +111,12 @@ def choices() -> dict[tuple, str]:
     return dict(_choices)
 
 
+def _take(pool: dict | None, key: tuple) -> np.ndarray:
+    """A dead buffer of this (shape, dtype) from the run's pool, or a new one."""
+    free = pool.get(key) if pool else None
+    return free.pop() if free else np.empty(*key)
+
+
 def _geometry(x) -> tuple | None:
     """(shape, strides, dtype) of an exact ndarray (a binding's per-run check), else None."""
     return (x.shape, x.strides, x.dtype) if x.__class__ is np.ndarray else None
@@ -158,13 +164,14 @@ def _operand_offset(source: np.ndarray, operand: np.ndarray) -> int | None:
 class MatmulStep(NumpyStep):
     """A matmul node; writes into a buffer from the run's pool when one is free."""
 
-    __slots__ = ("out_shape", "out_dtype", "runs", "mode", "binding", "misses", "binds")
+    __slots__ = ("out_shape", "out_dtype", "out_key", "runs", "mode", "binding", "misses", "binds")
     owns_outputs = True
 
     def __init__(self, node, inputs: tuple[int, ...], outputs: tuple[int, ...]):
         super().__init__(node, inputs, outputs)
         out_type = node.out_types[0]
         self.out_shape, self.out_dtype = out_type.shape, out_type.dtype.np
+        self.out_key = (self.out_shape, np.dtype(self.out_dtype))  # the run's pool's key
         self.runs = 0
         # TRACEGRAD_MATMUL as the program is built (reading the environment costs about
         # a microsecond, at every product of every run otherwise).
@@ -194,9 +201,8 @@ class MatmulStep(NumpyStep):
         if binding is not None:
             a, b = slots[self.inputs[0]], slots[self.inputs[1]]
             if _fits((a, b), binding.geometry):
-                out = take_buffer(pool, self.out_shape, self.out_dtype)
-                if out.strides == binding.product_strides and binding.product.run(
-                        data_address(a), data_address(b), data_address(out)):
+                out = _take(pool, self.out_key)
+                if out.strides == binding.product_strides and binding.product.run(*data_addresses((a, b, out))):
                     slots[self.outputs[0]] = out
                     self.misses = 0
                     return
@@ -231,7 +237,8 @@ class EpilogueMatmulStep(MatmulStep):
     epilogue's other leaves. Outputs: the product if
     something else reads it, then the epilogue's results."""
 
-    __slots__ = ("epilogue", "keep_product", "operand_views", "leaf_sources", "result_specs", "pointer_array",
+    __slots__ = ("epilogue", "keep_product", "operand_views", "leaf_sources", "result_specs", "result_keys",
+                 "pointer_array",
                  "tile_address", "tile_function", "_module", "symbol", "from_disk", "compile_seconds", "name",
                  "identities", "split_n", "donated", "description")
 
@@ -248,6 +255,7 @@ class EpilogueMatmulStep(MatmulStep):
         others = item.leaves
         self.leaf_sources = [None if v == item.product else others.index(v) for v in kernel.leaves]
         self.result_specs = [(v.type.shape, v.type.dtype.np) for v in kernel.results]
+        self.result_keys = [(shape, np.dtype(dtype)) for shape, dtype in self.result_specs]
         # Folded reductions accumulate across the tile calls: (result position, identity).
         first = len(kernel.outputs)
         self.identities = [(first + i, node.op.reduce_identity(node.out_types[0].dtype))
@@ -296,18 +304,17 @@ class EpilogueMatmulStep(MatmulStep):
         for position in binding.writeable:
             if not arrays[position].flags.writeable:
                 return False
-        product = take_buffer(pool, self.out_shape, self.out_dtype)
+        product = _take(pool, self.out_key)
         if product.strides != binding.product_strides:
             return False
         # A donated result is the buffer of the input it replaces (`write_over_leaves`).
-        results = [take_buffer(pool, shape, dtype) if source is None else arrays[source]
-                   for (shape, dtype), source in zip(self.result_specs, binding.result_inputs)]
+        results = [_take(pool, key) if source is None else arrays[source]
+                   for key, source in zip(self.result_keys, binding.result_inputs)]
         for position, identity in self.identities:
             results[position].fill(identity)
-        addresses = [data_address(x) for x in arrays]
-        c = data_address(product)
-        addresses.append(c)
-        addresses += [data_address(x) for x in results]
+        arrays.append(product)
+        addresses = data_addresses(arrays + results)
+        c = addresses[len(arrays) - 1]
         pointers = binding.pointers
         for k, source in enumerate(binding.pointer_sources):
             pointers[k] = addresses[source]
