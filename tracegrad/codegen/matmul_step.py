@@ -41,7 +41,8 @@ import time
 import numpy as np
 
 from tracegrad.codegen import gemm
-from tracegrad.codegen.kernels import data_address, data_addresses, take_buffer, write_over_leaves
+from tracegrad.codegen.kernels import (data_address, data_addresses, take_buffer, take_keyed,
+                                       write_over_leaves)
 from tracegrad.codegen.program import NumpyStep
 
 ROUNDS = 3
@@ -109,12 +110,6 @@ def choose(a: np.ndarray, b: np.ndarray, out: np.ndarray, mode: str | None = "")
 def choices() -> dict[tuple, str]:
     """The decisions made so far: {(a shape, N, dtype, a layout, b layout): implementation}."""
     return dict(_choices)
-
-
-def _take(pool: dict | None, key: tuple) -> np.ndarray:
-    """A dead buffer of this (shape, dtype) from the run's pool, or a new one."""
-    free = pool.get(key) if pool else None
-    return free.pop() if free else np.empty(*key)
 
 
 def _geometry(x) -> tuple | None:
@@ -201,7 +196,7 @@ class MatmulStep(NumpyStep):
         if binding is not None:
             a, b = slots[self.inputs[0]], slots[self.inputs[1]]
             if _fits((a, b), binding.geometry):
-                out = _take(pool, self.out_key)
+                out = take_keyed(pool, self.out_key)
                 if out.strides == binding.product_strides and binding.product.run(*data_addresses((a, b, out))):
                     slots[self.outputs[0]] = out
                     self.misses = 0
@@ -304,11 +299,11 @@ class EpilogueMatmulStep(MatmulStep):
         for position in binding.writeable:
             if not arrays[position].flags.writeable:
                 return False
-        product = _take(pool, self.out_key)
+        product = take_keyed(pool, self.out_key)
         if product.strides != binding.product_strides:
             return False
         # A donated result is the buffer of the input it replaces (`write_over_leaves`).
-        results = [_take(pool, key) if source is None else arrays[source]
+        results = [take_keyed(pool, key) if source is None else arrays[source]
                    for key, source in zip(self.result_keys, binding.result_inputs)]
         for position, identity in self.identities:
             results[position].fill(identity)
