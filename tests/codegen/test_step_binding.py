@@ -247,3 +247,30 @@ def test_two_threads_running_one_compiled_step_get_their_own_results():
     for worker in workers:
         worker.join()
     assert not errors
+
+
+def test_two_threads_running_one_kernel_step_get_their_own_results():
+    """A kernel called through ctypes reuses its buffer array on the thread that made it;
+    another thread's call fills one of its own."""
+    rng = np.random.default_rng(13)
+    compiled = tg.compile(lambda x, y: (x * y + 1.0).exp())
+    shape = (300, 200)  # above kernels.FAST_CALL_ELEMENTS: a ctypes call
+    y = tg.tensor(rng.standard_normal(shape).astype(np.float32) * 0.1)
+    compiled(tg.tensor(rng.standard_normal(shape).astype(np.float32)), y)
+    errors = []
+
+    def work(seed):
+        local = np.random.default_rng(seed)
+        for _ in range(30):
+            x = local.standard_normal(shape).astype(np.float32)
+            got = compiled(tg.tensor(x), y).numpy()
+            if not np.allclose(got, np.exp(x * y.numpy() + 1.0), rtol=1e-5):
+                errors.append(seed)
+
+    workers = [threading.Thread(target=work, args=(seed,)) for seed in (14, 15)]
+    for worker in workers:
+        worker.start()
+    work(16)
+    for worker in workers:
+        worker.join()
+    assert not errors

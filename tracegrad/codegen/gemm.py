@@ -3,10 +3,12 @@
 What lives here: running the GEMM functions that `codegen/gemm_ir.py` generates (one per
 dtype and operand layouts): the per-thread packing workspaces and parameter blocks, the
 cache-blocking plan of a product, and the split of a product over two threads (two calls
-sharing one chunk counter; the second handed to a worker thread, `threads.run_pair`). A product may
-carry a tile epilogue (`codegen/epilogue.py`), run on each finished block of C. What does
-not: the IR, choosing between this kernel and numpy.matmul (`codegen/matmul_step.py`), and
-any graph or autograd logic.
+sharing one chunk counter; the second handed to a worker thread, `threads.run_pair`). A
+product may carry a tile epilogue (`codegen/epilogue.py`), run on each finished block of C.
+`bind` works all of that out once for operands of one geometry (`BoundProduct`), for a
+program step that runs the same product run after run. What does not: the IR, choosing
+between this kernel and numpy.matmul (`codegen/matmul_step.py`), and any graph or autograd
+logic.
 """
 
 from __future__ import annotations
