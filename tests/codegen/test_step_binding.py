@@ -234,7 +234,7 @@ def test_two_threads_running_one_compiled_step_get_their_own_results():
 
     def work(seed):
         local = np.random.default_rng(seed)
-        for _ in range(20):
+        for _ in range(50):
             x = local.standard_normal((128, 64)).astype(np.float32)
             got = compiled(tg.tensor(x), w).numpy()
             if not np.allclose(got, np.maximum(x @ w.numpy(), 0) * 2.0, rtol=1e-4, atol=1e-4):

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tracegrad.codegen import gemm_narrow, kernel_key, threads as kernel_threads
+from tracegrad.codegen import gemm_narrow, handoff, kernel_key, threads as kernel_threads
 from tracegrad.codegen.kernels import data_address
 from tracegrad.codegen.gemm_ir import COL, P_A, P_B, P_C, PARAMETER_COUNT, ROW, GemmEmitter, tile_shape as _tile_shape
 from tracegrad.codegen.llvm import compile_kernel_keyed, load_keyed
@@ -370,7 +370,9 @@ class BoundProduct:
             offsets = tuple(values[field] - address for field, address in zip(fields, addresses))
             self.blocks.append((params, *fields, *offsets))
         self.first = ctypes.addressof(self.blocks[0][0])
-        self.second = ctypes.addressof(self.blocks[1][0]) if threads == 2 else None
+        # Two calls: handed off as one foreign call (`threads.run_pair_block`).
+        self.second = (handoff.pair_block(self.first, ctypes.addressof(self.blocks[1][0]))
+                       if threads == 2 else None)
         self.counter = counter
         self.after = after  # (epilogue function, its buffer array's address), run over all of C at the end
         self.shape = shape
@@ -393,7 +395,7 @@ class BoundProduct:
         if self.second is None:
             self.function(self.first)
         else:
-            kernel_threads.run_pair(self.function, self.first, self.second)
+            kernel_threads.run_pair_block(self.function, self.second)
         if self.after is not None:
             function, buffers = self.after
             function(buffers, 0, self.shape[0], 0, self.shape[1])

@@ -133,7 +133,7 @@ class _Binding:
     entry, the index of its address in [inputs..., product, results...]."""
 
     __slots__ = ("geometry", "operands", "product_strides", "product", "pointers", "pointer_sources",
-                 "result_inputs", "writeable")
+                 "result_inputs", "writeable", "thread")
 
     def __init__(self, geometry, operands, product_strides, product, pointers=None, pointer_sources=(),
                  result_inputs=(), writeable=()):
@@ -145,6 +145,9 @@ class _Binding:
         self.pointer_sources = pointer_sources
         self.result_inputs = result_inputs  # per result: the input position it is written into (donated), or None
         self.writeable = writeable  # input positions a donated result is written into
+        # The thread that bound it: the only one to use it (its buffer array and parameter
+        # blocks are written per run; other threads run the general path).
+        self.thread = threading.get_ident()
 
 
 def _operand_offset(source: np.ndarray, operand: np.ndarray) -> int | None:
@@ -184,8 +187,11 @@ class MatmulStep(NumpyStep):
         return gemm.ready(a, b, compile=True)
 
     def _should_bind(self) -> bool:
-        """Whether a run of the generated kernel on the general path binds the step."""
-        if self.binds >= MAX_BINDS or (self.binding is not None and self.misses < REBIND_AFTER_MISSES):
+        """Whether a run of the generated kernel on the general path binds the step (not
+        while another thread's binding is in place: only its own runs count misses)."""
+        binding = self.binding
+        if self.binds >= MAX_BINDS or (binding is not None and (self.misses < REBIND_AFTER_MISSES
+                                                                or binding.thread != threading.get_ident())):
             return False
         self.binds += 1
         self.binding, self.misses = None, 0
@@ -193,7 +199,7 @@ class MatmulStep(NumpyStep):
 
     def run(self, slots: list, pool: dict | None = None) -> None:
         binding = self.binding
-        if binding is not None:
+        if binding is not None and binding.thread == threading.get_ident():
             a, b = slots[self.inputs[0]], slots[self.inputs[1]]
             if _fits((a, b), binding.geometry):
                 out = take_keyed(pool, self.out_key)
@@ -285,7 +291,7 @@ class EpilogueMatmulStep(MatmulStep):
 
     def run(self, slots: list, pool: dict | None = None) -> None:
         binding = self.binding
-        if binding is not None:
+        if binding is not None and binding.thread == threading.get_ident():
             if self._run_bound(binding, slots, pool):
                 self.misses = 0
                 return
