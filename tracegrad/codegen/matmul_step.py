@@ -34,6 +34,7 @@ bound again to what it now gets.
 from __future__ import annotations
 
 import ctypes
+import operator
 import os
 import threading
 import time
@@ -142,7 +143,9 @@ class _Binding:
         self.product_strides = product_strides
         self.product = product
         self.pointers = pointers
-        self.pointer_sources = pointer_sources
+        # addresses -> the buffer array's entries, in order
+        self.pointer_sources = (operator.itemgetter(*pointer_sources) if len(pointer_sources) > 1 else
+                                lambda addresses, k=pointer_sources[:1]: [addresses[i] for i in k])
         self.result_inputs = result_inputs  # per result: the input position it is written into (donated), or None
         self.writeable = writeable  # input positions a donated result is written into
         # The thread that bound it: the only one to use it (its buffer array and parameter
@@ -316,9 +319,7 @@ class EpilogueMatmulStep(MatmulStep):
         arrays.append(product)
         addresses = data_addresses(arrays + results)
         c = addresses[len(arrays) - 1]
-        pointers = binding.pointers
-        for k, source in enumerate(binding.pointer_sources):
-            pointers[k] = addresses[source]
+        binding.pointers[:] = binding.pointer_sources(addresses)
         (a, a_offset), (b, b_offset) = binding.operands
         if not binding.product.run(addresses[a] + a_offset, addresses[b] + b_offset, c):
             return False
@@ -330,7 +331,7 @@ class EpilogueMatmulStep(MatmulStep):
             for slot, array in zip(self.outputs, results):
                 slots[slot] = array
             if pool is not None:
-                pool.setdefault((product.shape, product.dtype), []).append(product)
+                pool.setdefault(self.out_key, []).append(product)
         return True
 
     def _run_general(self, slots: list, pool: dict | None) -> None:
