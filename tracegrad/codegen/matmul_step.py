@@ -130,8 +130,9 @@ class _Binding:
     """What a step's runs on arrays of one geometry share (see the module docstring):
     `geometry` of each of the step's inputs (in `inputs` order), where each operand is
     (input position, byte offset from that input's data: an operand view), the product's
-    strides, the `gemm.BoundProduct`, and for an epilogue its buffer array with, per
-    entry, the index of its address in [inputs..., product, results...]."""
+    strides, the `gemm.BoundProduct`, and for an epilogue its buffer array and
+    `pointer_sources`, which picks the array's entries from the run's addresses of
+    [inputs..., product, results...]."""
 
     __slots__ = ("geometry", "operands", "product_strides", "product", "pointers", "pointer_sources",
                  "result_inputs", "writeable", "thread")
@@ -143,7 +144,6 @@ class _Binding:
         self.product_strides = product_strides
         self.product = product
         self.pointers = pointers
-        # addresses -> the buffer array's entries, in order
         self.pointer_sources = (operator.itemgetter(*pointer_sources) if len(pointer_sources) > 1 else
                                 lambda addresses, k=pointer_sources[:1]: [addresses[i] for i in k])
         self.result_inputs = result_inputs  # per result: the input position it is written into (donated), or None
