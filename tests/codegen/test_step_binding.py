@@ -274,3 +274,16 @@ def test_two_threads_running_one_kernel_step_get_their_own_results():
     for worker in workers:
         worker.join()
     assert not errors
+
+
+def test_steps_running_numpy_are_never_bound(monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_MATMUL", "numpy")
+    rng = np.random.default_rng(17)
+    compiled = tg.compile(lambda a, b: (a @ b, F.relu(a @ b.T.T)))
+    a, b = (tg.tensor(rng.standard_normal(shape).astype(np.float32)) for shape in [(40, 30), (30, 20)])
+    for _ in range(4):
+        product, activated = compiled(a, b)
+        np.testing.assert_allclose(product.numpy(), a.numpy() @ b.numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(activated.numpy(), np.maximum(a.numpy() @ b.numpy(), 0), rtol=1e-5, atol=1e-5)
+    steps = [s for p in compiled._programs.values() for s in p.steps if isinstance(s, MatmulStep)]
+    assert steps and all(step.binding is None for step in steps)
