@@ -97,6 +97,44 @@ def test_a_second_post_fails_while_the_first_owns_the_mailbox(spinning):
     assert first.arguments == [1] and second.arguments == []
 
 
+def test_a_pair_fails_with_nothing_run_while_no_worker_spins():
+    handoff.prepare()
+    _, address = handoff.new_mailbox()
+    recorder = _Recorder()
+    assert not handoff.pair(address, recorder.address, handoff.pair_block(1, 2))
+    assert recorder.arguments == []
+
+
+def test_a_pair_runs_each_of_its_two_calls_once(spinning):
+    _, address = spinning(seconds=0.2)
+    recorder = _Recorder()
+    for first in range(0, 40, 2):
+        assert handoff.pair(address, recorder.address, handoff.pair_block(first, first + 1))
+    assert sorted(recorder.arguments) == list(range(40))
+
+
+def test_a_bound_two_thread_product_is_handed_off_as_a_pair(monkeypatch):
+    monkeypatch.setattr(threads, "SPIN_SECONDS", 1.0)
+    pairs = []
+    pair = handoff.pair
+    monkeypatch.setattr(handoff, "pair", lambda *args: pairs.append(pair(*args)) or pairs[-1])
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((256, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 600)).astype(np.float32)
+    expected = gemm.matmul(a, b, threads=1)
+    out = np.empty_like(expected)
+    bound = gemm.bind(a, b, out)
+    assert bound is not None and bound.second is not None  # two calls
+    for _ in range(50):  # the first goes through the queue; the worker then spins
+        out[...] = np.nan
+        assert bound.run(*(x.__array_interface__["data"][0] for x in (a, b, out)))
+        np.testing.assert_array_equal(out, expected)
+        if any(pairs):
+            break
+        time.sleep(0.01)
+    assert any(pairs)
+
+
 def test_serve_returns_after_its_spin_time_and_the_mailbox_sleeps():
     handoff.prepare()
     mailbox, address = handoff.new_mailbox()

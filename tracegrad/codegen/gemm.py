@@ -3,10 +3,12 @@
 What lives here: running the GEMM functions that `codegen/gemm_ir.py` generates (one per
 dtype and operand layouts): the per-thread packing workspaces and parameter blocks, the
 cache-blocking plan of a product, and the split of a product over two threads (two calls
-sharing one chunk counter; the second handed to a worker thread, `threads.run_pair`). A product may
-carry a tile epilogue (`codegen/epilogue.py`), run on each finished block of C. What does
-not: the IR, choosing between this kernel and numpy.matmul (`codegen/matmul_step.py`), and
-any graph or autograd logic.
+sharing one chunk counter; the second handed to a worker thread, `threads.run_pair`). A
+product may carry a tile epilogue (`codegen/epilogue.py`), run on each finished block of C.
+`bind` works all of that out once for operands of one geometry (`BoundProduct`), for a
+program step that runs the same product run after run. What does not: the IR, choosing
+between this kernel and numpy.matmul (`codegen/matmul_step.py`), and any graph or autograd
+logic.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tracegrad.codegen import gemm_narrow, kernel_key, threads as kernel_threads
+from tracegrad.codegen import gemm_narrow, handoff, kernel_key, threads as kernel_threads
 from tracegrad.codegen.kernels import data_address
-from tracegrad.codegen.gemm_ir import COL, PARAMETER_COUNT, ROW, GemmEmitter, tile_shape as _tile_shape
+from tracegrad.codegen.gemm_ir import COL, P_A, P_B, P_C, PARAMETER_COUNT, ROW, GemmEmitter, tile_shape as _tile_shape
 from tracegrad.codegen.llvm import compile_kernel_keyed, load_keyed
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -133,9 +135,13 @@ class _Workspace:
         start = -raw.__array_interface__["data"][0] % 64
         return raw[start:start + count * dtype.itemsize].view(dtype)
 
+    def parameters(self, operands: tuple, plan: tuple, counter_address: int, epilogue: tuple[int, int]) -> tuple:
+        """One call's parameter block (`gemm_ir`'s P_* positions) with this workspace's buffers."""
+        return (*operands, *plan[:6], self.pack_a, self.pack_b, counter_address, *plan[6:], *epilogue)
+
     def fill(self, operands: tuple, plan: tuple, counter_address: int, epilogue: tuple[int, int]) -> int:
         """Write one call's parameters; returns the address to pass to the kernel."""
-        self.params[:] = (*operands, *plan[:6], self.pack_a, self.pack_b, counter_address, *plan[6:], *epilogue)
+        self.params[:] = self.parameters(operands, plan, counter_address, epilogue)
         return self.address
 
 
@@ -238,9 +244,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
     if k == 0:
         out[...] = 0
     elif narrow is not None:  # a side narrower than a tile: no packing (codegen/gemm_narrow.py)
-        if threads is None:
-            threads = 2 if m * n * k >= NARROW_TWO_THREAD_MIN_WORK else 1
-        gemm_narrow.run(narrow, a, b, result, min(threads, 2, kernel_threads.NUM_THREADS))
+        gemm_narrow.run(narrow, a, b, result, _narrow_threads(m, n, k, threads))
         if result is not out:
             out[...] = result
     elif n < _tile_shape(a.dtype)[1] // 2 and m > n:
@@ -249,9 +253,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
         # copy of a narrow C is cheap.
         out[...] = matmul(b.T, a.T, threads=threads).T
     else:
-        if threads is None:
-            threads = 2 if m * n * k >= TWO_THREAD_MIN_WORK or m * n >= TWO_THREAD_MIN_OUTPUT else 1
-        _run(a, b, result, threads, epilogue if in_place else None, split_n)
+        _run(a, b, result, _packed_threads(m, n, k, threads), epilogue if in_place else None, split_n)
         if result is not out:
             out[...] = result
         if in_place:
@@ -262,6 +264,20 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
             raise ValueError(f"matmul: an epilogue needs a C-contiguous out, for {_describe(a, b)}")
         EPILOGUE_SIGNATURE(epilogue[0])(epilogue[1], 0, m, 0, n)
     return out
+
+
+def _narrow_threads(m: int, n: int, k: int, threads: int | None) -> int:
+    """How many threads a narrow product runs on (1 or 2)."""
+    if threads is None:
+        threads = 2 if m * n * k >= NARROW_TWO_THREAD_MIN_WORK else 1
+    return min(threads, 2, kernel_threads.NUM_THREADS)
+
+
+def _packed_threads(m: int, n: int, k: int, threads: int | None) -> int:
+    """How many calls a packed product is split into, before the pool's limit (`_run`)."""
+    if threads is None:
+        threads = 2 if m * n * k >= TWO_THREAD_MIN_WORK or m * n >= TWO_THREAD_MIN_OUTPUT else 1
+    return threads
 
 
 def _narrow_route(a: np.ndarray, b: np.ndarray) -> str | None:
@@ -314,3 +330,120 @@ def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int, epilogue: tu
         kernel_threads.run_pair(function, calls[0][1], calls[1][1])
     else:
         kernel_threads.run_parallel(calls, threads - 1)
+
+
+def _extent(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> tuple[int, int]:
+    """The bytes [start, end) an array's elements span, relative to its data address."""
+    low = sum(stride * (size - 1) for size, stride in zip(shape, strides) if stride < 0)
+    high = sum(stride * (size - 1) for size, stride in zip(shape, strides) if stride > 0)
+    return low, high + itemsize
+
+
+class BoundProduct:
+    """`matmul(a, b, out=c, epilogue=..., split_n=...)` worked out once (`bind`) for
+    operands and an `out` of one geometry, so that running it again on arrays of that
+    geometry is writing three addresses into ready parameter blocks and calling.
+
+    `run(a, b, c)` takes the data addresses of arrays with the shapes, strides and dtypes
+    of the ones it was bound with (`geometry`); the caller checks those. It checks the
+    rest of what the binding assumed (the calling thread, whose packing buffers it uses;
+    `threads.NUM_THREADS`; the addresses' alignment; that C overlaps neither operand) and
+    returns False without running anything when one does not hold: the caller then runs
+    the general `matmul`."""
+
+    __slots__ = ("geometry", "thread", "num_threads", "misalignment", "extents", "c_bytes",
+                 "function", "blocks", "first", "second", "counter", "after", "shape", "keep")
+
+    def __init__(self, geometry, function, blocks: list[tuple], fields: tuple[int, int, int], addresses,
+                 threads: int, counter, after, shape, keep):
+        self.geometry = geometry
+        self.thread = threading.get_ident()
+        self.num_threads = kernel_threads.NUM_THREADS
+        self.misalignment = geometry[0][2].alignment - 1
+        self.extents = tuple(_extent(shape, strides, dtype.itemsize) for shape, strides, dtype in geometry[:2])
+        self.c_bytes = int(np.prod(geometry[2][0])) * geometry[2][2].itemsize
+        self.function = function
+        # Per call: its parameter block, and the offsets of its A, B and C from the operands'.
+        self.blocks = []
+        for values in blocks:
+            params = (ctypes.c_int64 * len(values))(*values)
+            offsets = tuple(values[field] - address for field, address in zip(fields, addresses))
+            self.blocks.append((params, *fields, *offsets))
+        self.first = ctypes.addressof(self.blocks[0][0])
+        # Two calls: handed off as one foreign call (`threads.run_pair_block`).
+        self.second = (handoff.pair_block(self.first, ctypes.addressof(self.blocks[1][0]))
+                       if threads == 2 else None)
+        self.counter = counter
+        self.after = after  # (epilogue function, its buffer array's address), run over all of C at the end
+        self.shape = shape
+        self.keep = keep  # what the blocks point at (workspaces, the counter): alive as long as this
+
+    def run(self, a: int, b: int, c: int) -> bool:
+        if ((a | b | c) & self.misalignment or threading.get_ident() != self.thread
+                or kernel_threads.NUM_THREADS != self.num_threads):
+            return False
+        c_end = c + self.c_bytes
+        (a_low, a_high), (b_low, b_high) = self.extents
+        if (a + a_low < c_end and c < a + a_high) or (b + b_low < c_end and c < b + b_high):
+            return False
+        for params, a_field, b_field, c_field, a_offset, b_offset, c_offset in self.blocks:
+            params[a_field] = a + a_offset
+            params[b_field] = b + b_offset
+            params[c_field] = c + c_offset
+        if self.counter is not None:
+            self.counter[0] = 0
+        if self.second is None:
+            self.function(self.first)
+        else:
+            kernel_threads.run_pair_block(self.function, self.second)
+        if self.after is not None:
+            function, buffers = self.after
+            function(buffers, 0, self.shape[0], 0, self.shape[1])
+        return True
+
+
+def bind(a: np.ndarray, b: np.ndarray, out: np.ndarray, epilogue: tuple[int, int] | None = None,
+         split_n: bool | None = None) -> BoundProduct | None:
+    """`matmul(a, b, out=out, epilogue=epilogue, split_n=split_n)` as a `BoundProduct` for
+    arrays of these geometries, making the choices `matmul` makes for these (kernel,
+    narrow route, threads, plan); None where `matmul` would copy an operand or the product,
+    or pass through a temporary (those run through `matmul`). The epilogue's buffer array
+    must stay where it is for as long as the binding is used. Loads or compiles the kernel."""
+    _check_operands(a, b)
+    (m, k), n, dtype = a.shape, b.shape[1], a.dtype
+    if (not isinstance(out, np.ndarray) or out.shape != (m, n) or out.dtype != dtype or not out.flags.c_contiguous
+            or not out.flags.aligned or 0 in (m, n, k) or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
+        return None
+    geometry = tuple((x.shape, x.strides, x.dtype) for x in (a, b, out))
+    addresses = (data_address(a), data_address(b), data_address(out))
+    narrow = _narrow_route(a, b)
+    counter, keep, after = None, (), None
+    if narrow is not None:
+        threads = _narrow_threads(m, n, k, None)
+        blocks, tail = gemm_narrow.parameter_blocks(narrow, a, b, out, threads)
+        if tail:
+            return None
+        function = gemm_narrow.kernel(narrow, dtype, gemm_narrow.narrow_side(narrow, a, b))
+        fields = (gemm_narrow.P_A, gemm_narrow.P_B, gemm_narrow.P_C)
+        threads = len(blocks)
+        if epilogue is not None:
+            after = (EPILOGUE_SIGNATURE(epilogue[0]), epilogue[1])
+    elif n < _tile_shape(dtype)[1] // 2 and m > n:
+        return None  # `matmul` computes C.T through a temporary
+    else:
+        a_layout, b_layout = _operand_layout(a), _operand_layout(b)
+        if a_layout is None or b_layout is None or not out.flags.aligned:
+            return None
+        threads = min(_packed_threads(m, n, k, None), kernel_threads.NUM_THREADS)
+        if threads > 2:
+            return None
+        function = _kernel(dtype, a_layout[0], b_layout[0])
+        workspaces = _own_workspaces(dtype, threads)
+        counter = (ctypes.c_int64 * 1)()
+        plan = _plan(m, n, k, dtype, threads, split_n)
+        operands = (addresses[0], a_layout[1], addresses[1], b_layout[1], addresses[2], n if m == 1 else
+                    out.strides[0] // out.itemsize)
+        blocks = [w.parameters(operands, plan, ctypes.addressof(counter), epilogue or (0, 0)) for w in workspaces]
+        fields = (P_A, P_B, P_C)
+        keep = tuple(workspaces)
+    return BoundProduct(geometry, function, blocks, fields, addresses, threads, counter, after, (m, n), keep)

@@ -223,8 +223,29 @@ def run(kind: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int = 1
     """C = A @ B with the `kind` kernel; `c` has unit stride along its rows. With
     `threads` = 2 the kernel is called twice, on two halves of C's long side (`rows`: the
     column blocks, `cols`: the rows), each element computed as in one call."""
-    (m, k), n, size = a.shape, b.shape[1], a.itemsize
     function = kernel(kind, a.dtype, narrow_side(kind, a, b))
+    blocks, tail = parameter_blocks(kind, a, b, c, threads)
+    if blocks:
+        _run_blocks(function, [_parameters(*block) for block in blocks])
+    if tail:  # `rows`: the last, partial column block, through a zero-padded copy
+        (m, k), n, size = a.shape, b.shape[1], a.itemsize
+        width = block_width(a.dtype, m)
+        full = n - n % width
+        padded = np.zeros((k, width), a.dtype)
+        padded[:, :n - full] = b[:, full:]
+        block = np.empty((m, width), a.dtype)
+        _run_blocks(function, [_parameters(data_address(a), a.strides[0] // size, a.strides[1] // size,
+                                           data_address(padded), width, data_address(block), width, m, width, k)])
+        c[:, full:] = block[:, :n - full]
+
+
+def parameter_blocks(kind: str, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+                     threads: int = 1) -> tuple[list[tuple[int, ...]], bool]:
+    """The parameter blocks (P_* positions) of the calls `run` makes straight on the
+    operands, and whether a `rows` product also has a partial last column block (run
+    through a padded copy). The blocks' P_A, P_B and P_C hold the operands' data
+    addresses plus a fixed offset (`gemm.bind` relies on that)."""
+    (m, k), n, size = a.shape, b.shape[1], a.itemsize
     a_row, b_ld, c_ld = a.strides[0] // size, (b.strides[0] if kind == "rows" else b.strides[1]) // size, \
         (c.strides[0] // size if m > 1 else n)
     a_address, b_address, c_address = data_address(a), data_address(b), data_address(c)
@@ -232,26 +253,18 @@ def run(kind: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int = 1
         width = block_width(a.dtype, m)
         full = n - n % width
         a_k = a.strides[1] // size
+        blocks = []
         if full:
             # Column blocks [0, half) and [half, full), each a whole number of blocks.
             half = -(-(full // width) // threads) * width if threads > 1 else full
             parts = [(0, half), (half, full)] if half < full else [(0, full)]
-            blocks = [_parameters(a_address, a_row, a_k, b_address + start * size, b_ld, c_address + start * size,
-                                  c_ld, m, stop - start, k) for start, stop in parts]
-            _run_blocks(function, blocks)
-        if full < n:  # the last, partial column block: through a zero-padded copy
-            padded = np.zeros((k, width), a.dtype)
-            padded[:, :n - full] = b[:, full:]
-            block = np.empty((m, width), a.dtype)
-            _run_blocks(function, [_parameters(a_address, a_row, a_k, data_address(padded), width,
-                                               data_address(block), width, m, width, k)])
-            c[:, full:] = block[:, :n - full]
-    else:
-        half = -(-m // threads) if threads > 1 else m
-        parts = [(0, half), (half, m)] if half < m else [(0, m)]
-        _run_blocks(function, [_parameters(a_address + start * a_row * size, a_row, 0, b_address, b_ld,
-                                           c_address + start * c_ld * size, c_ld, stop - start, n, k)
-                               for start, stop in parts])
+            blocks = [(a_address, a_row, a_k, b_address + start * size, b_ld, c_address + start * size,
+                       c_ld, m, stop - start, k) for start, stop in parts]
+        return blocks, full < n
+    half = -(-m // threads) if threads > 1 else m
+    parts = [(0, half), (half, m)] if half < m else [(0, m)]
+    return [(a_address + start * a_row * size, a_row, 0, b_address, b_ld, c_address + start * c_ld * size, c_ld,
+             stop - start, n, k) for start, stop in parts], False
 
 
 def _parameters(*values: int):

@@ -23,10 +23,13 @@ its post to its reclaim, and a call is run by exactly one of the worker (reclaim
 sleeps, or another caller owns the mailbox) falls back to the queue; whoever queues a task
 for a spinning worker stops its spin (`stop`), so the task does not wait for the spin's end.
 
-The four operations are one function `i64 handoff(i64 op, i64* mailbox, i64 fn, i64 arg)`
+The operations are one function `i64 handoff(i64 op, i64* mailbox, i64 fn, i64 arg)`
 (`SERVE`: arg is the spin limit in time-stamp-counter ticks; `POST`; `RECLAIM`: arg is how
-long to spin before sleeping; `STOP`), compiled once and kept in the disk cache like the
-GEMMs. The idle worker yields its core at every turn of its spin (`sched_yield`), so that
+long to spin before sleeping; `STOP`; `PAIR`: arg points at [first, second, reclaim
+ticks]: POST fn(second), run fn(first), RECLAIM, and run fn(second) if the worker had not
+taken it; 0 if the post failed, with nothing run), compiled once and kept in the disk
+cache like the GEMMs. `PAIR` is `threads.run_pair`'s hand-off in one foreign call instead
+of three. The idle worker yields its core at every turn of its spin (`sched_yield`), so that
 on a shared host another runnable thread is not held up by it. Linux on x86-64 only (the
 time-stamp counter, `pause`, system calls by number); elsewhere `available()` is False.
 """
@@ -45,7 +48,7 @@ from tracegrad.codegen import kernel_key
 from tracegrad.codegen.llvm import I64, compile_kernel_keyed
 
 ASLEEP, WATCHING, CLAIMED, POSTED, RUNNING, DONE = range(6)
-SERVE, POST, RECLAIM, STOP = range(4)
+SERVE, POST, RECLAIM, STOP, PAIR = range(5)
 # Mailbox words after the state: the posted call, whether the caller sleeps on the state
 # word, and the futex timeout (a timespec) a sleeping caller rechecks the state after.
 # The address of libc's `syscall` (the generated code is loaded without a dynamic linker).
@@ -97,13 +100,27 @@ def _build() -> ir.Module:
     def block(name: str):
         return function.append_basic_block(name)
 
-    serve, post, reclaim, stop_serving, other = (block(name) for name in ("serve", "post", "reclaim", "stop",
-                                                                           "other"))
+    serve, post, reclaim, stop_serving, pair, other = (block(name) for name in ("serve", "post", "reclaim", "stop",
+                                                                                 "pair", "other"))
     switch = b.switch(op, other)
-    for value, target_block in ((SERVE, serve), (POST, post), (RECLAIM, reclaim), (STOP, stop_serving)):
+    for value, target_block in ((SERVE, serve), (POST, post), (RECLAIM, reclaim), (STOP, stop_serving),
+                                (PAIR, pair)):
         switch.add_case(I64(value), target_block)
     b.position_at_end(other)
     b.ret(I64(-1))
+
+    # -- pair: POST fn(second); if posted, fn(first) here, then RECLAIM, and fn(second) here
+    # too if the worker had not started it. (Through this function's own POST and RECLAIM.)
+    b.position_at_end(pair)
+    calls = b.inttoptr(argument, I64.as_pointer())
+    first, second, ticks = (b.load(b.gep(calls, [I64(k)], inbounds=True)) for k in range(3))
+    with b.if_then(b.icmp_signed("==", b.call(function, [I64(POST), mailbox, target, second]), I64(0))):
+        b.ret(I64(0))
+    callee = b.inttoptr(target, ir.FunctionType(ir.VoidType(), [I64]).as_pointer())
+    b.call(callee, [first])
+    with b.if_then(b.icmp_signed("==", b.call(function, [I64(RECLAIM), mailbox, I64(0), ticks]), I64(0))):
+        b.call(callee, [second])
+    b.ret(I64(1))
 
     # -- stop: WATCHING -> ASLEEP, which ends the worker's spin (1), if it spins idle.
     b.position_at_end(stop_serving)
@@ -251,6 +268,19 @@ def post(mailbox: int, function_address: int, argument: int) -> bool:
     """Hand `function(argument)` to the worker spinning on `mailbox`; False if it does not
     spin or another caller owns the mailbox. After a True, call `reclaim` exactly once."""
     return bool(_handoff()(POST, mailbox, function_address, argument))
+
+
+def pair_block(first: int, second: int):
+    """The [first, second, reclaim ticks] block `pair` reads (kept by the caller, reused)."""
+    return (ctypes.c_int64 * 3)(first, second, 0)
+
+
+def pair(mailbox: int, function_address: int, block) -> bool:
+    """`function(first)` here and `function(second)` on the worker spinning on `mailbox`
+    (or here, if it had not started it), `first` and `second` from `pair_block`; False,
+    with nothing run, if the post failed (see `post`)."""
+    block[2] = int(RECLAIM_SPIN_SECONDS * TICKS_PER_SECOND)
+    return bool(_handoff()(PAIR, mailbox, function_address, ctypes.addressof(block)))
 
 
 def reclaim(mailbox: int) -> bool:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import threading
 import time
 
 import numpy as np
@@ -513,11 +514,13 @@ class KernelStep:
         self.inputs = inputs
         self.outputs = outputs
         self.out_specs = [(v.type.shape, v.type.dtype.np) for v in kernel.results]
+        self.out_keys = [(shape, np.dtype(dtype)) for shape, dtype in self.out_specs]  # the run's pool's keys
         self.label = "+".join(n.op.name for n in kernel.nodes)
         self.index_checks = _index_checks(kernel)
         # One ctypes array type per kernel, made once (making it per call costs time and
         # grows ctypes' type caches).
         self.pointer_array = ctypes.c_void_p * (len(self.out_specs) + len(inputs))
+        self._pointers, self._pointers_thread = None, None  # one thread's reusable array of that type
         # Splitting the outermost loop over threads (see the module docstring).
         # Chunks of a loop over elements start on a cache line (64 elements or more).
         self.align = 64 if outer_extent(kernel) == self.elements and kernel.reduction is None else 1
@@ -572,8 +575,11 @@ class KernelStep:
 
     def run(self, slots: list, pool: dict | None = None) -> None:
         outs = self.compute([slots[i] for i in self.inputs], pool)
-        for slot, array in zip(self.outputs, outs):
-            slots[slot] = array
+        if len(outs) == 1:
+            slots[self.outputs[0]] = outs[0]
+        else:
+            for slot, array in zip(self.outputs, outs):
+                slots[slot] = array
 
     def compute(self, arrays: list, pool: dict | None = None) -> list[np.ndarray]:
         """The kernel's results from the arrays of its inputs (in `inputs` order); a
@@ -581,7 +587,7 @@ class KernelStep:
         for position, size, name in self.index_checks:
             check_bounds(name, np.asarray(arrays[position]), size)
         if pool:
-            outs = [take_buffer(pool, shape, dtype) for shape, dtype in self.out_specs]
+            outs = [take_keyed(pool, key) for key in self.out_keys]
         else:
             outs = [np.empty(shape, dtype) for shape, dtype in self.out_specs]
         leaves = list(arrays)
@@ -594,14 +600,23 @@ class KernelStep:
             write_over_leaves(outs, leaves, self.donated)
         if self.fast_call is not None:
             self.fast_call(*outs, *leaves)
+            return outs
+        addresses = data_addresses(outs + leaves)
+        chunks = 1 if self.whole else self.chunk_count()
+        if chunks > 1:
+            self._run_chunks(addresses, chunks)
+            return outs
+        # The buffer array: this thread's own, made once (a ctypes array per call costs
+        # more than writing its entries); another thread's call makes its own.
+        pointers = self._pointers
+        if pointers is None or self._pointers_thread != threading.get_ident():
+            pointers = self.pointer_array(*addresses)  # alive until the call returns
+            if self._pointers is None:
+                self._pointers, self._pointers_thread = pointers, threading.get_ident()
         else:
-            addresses = [data_address(a) for a in outs + leaves]
-            chunks = self.chunk_count()
-            if chunks == 1:
-                pointers = self.pointer_array(*addresses)  # alive until the call returns
-                self.function(ctypes.addressof(pointers), 0, self.extent)
-            else:
-                self._run_chunks(addresses, chunks)
+            for k, address in enumerate(addresses):
+                pointers[k] = address
+        self.function(ctypes.addressof(pointers), 0, self.extent)
         return outs
 
     def _run_chunks(self, addresses: list[int], chunks: int) -> None:
@@ -666,10 +681,24 @@ def data_address(array: np.ndarray) -> int:
         return array.ctypes.data
 
 
+def data_addresses(arrays) -> list[int]:
+    """`data_address` of each array, in one call (a step's per-run addresses)."""
+    if _DATA_OFFSET is not None:
+        offset, read = _DATA_OFFSET, _read_pointer
+        return [read(id(array) + offset).value or 0 for array in arrays]
+    return [data_address(array) for array in arrays]
+
+
 def take_buffer(pool: dict | None, shape: tuple[int, ...], dtype) -> np.ndarray:
     """A dead buffer of this shape and dtype from the run's pool, or a new one."""
     free = pool.get((shape, np.dtype(dtype))) if pool else None
     return free.pop() if free else np.empty(shape, dtype=dtype)
+
+
+def take_keyed(pool: dict | None, key: tuple) -> np.ndarray:
+    """`take_buffer` by the pool's key, (shape, np.dtype), made once by the caller."""
+    free = pool.get(key) if pool else None
+    return free.pop() if free else np.empty(*key)
 
 
 def _index_checks(kernel: FusedKernel) -> list[tuple[int, int, str]]:

@@ -21,11 +21,20 @@ mode). Batched (3-D and up) products run through NumPy.
 
 `EpilogueMatmulStep` is a product with a fused epilogue (`codegen/epilogue.py`): the
 generated GEMM runs it on each finished block of C, NumPy's BLAS is followed by it.
+
+A step runs on arrays of the same geometry run after run, so the first run that takes the
+generated kernel binds the step to that geometry (`_Binding`, with `gemm.bind`: kernel,
+route, plan, parameter blocks and the epilogue's buffer array made once). Later runs check
+that each array the step reads has the bound class, shape, strides and dtype (and
+`BoundProduct.run` the rest: thread, alignment, no overlap), write the new data addresses
+and call; anything else takes the general path, and a step that misses twice in a row is
+bound again to what it now gets.
 """
 
 from __future__ import annotations
 
 import ctypes
+import operator
 import os
 import threading
 import time
@@ -33,7 +42,8 @@ import time
 import numpy as np
 
 from tracegrad.codegen import gemm
-from tracegrad.codegen.kernels import data_address, take_buffer, write_over_leaves
+from tracegrad.codegen.kernels import (data_address, data_addresses, take_buffer, take_keyed,
+                                       write_over_leaves)
 from tracegrad.codegen.program import NumpyStep
 
 ROUNDS = 3
@@ -41,6 +51,10 @@ COMPILE_AFTER = 2  # runs of a step through NumPy before its generated kernel is
 NUMPY, GENERATED, MEASURE = "numpy", "generated", "measure"
 
 EAGER_MIN_WORK = 1 << 20  # multiply-adds from which an eager product may use the GEMM
+# A step is bound (again) to the geometry it gets after this many misses in a row, at most
+# MAX_BINDS times (a step whose arrays change geometry all the time runs the general path).
+REBIND_AFTER_MISSES = 2
+MAX_BINDS = 8
 
 _choices: dict[tuple, str] = {}
 _sightings: dict[tuple, int] = {}
@@ -99,20 +113,73 @@ def choices() -> dict[tuple, str]:
     return dict(_choices)
 
 
+def _geometry(x) -> tuple | None:
+    """(shape, strides, dtype) of an exact ndarray (a binding's per-run check), else None."""
+    return (x.shape, x.strides, x.dtype) if x.__class__ is np.ndarray else None
+
+
+def _fits(arrays: list, geometry: tuple) -> bool:
+    """Whether each array is an exact ndarray of the bound shape, strides and dtype."""
+    for x, (shape, strides, dtype) in zip(arrays, geometry):
+        if x.__class__ is not np.ndarray or x.shape != shape or x.strides != strides or x.dtype is not dtype:
+            return False
+    return True
+
+
+class _Binding:
+    """What a step's runs on arrays of one geometry share (see the module docstring):
+    `geometry` of each of the step's inputs (in `inputs` order), where each operand is
+    (input position, byte offset from that input's data: an operand view), the product's
+    strides, the `gemm.BoundProduct`, and for an epilogue its buffer array and
+    `pointer_sources`, which picks the array's entries from the run's addresses of
+    [inputs..., product, results...]."""
+
+    __slots__ = ("geometry", "operands", "product_strides", "product", "pointers", "pointer_sources",
+                 "result_inputs", "writeable", "thread")
+
+    def __init__(self, geometry, operands, product_strides, product, pointers=None, pointer_sources=(),
+                 result_inputs=(), writeable=()):
+        self.geometry = geometry
+        self.operands = operands
+        self.product_strides = product_strides
+        self.product = product
+        self.pointers = pointers
+        self.pointer_sources = (operator.itemgetter(*pointer_sources) if len(pointer_sources) > 1 else
+                                lambda addresses, k=pointer_sources[:1]: [addresses[i] for i in k])
+        self.result_inputs = result_inputs  # per result: the input position it is written into (donated), or None
+        self.writeable = writeable  # input positions a donated result is written into
+        # The thread that bound it: the only one to use it (its buffer array and parameter
+        # blocks are written per run; other threads run the general path).
+        self.thread = threading.get_ident()
+
+
+def _operand_offset(source: np.ndarray, operand: np.ndarray) -> int | None:
+    """The byte offset of `operand` from `source`'s data when it is a view into the bytes
+    `source` spans (so equal for every source of this geometry), else None (a copy)."""
+    start, end = gemm._extent(source.shape, source.strides, source.itemsize)
+    low, high = gemm._extent(operand.shape, operand.strides, operand.itemsize)
+    offset = data_address(operand) - data_address(source)
+    return offset if start <= offset + low and offset + high <= end else None
+
+
 class MatmulStep(NumpyStep):
     """A matmul node; writes into a buffer from the run's pool when one is free."""
 
-    __slots__ = ("out_shape", "out_dtype", "runs", "mode")
+    __slots__ = ("out_shape", "out_dtype", "out_key", "runs", "mode", "binding", "misses", "binds")
     owns_outputs = True
 
     def __init__(self, node, inputs: tuple[int, ...], outputs: tuple[int, ...]):
         super().__init__(node, inputs, outputs)
         out_type = node.out_types[0]
         self.out_shape, self.out_dtype = out_type.shape, out_type.dtype.np
+        self.out_key = (self.out_shape, np.dtype(self.out_dtype))  # the run's pool's key
         self.runs = 0
         # TRACEGRAD_MATMUL as the program is built (reading the environment costs about
         # a microsecond, at every product of every run otherwise).
         self.mode = _mode()
+        self.binding: _Binding | None = None
+        self.misses = 0  # runs in a row the binding did not fit
+        self.binds = 0
 
     def _generated_ready(self, a: np.ndarray, b: np.ndarray) -> bool:
         """A kernel in memory or on disk runs at once; one that would compile now waits
@@ -122,15 +189,44 @@ class MatmulStep(NumpyStep):
             return gemm.ready(a, b)
         return gemm.ready(a, b, compile=True)
 
+    def _should_bind(self) -> bool:
+        """Whether a run of the generated kernel on the general path binds the step (not
+        while another thread's binding is in place: only its own runs count misses)."""
+        binding = self.binding
+        if self.binds >= MAX_BINDS or (binding is not None and (self.misses < REBIND_AFTER_MISSES
+                                                                or binding.thread != threading.get_ident())):
+            return False
+        self.binds += 1
+        self.binding, self.misses = None, 0
+        return True
+
     def run(self, slots: list, pool: dict | None = None) -> None:
+        binding = self.binding
+        if binding is not None and binding.thread == threading.get_ident():
+            a, b = slots[self.inputs[0]], slots[self.inputs[1]]
+            if _fits((a, b), binding.geometry):
+                out = take_keyed(pool, self.out_key)
+                if out.strides == binding.product_strides and binding.product.run(*data_addresses((a, b, out))):
+                    slots[self.outputs[0]] = out
+                    self.misses = 0
+                    return
+            self.misses += 1
+        self._run_general(slots, pool)
+
+    def _run_general(self, slots: list, pool: dict | None) -> None:
         a, b = slots[self.inputs[0]], slots[self.inputs[1]]
         if a.ndim != 2:
             slots[self.outputs[0]] = np.matmul(a, b)
             return
-        free = pool.get((self.out_shape, np.dtype(self.out_dtype))) if pool else None
-        out = free.pop() if free else np.empty(self.out_shape, self.out_dtype)
+        out = take_buffer(pool, self.out_shape, self.out_dtype)
         if choose(a, b, out, self.mode) == GENERATED and self._generated_ready(a, b):
-            gemm.matmul(a, b, out=out)
+            bound = None
+            if self._should_bind() and _geometry(a) and _geometry(b):
+                bound = gemm.bind(a, b, out)
+            if bound is not None and bound.run(data_address(a), data_address(b), data_address(out)):
+                self.binding = _Binding(bound.geometry[:2], ((0, 0), (1, 0)), out.strides, bound)
+            else:
+                gemm.matmul(a, b, out=out)
         else:
             np.matmul(a, b, out=out)
         slots[self.outputs[0]] = out
@@ -145,7 +241,8 @@ class EpilogueMatmulStep(MatmulStep):
     epilogue's other leaves. Outputs: the product if
     something else reads it, then the epilogue's results."""
 
-    __slots__ = ("epilogue", "keep_product", "operand_views", "leaf_sources", "result_specs", "pointer_array",
+    __slots__ = ("epilogue", "keep_product", "operand_views", "leaf_sources", "result_specs", "result_keys",
+                 "pointer_array",
                  "tile_address", "tile_function", "_module", "symbol", "from_disk", "compile_seconds", "name",
                  "identities", "split_n", "donated", "description", "pool_product",
                  "donated_results")
@@ -163,6 +260,7 @@ class EpilogueMatmulStep(MatmulStep):
         others = item.leaves
         self.leaf_sources = [None if v == item.product else others.index(v) for v in kernel.leaves]
         self.result_specs = [(v.type.shape, v.type.dtype.np) for v in kernel.results]
+        self.result_keys = [(shape, np.dtype(dtype)) for shape, dtype in self.result_specs]
         # Folded reductions accumulate across the tile calls: (result position, identity).
         first = len(kernel.outputs)
         self.identities = [(first + i, node.op.reduce_identity(node.out_types[0].dtype))
@@ -200,6 +298,50 @@ class EpilogueMatmulStep(MatmulStep):
         return str(self.module).replace('@"kernel"', f'@"{self.symbol}"')
 
     def run(self, slots: list, pool: dict | None = None) -> None:
+        binding = self.binding
+        if binding is not None and binding.thread == threading.get_ident():
+            if self._run_bound(binding, slots, pool):
+                self.misses = 0
+                return
+            self.misses += 1
+        self._run_general(slots, pool)
+
+    def _run_bound(self, binding: _Binding, slots: list, pool: dict | None) -> bool:
+        arrays = [slots[i] for i in self.inputs]
+        if not _fits(arrays, binding.geometry):
+            return False
+        for position in binding.writeable:
+            if not arrays[position].flags.writeable:
+                return False
+        product = take_keyed(pool, self.out_key)
+        if product.strides != binding.product_strides:
+            return False
+        # A donated result is the buffer of the input it replaces (`write_over_leaves`), or
+        # the product's (`epilogue._write_over_product`: source len(arrays)).
+        n_inputs = len(arrays)
+        results = [take_keyed(pool, key) if source is None else product if source == n_inputs else arrays[source]
+                   for key, source in zip(self.result_keys, binding.result_inputs)]
+        for position, identity in self.identities:
+            results[position].fill(identity)
+        arrays.append(product)
+        addresses = data_addresses(arrays + results)
+        c = addresses[len(arrays) - 1]
+        binding.pointers[:] = binding.pointer_sources(addresses)
+        (a, a_offset), (b, b_offset) = binding.operands
+        if not binding.product.run(addresses[a] + a_offset, addresses[b] + b_offset, c):
+            return False
+        if self.keep_product:
+            slots[self.outputs[0]] = product
+            for slot, array in zip(self.outputs[1:], results):
+                slots[slot] = array
+        else:
+            for slot, array in zip(self.outputs, results):
+                slots[slot] = array
+            if self.pool_product and pool is not None:
+                pool.setdefault(self.out_key, []).append(product)
+        return True
+
+    def _run_general(self, slots: list, pool: dict | None) -> None:
         operands = [slots[self.inputs[0]], slots[self.inputs[1]]]
         for position, view in self.operand_views:
             operands[position] = view.op.impl(operands[position], **view.attrs)
@@ -213,11 +355,19 @@ class EpilogueMatmulStep(MatmulStep):
         leaves = [product if source is None else np.ascontiguousarray(slots[self.inputs[source]])
                   for source in self.leaf_sources]
         write_over_leaves(results, leaves, self.donated)
-        pointers = self.pointer_array(*(data_address(x) for x in results + leaves))  # alive during the calls
         if choose(a, b, product, self.mode) == GENERATED and self._generated_ready(a, b):
-            gemm.matmul(a, b, out=product, epilogue=(self.tile_address, ctypes.addressof(pointers)),
-                        split_n=self.split_n)
+            bound = pointers = None
+            if self._should_bind():
+                pointers = self.pointer_array(*(data_address(x) for x in results + leaves))
+                bound = self._bind(slots, a, b, product, leaves, pointers)
+            if bound is not None and bound.product.run(data_address(a), data_address(b), data_address(product)):
+                self.binding = bound
+            else:
+                pointers = self.pointer_array(*(data_address(x) for x in results + leaves))  # alive during the call
+                gemm.matmul(a, b, out=product, epilogue=(self.tile_address, ctypes.addressof(pointers)),
+                            split_n=self.split_n)
         else:
+            pointers = self.pointer_array(*(data_address(x) for x in results + leaves))  # alive during the call
             np.matmul(a, b, out=product)
             self.tile_function(ctypes.addressof(pointers), 0, self.out_shape[0], 0, self.out_shape[1])
         written = ([product] if self.keep_product else []) + results
@@ -225,6 +375,47 @@ class EpilogueMatmulStep(MatmulStep):
             slots[slot] = array
         if self.pool_product and pool is not None:
             pool.setdefault((product.shape, product.dtype), []).append(product)
+
+    def _bind(self, slots: list, a: np.ndarray, b: np.ndarray, product: np.ndarray, leaves: list,
+              pointers) -> _Binding | None:
+        """This run's geometry as a `_Binding` (`pointers`, its buffer array, filled for
+        this run), or None where the run needs the general path (an operand or leaf copied,
+        an input not an exact ndarray, a product `gemm.bind` does not take)."""
+        arrays = [slots[i] for i in self.inputs]
+        geometry = tuple(_geometry(x) for x in arrays)
+        if None in geometry or product.__class__ is not np.ndarray:
+            return None
+        operands = []
+        for position, operand in enumerate((a, b)):
+            offset = _operand_offset(arrays[position], operand)
+            if offset is None:
+                return None
+            operands.append((position, offset))
+        # Each leaf is the product, or its input's memory as it is (np.ascontiguousarray
+        # made no copy: the same array, or a 0-d one's 1-d view).
+        sources = []
+        for source, leaf in zip(self.leaf_sources, leaves):
+            if source is not None and data_address(leaf) != data_address(arrays[source]):
+                return None
+            sources.append(len(arrays) if source is None else source)
+        result_inputs = [None] * len(self.result_specs)
+        for result, leaf in self.donated:
+            source = self.leaf_sources[leaf]
+            if source is None:  # written over the product: [inputs..., product][len(arrays)]
+                result_inputs[result] = len(arrays)
+                continue
+            if leaves[leaf] is not arrays[source]:
+                return None
+            result_inputs[result] = source
+        bound = gemm.bind(a, b, product, epilogue=(self.tile_address, ctypes.addressof(pointers)),
+                          split_n=self.split_n)
+        if bound is None:
+            return None
+        # The buffer array: results, then leaves; addresses index [inputs, product, results].
+        pointer_sources = tuple(len(arrays) + 1 + k for k in range(len(self.result_specs))) + tuple(sources)
+        return _Binding(geometry, tuple(operands), product.strides, bound, pointers, pointer_sources,
+                        tuple(result_inputs),
+                        tuple(source for source in result_inputs if source is not None and source < len(arrays)))
 
 
 def eager_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -43,7 +43,11 @@ class NumpyStep:
         self.flop_types = (node.out_types[0], node.inputs[0].type) if node.op.kind == MATMUL else None
 
     def run(self, slots: list, pool: dict | None = None) -> None:
-        result = self.impl(*(slots[i] for i in self.inputs), **self.attrs)
+        inputs = self.inputs
+        if len(inputs) == 1:  # (most: views, reductions, unary ops; no generator to build)
+            result = self.impl(slots[inputs[0]], **self.attrs)
+        else:
+            result = self.impl(*[slots[i] for i in inputs], **self.attrs)
         if len(self.outputs) == 1:
             slots[self.outputs[0]] = result
         else:

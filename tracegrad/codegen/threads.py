@@ -141,6 +141,16 @@ def run_pair(function, first: int, second: int) -> None:
     run_parallel([(function, first), (function, second)], 1)
 
 
+def run_pair_block(function, block) -> None:
+    """`run_pair(function, first, second)` for a `handoff.pair_block(first, second)` that the
+    caller keeps: the hand-off is one foreign call (`handoff.PAIR`)."""
+    if SPIN_SECONDS > 0 and handoff.available():  # (`pair` loads the hand-off function)
+        workers = _workers or _ensure_workers(1)
+        if handoff.pair(workers[0].mailbox_address, _function_address(function), block):
+            return
+    run_parallel([(function, block[0]), (function, block[1])], 1)
+
+
 _addresses: dict[int, tuple] = {}  # id(function) -> (function, its address); kept alive here
 
 
