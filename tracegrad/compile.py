@@ -157,23 +157,27 @@ class CompileTrace(Tracer):
         if real is not None:
             self.write(real, result)
 
-    def leaf_update(self, leaf: Tensor, result: Tensor) -> Tensor:
+    def leaf_update(self, leaf: Tensor, result: Tensor, fresh: bool = False) -> Tensor:
         """A leaf that requires grad (a real tensor or an argument's stand-in) updated in
         place without grad, as an optimizer step does: its new value becomes a value of its
-        own (a copy of `result`) marked as that leaf, so ops of the trace that read it later
-        send their gradients to the leaf's `.grad` (`reverse_mode` stops at marked values),
-        as eager ops reading the updated leaf would."""
-        if MODE.grad_enabled:
+        own marked as that leaf, so ops of the trace that read it later send their
+        gradients to the leaf's `.grad` (`reverse_mode` stops at marked values), as eager
+        ops reading the updated leaf would. A `fresh` result (a new op's output nothing
+        else holds: `add_`'s sum) is marked itself; any other (`copy_`'s source) is copied
+        first, so that marking it changes nothing else's gradients."""
+        if fresh:
+            fresh_value = result
+        elif MODE.grad_enabled:
             with no_grad():
-                fresh = elementwise.copy(result)
-        else:  # (an optimizer's step runs under no_grad already; followed: `bind`'s first step inline)
+                fresh_value = elementwise.copy(result)
+        else:  # (under no_grad already; followed: `bind`'s first step inline)
             replay = self.replay
-            fresh = replay.bind(self, elementwise.COPY, (result,), NO_ATTRS) if replay is not None else None
-            if fresh is None:  # (not followed, or the replay diverged: as any op)
-                fresh = elementwise.copy(result)
-        fresh._value.leaf = weakref.ref(self.proxies.get(id(leaf), leaf) if self.proxies else leaf)
+            fresh_value = replay.bind(self, elementwise.COPY, (result,), NO_ATTRS) if replay is not None else None
+            if fresh_value is None:  # (not followed, or the replay diverged: as any op)
+                fresh_value = elementwise.copy(result)
+        fresh_value._value.leaf = weakref.ref(self.proxies.get(id(leaf), leaf) if self.proxies else leaf)
         self.leaf_updates = True
-        return fresh
+        return fresh_value
 
     def write(self, target: Tensor, result: Tensor) -> None:
         self.overrides[id(target)] = (target, result._value)

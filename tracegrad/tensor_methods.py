@@ -96,9 +96,10 @@ Tensor.is_contiguous = lambda self: self._data is None or bool(self._data.flags.
 # --- in-place ops ------------------------------------------------------------------------
 
 
-def _apply_inplace(self: Tensor, name: str, compute) -> Tensor:
+def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False) -> Tensor:
     """Compute the new value out of place, then write it into `self`'s buffer, bump the
-    version and make `self` an output of the new node (PyTorch's rebase)."""
+    version and make `self` an output of the new node (PyTorch's rebase). `fresh`: the
+    result is always a new op's output that nothing else holds (see `leaf_update`)."""
     if self._requires_grad and self._grad_fn is None and MODE.grad_enabled:
         raise RuntimeError(LEAF_INPLACE_MESSAGE)
     if self._inference and not MODE.inference:
@@ -122,7 +123,7 @@ def _apply_inplace(self: Tensor, name: str, compute) -> Tensor:
         # stays in the graph, and its old history gets a zero gradient, as in PyTorch.
         result = F.where(ew.full(self.shape, True, types.bool_), result, self)
     if result._data is None:
-        return _apply_traced_inplace(self, result)
+        return _apply_traced_inplace(self, result, fresh)
     base = self._base
     tracks_grad = result._requires_grad or self._requires_grad
     if base is not None and base._requires_grad and base._grad_fn is None and MODE.grad_enabled:
@@ -153,7 +154,7 @@ def _apply_inplace(self: Tensor, name: str, compute) -> Tensor:
     return self
 
 
-def _apply_traced_inplace(self: Tensor, result: Tensor) -> Tensor:
+def _apply_traced_inplace(self: Tensor, result: Tensor, fresh: bool = False) -> Tensor:
     """Inside a trace an in-place op rebinds `self` to the new IR value; a real tensor's
     buffer is written when the traced graph runs (the tracer records the write)."""
     if self._base is not None:
@@ -165,7 +166,7 @@ def _apply_traced_inplace(self: Tensor, result: Tensor) -> Tensor:
     if self._requires_grad and self._grad_fn is None and not result._requires_grad:
         # A leaf updated without grad (an optimizer step): later ops of the trace read the
         # new value but must still send gradients to the leaf's .grad.
-        result = tracer.leaf_update(self, result)
+        result = tracer.leaf_update(self, result, fresh)
     if self._data is None:
         self._value = result._value
         tracer.rebind(self, result)
@@ -182,7 +183,7 @@ def _apply_traced_inplace(self: Tensor, result: Tensor) -> Tensor:
 
 def _inplace_binary(fn, name):
     def op(self, other, **kwargs):
-        return _apply_inplace(self, name, lambda: fn(self, other, **kwargs))
+        return _apply_inplace(self, name, lambda: fn(self, other, **kwargs), fresh=True)
     op.__name__ = name
     return op
 
@@ -215,8 +216,8 @@ def _copy_(self, src):
     def compute():
         source = src if isinstance(src, Tensor) else Tensor(src)
         source = F.broadcast_to(ew.convert(source, self.dtype), self.shape)
-        return ew.copy(source)
-    return _apply_inplace(self, "copy_", compute)
+        return ew.copy(source)  # (a new value of its own: `fresh`)
+    return _apply_inplace(self, "copy_", compute, fresh=True)
 
 
 def _setitem(self, key, value):

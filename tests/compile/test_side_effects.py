@@ -412,3 +412,25 @@ def test_grad_of_a_tensor_passed_as_argument_reads_and_writes_the_real_tensors_g
         for p, t in zip(params, twins):
             np.testing.assert_allclose(p.detach().numpy(), t.detach().numpy(), rtol=1e-12)
             assert p.grad is None and t.grad is None
+
+
+def test_a_leaf_copied_from_a_traced_tensor_under_no_grad_keeps_both_gradients_apart():
+    # The value standing for the updated leaf must be one no other op reads: gradients
+    # reaching it go to w.grad, while t's go on to s.
+    def fn(w, s):
+        t = s * 2.0
+        with tg.no_grad():
+            w.copy_(t)
+            w.add_(1.0)
+        ((w * 3.0).sum() + (t * t).sum()).backward()
+
+    results = []
+    for compiled in (False, True):
+        w = tg.tensor([1.0, 2.0], requires_grad=True)
+        s = tg.tensor([0.5, -1.5], requires_grad=True)
+        (tg.compile(fn) if compiled else fn)(w, s)
+        results.append((w.detach().numpy(), w.grad.numpy(), s.grad.numpy()))
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(results[0][1], [3.0, 3.0])
+    np.testing.assert_array_equal(results[0][2], [4.0, -12.0])

@@ -61,7 +61,7 @@ class Tracer:
     def rebind(self, tensor, result) -> None:
         """Called when an in-place op gives a lazy tensor a new value."""
 
-    def leaf_update(self, leaf, result):
+    def leaf_update(self, leaf, result, fresh: bool = False):
         """The tensor to give `leaf` (a leaf that requires grad) as its new value `result`,
         computed without grad (see `CompileTrace.leaf_update`); here `result` itself."""
         return result
