@@ -113,15 +113,26 @@ def test_a_pair_runs_each_of_its_two_calls_once(spinning):
     assert sorted(recorder.arguments) == list(range(40))
 
 
-def test_a_bound_two_thread_product_is_handed_off_as_a_pair(monkeypatch):
+def _spy_on(monkeypatch, name: str) -> list:
+    """What every call of `handoff.<name>` returned (whether the hand-off took), with
+    the worker spinning long enough for the test."""
     monkeypatch.setattr(threads, "SPIN_SECONDS", 1.0)
-    pairs = []
-    pair = handoff.pair
-    monkeypatch.setattr(handoff, "pair", lambda *args: pairs.append(pair(*args)) or pairs[-1])
-    rng = np.random.default_rng(1)
+    results = []
+    original = getattr(handoff, name)
+    monkeypatch.setattr(handoff, name, lambda *args: results.append(original(*args)) or results[-1])
+    return results
+
+
+def _operands(seed: int, n: int) -> tuple:
+    rng = np.random.default_rng(seed)
     a = rng.standard_normal((256, 300)).astype(np.float32)
-    b = rng.standard_normal((300, 600)).astype(np.float32)
-    expected = gemm.matmul(a, b, threads=1)
+    b = rng.standard_normal((300, n)).astype(np.float32)
+    return a, b, gemm.matmul(a, b, threads=1)
+
+
+def test_a_bound_two_thread_product_is_handed_off_as_a_pair(monkeypatch):
+    pairs = _spy_on(monkeypatch, "pair")
+    a, b, expected = _operands(1, 600)
     out = np.empty_like(expected)
     bound = gemm.bind(a, b, out)
     assert bound is not None and bound.second is not None  # two calls
@@ -146,14 +157,8 @@ def test_serve_returns_after_its_spin_time_and_the_mailbox_sleeps():
 
 
 def test_two_thread_products_handed_off_match_one_thread(monkeypatch):
-    monkeypatch.setattr(threads, "SPIN_SECONDS", 1.0)
-    posts = []
-    post = handoff.post
-    monkeypatch.setattr(handoff, "post", lambda *args: posts.append(post(*args)) or posts[-1])
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((256, 300)).astype(np.float32)
-    b = rng.standard_normal((300, 200)).astype(np.float32)
-    expected = gemm.matmul(a, b, threads=1)
+    posts = _spy_on(monkeypatch, "post")
+    a, b, expected = _operands(0, 200)
     for _ in range(50):  # the first goes through the queue; the worker then spins
         np.testing.assert_array_equal(gemm.matmul(a, b, threads=2), expected)
         if any(posts):

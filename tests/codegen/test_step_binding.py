@@ -225,28 +225,34 @@ def test_products_matmul_computes_through_a_temporary_are_not_bound():
     assert gemm.bind(a, rng.standard_normal((30, 50)), np.empty((50, 40)).T) is None
 
 
+def _calls_from_three_threads(compiled, other, shape, expected, seeds, calls: int, rtol: float, atol: float):
+    """Call `compiled(x, other)` on fresh `x` of `shape` from two new threads and this one;
+    the seeds whose results differed from `expected(x)`."""
+    errors = []
+
+    def work(seed):
+        local = np.random.default_rng(seed)
+        for _ in range(calls):
+            x = local.standard_normal(shape).astype(np.float32)
+            if not np.allclose(compiled(tg.tensor(x), other).numpy(), expected(x), rtol=rtol, atol=atol):
+                errors.append(seed)
+
+    workers = [threading.Thread(target=work, args=(seed,)) for seed in seeds[:2]]
+    for worker in workers:
+        worker.start()
+    work(seeds[2])
+    for worker in workers:
+        worker.join()
+    return errors
+
+
 def test_two_threads_running_one_compiled_step_get_their_own_results():
     rng = np.random.default_rng(9)
     compiled = tg.compile(lambda x, w: F.relu(x @ w) * 2.0)
     w = tg.tensor(rng.standard_normal((64, 96)).astype(np.float32))
     compiled(tg.tensor(rng.standard_normal((128, 64)).astype(np.float32)), w)  # bound to this thread
-    errors = []
-
-    def work(seed):
-        local = np.random.default_rng(seed)
-        for _ in range(50):
-            x = local.standard_normal((128, 64)).astype(np.float32)
-            got = compiled(tg.tensor(x), w).numpy()
-            if not np.allclose(got, np.maximum(x @ w.numpy(), 0) * 2.0, rtol=1e-4, atol=1e-4):
-                errors.append(seed)
-
-    workers = [threading.Thread(target=work, args=(seed,)) for seed in (10, 11)]
-    for worker in workers:
-        worker.start()
-    work(12)
-    for worker in workers:
-        worker.join()
-    assert not errors
+    assert not _calls_from_three_threads(compiled, w, (128, 64), lambda x: np.maximum(x @ w.numpy(), 0) * 2.0,
+                                         (10, 11, 12), 50, 1e-4, 1e-4)
 
 
 def test_two_threads_running_one_kernel_step_get_their_own_results():
@@ -257,23 +263,8 @@ def test_two_threads_running_one_kernel_step_get_their_own_results():
     shape = (300, 200)  # above kernels.FAST_CALL_ELEMENTS: a ctypes call
     y = tg.tensor(rng.standard_normal(shape).astype(np.float32) * 0.1)
     compiled(tg.tensor(rng.standard_normal(shape).astype(np.float32)), y)
-    errors = []
-
-    def work(seed):
-        local = np.random.default_rng(seed)
-        for _ in range(30):
-            x = local.standard_normal(shape).astype(np.float32)
-            got = compiled(tg.tensor(x), y).numpy()
-            if not np.allclose(got, np.exp(x * y.numpy() + 1.0), rtol=1e-5):
-                errors.append(seed)
-
-    workers = [threading.Thread(target=work, args=(seed,)) for seed in (14, 15)]
-    for worker in workers:
-        worker.start()
-    work(16)
-    for worker in workers:
-        worker.join()
-    assert not errors
+    assert not _calls_from_three_threads(compiled, y, shape, lambda x: np.exp(x * y.numpy() + 1.0),
+                                         (14, 15, 16), 30, 1e-5, 1e-8)
 
 
 def test_steps_running_numpy_are_never_bound(monkeypatch):
