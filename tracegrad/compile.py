@@ -163,8 +163,8 @@ class CompileTrace(Tracer):
         own marked as that leaf, so ops of the trace that read it later send their
         gradients to the leaf's `.grad` (`reverse_mode` stops at marked values), as eager
         ops reading the updated leaf would. A `fresh` result (a new op's output nothing
-        else holds: `add_`'s sum) is marked itself; any other (`copy_`'s source) is copied
-        first, so that marking it changes nothing else's gradients."""
+        else holds, as `add_` and `copy_` make) is marked itself; any other is copied
+        first, so that marking it changes no other tensor's gradients."""
         if fresh:
             fresh_value = result
         elif MODE.grad_enabled:
