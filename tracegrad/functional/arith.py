@@ -10,8 +10,8 @@ from tracegrad.ops import elementwise as ew
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.ops.dispatch import NO_ATTRS, bind
 from tracegrad.tensor import Tensor
-from tracegrad.functional._util import (composite, as_operand, broadcast_to, check_operand, common_operands, prepare,
-                                        result_dtype)
+from tracegrad.functional._util import (as_operand, broadcast_to, check_operand, common_operands, composite,
+                                        prepare, result_dtype)
 from tracegrad.functional.eager_fusion import fused
 
 
@@ -20,14 +20,10 @@ def _binary(prim, name):
         # Two tensors of one type (common_operands' first case, inline: one frame less per op).
         if isinstance(input, Tensor) and isinstance(other, Tensor) and (
                 input._type is other._type or input._type == other._type):
-            tracer = MODE.tracer
-            if tracer is not None and tracer.replay is not None:  # (bind's first step, inline)
-                outputs = tracer.replay.bind(tracer, prim, (input, other), NO_ATTRS)
-                if outputs is not None:
-                    return outputs
-            return bind(prim, (input, other))
-        common = common_operands(input, other)  # (prepare's common case, one frame less per op)
-        a, b = common if common is not None else prepare(name, input, other)
+            a, b = input, other
+        else:
+            common = common_operands(input, other)  # (prepare's common case, one frame less per op)
+            a, b = common if common is not None else prepare(name, input, other)
         tracer = MODE.tracer
         if tracer is not None and tracer.replay is not None:  # (bind's first step, inline)
             outputs = tracer.replay.bind(tracer, prim, (a, b), NO_ATTRS)
