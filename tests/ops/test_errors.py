@@ -7,6 +7,12 @@ import pytest
 import tracegrad as tg
 from tracegrad.ops import reduction
 
+def _write_out_of_bounds():
+    x = tg.zeros(3, 2)
+    x[tg.tensor([5])] = 1.0
+    return x
+
+
 # name -> (call, exception type, message pattern)
 ERRORS = {
     "add_broadcast": (lambda: tg.ones(2, 3) + tg.ones(4), RuntimeError,
@@ -71,6 +77,10 @@ ERRORS = {
                            "index 3 is out of bounds for dimension 0 with size 3"),
     "getitem_array_bounds": (lambda: tg.ones(3, 2)[[0, 7]], IndexError,
                              "index: index 7 is out of bounds for dimension 0 with size 3"),
+    "setitem_array_bounds": (_write_out_of_bounds, IndexError,
+                             "index: index 5 is out of bounds for dimension 0 with size 3"),
+    "embedding_negative_index": (lambda: tg.nn.functional.embedding(tg.tensor([-1]), tg.ones(3, 2)), IndexError,
+                                 "index: index -1 is out of bounds for dimension 0 with size 3"),
     "getitem_too_many": (lambda: tg.ones(3, 2)[0, 0, 0], IndexError, "too many indices for tensor of dimension 2"),
     "getitem_two_ellipses": (lambda: tg.ones(3, 2)[..., ...], IndexError, "an index can only have a single ellipsis"),
     "getitem_float": (lambda: tg.ones(3, 2)[1.5], IndexError, "index: unsupported index of type float"),

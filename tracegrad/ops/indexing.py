@@ -139,7 +139,7 @@ SCATTER_ADD = Primitive("scatter_add", shape_rule=_scatter_add_rule, impl=_scatt
                         vjp=lambda ctx, g: (None, gather(g, ctx.inputs[0], ctx.attrs["axis"])))
 
 
-def _index_rule(x: TensorType, *indices: TensorType, axis):
+def _index_rule(x: TensorType, *indices: TensorType, axis, negative=True):
     for index in indices:
         _check_index_dtype("index", index)
         if index.shape != indices[0].shape:
@@ -155,9 +155,10 @@ def _index_key(axis, indices):
     return (slice(None),) * axis + tuple(indices)
 
 
-def _index_impl(x, *indices, axis):
+def _index_impl(x, *indices, axis, negative=True):
+    # `negative`: indices count from the end, as in x[i]; embedding's rows do not.
     for offset, index in enumerate(indices):
-        check_bounds("index", index, x.shape[axis + offset], axis + offset, negative=True)
+        check_bounds("index", index, x.shape[axis + offset], axis + offset, negative=negative)
     return np.asarray(x[_index_key(axis, indices)])
 
 
@@ -179,6 +180,8 @@ def _index_add_rule(src: TensorType, *indices: TensorType, shape, axis):
 
 
 def _index_add_impl(src, *indices, shape, axis):
+    for offset, index in enumerate(indices):  # (index_put's write, when nothing read first)
+        check_bounds("index", index, shape[axis + offset], axis + offset, negative=True)
     out = np.zeros(shape, dtype=src.dtype)
     np.add.at(out, _index_key(axis, indices), src)
     return out
@@ -199,8 +202,9 @@ def scatter_add(shape, index_tensor, src, axis):
     return bind(SCATTER_ADD, (index_tensor, src), {"shape": tuple(shape), "axis": axis})
 
 
-def index(x, indices, axis):
-    return bind(INDEX, (x, *indices), {"axis": axis})
+def index(x, indices, axis, negative=True):
+    attrs = {"axis": axis} if negative else {"axis": axis, "negative": False}
+    return bind(INDEX, (x, *indices), attrs)
 
 
 def index_add(shape, src, indices, axis):
