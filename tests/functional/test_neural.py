@@ -121,6 +121,17 @@ def test_softmax_over_an_empty_dim_is_empty(op):
         assert compiled(x.detach()).shape == (2, 0)
 
 
+@pytest.mark.parametrize("op", [tg.softmax, tg.log_softmax], ids=["softmax", "log_softmax"])
+def test_softmax_of_a_row_holding_inf_is_nan_and_of_an_all_negative_inf_row_too(op):
+    # PyTorch's values: inf - inf is NaN in the shifted row, and -inf - (-inf) as well.
+    x = tg.tensor(np.array([[np.inf, 0.0, 1.0], [-np.inf, -np.inf, -np.inf], [-np.inf, 0.0, 1.0]]))
+    for run in (op, tg.compile(op)):
+        out = run(x, 1).numpy()
+        assert np.isnan(out[:2]).all()
+        np.testing.assert_allclose(out[2], op(tg.tensor([-np.inf, 0.0, 1.0]), 0).numpy())
+        assert not np.isnan(out[2]).any()
+
+
 def test_gelu_with_unknown_approximation_raises():
     with pytest.raises(ValueError, match="gelu: approximate must be 'none' or 'tanh', got 'fast'"):
         tg.gelu(tg.ones(2), approximate="fast")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops import indexing
@@ -31,11 +33,13 @@ def _softmax_axes(name: str, x: Tensor, dim: int) -> tuple[int, ...]:
 
 def _shifted(input: Tensor, axes: tuple[int, ...]) -> Tensor:
     """x - max(x) along axes, the max treated as a constant (it cancels in the gradient).
-    An axis of size 0 has no max and needs no shift: x itself (the result is empty)."""
+    An all -inf row shifts by 0 (its result is NaN, as in PyTorch); a row holding +inf
+    by inf, which makes the row NaN, as in PyTorch. An axis of size 0 has no max and
+    needs no shift: x itself (the result is empty)."""
     if 0 in [input.shape[a] for a in axes]:
         return input
     shift = red.amax(input.detach(), axes, keepdim=True)
-    shift = ew.where(arith.isinf(shift), ew.full_like(shift, 0.0), shift)
+    shift = ew.where(ew.eq(shift, ew.full_like(shift, -np.inf)), ew.full_like(shift, 0.0), shift)
     return ew.sub(input, mv.expand(shift, input.shape))
 
 
