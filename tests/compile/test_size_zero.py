@@ -88,3 +88,19 @@ def test_gradient_through_reshape_of_an_empty_tensor_when_compiled():
         step(x, w)
         assert x.grad.shape == (2, 0, 3)
         np.testing.assert_array_equal(w.grad.numpy(), np.zeros(3, np.float32))
+
+
+@pytest.mark.parametrize("dtype", [tg.float32, tg.float64])
+@pytest.mark.parametrize("a_shape, b_shape", [((0, 3), (3, 18)), ((0, 18), (18, 3)), ((3, 0), (0, 18)),
+                                              ((5, 4), (4, 0))], ids=str)
+def test_products_with_a_size_0_dim_match_eager_on_every_call(a_shape, b_shape, dtype):
+    # (A product's generated GEMM is built at its step's third run; an epilogue joins it.)
+    def product(a, b):
+        return (a @ b + 1.0).relu()
+
+    make_a = lambda: tg.ones(*a_shape, dtype=dtype)  # noqa: E731
+    make_b = lambda: tg.ones(*b_shape, dtype=dtype)  # noqa: E731
+    compiled = tg.compile(product)
+    for _ in range(4):
+        got = compiled(make_a(), make_b()).numpy()
+        np.testing.assert_array_equal(got, product(make_a(), make_b()).numpy())
