@@ -146,6 +146,8 @@ SIZE_ZERO_CASES = {  # name -> (loss of the leaves, leaves' shapes)
     "reshape_then_reduce": (lambda x, w: ((x.reshape(0, 3) * w).sum(0) * w).sum(), [(2, 0, 3), (3,)]),
     "permute_and_slice": (lambda x, w: ((x.permute(1, 0) * w)[:, 1:1].sum(1) + w).sum(), [(3, 2), (2, 1)]),
     "linear_of_empty_batch": (lambda x, w: (x @ w.T + 1.0).sum(0).sum(), [(0, 5), (4, 5)]),
+    "concat_of_an_empty_part": (lambda x, e: (tg.cat([x, e]) * x.sum()).sum(), [(2, 3), (0, 3)]),
+    "index_selecting_nothing": (lambda x: (x[tg.tensor([], dtype=tg.int64)] * 2).sum(0).sum() + x.sum(), [(4, 3)]),
 }
 
 
