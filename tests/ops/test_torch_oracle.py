@@ -78,8 +78,9 @@ EDGE_ORACLE = {
                                 [np.zeros((2, 0))]),
     "softmax_with_infinities": (lambda m, a: m.softmax(a, 1) + m.log_softmax(a, 1),
                                 [[[np.inf, 0.0, 1.0], [-np.inf, -np.inf, -np.inf], [-np.inf, 0.0, 1.0]]]),
-    "cross_entropy_with_infinities": (lambda m, a: m.nn.functional.cross_entropy(a, m.tensor([1, 0, 2]), reduction="none"),
-                                      [[[np.inf, 0.0, 1.0], [-np.inf, -np.inf, -np.inf], [-np.inf, 0.0, 1.0]]]),
+    "cross_entropy_with_infinities": (
+        lambda m, a: m.nn.functional.cross_entropy(a, m.tensor([1, 0, 2]), reduction="none"),
+        [[[np.inf, 0.0, 1.0], [-np.inf, -np.inf, -np.inf], [-np.inf, 0.0, 1.0]]]),
     "softmax_of_0d": (lambda m, a: m.softmax(a, 0) + m.log_softmax(a, -1), [np.array(3.0)]),
 }
 
