@@ -37,3 +37,25 @@ def _private_kernel_cache(tmp_path_factory):
         os.environ.pop("TRACEGRAD_CACHE_DIR", None)
     else:
         os.environ["TRACEGRAD_CACHE_DIR"] = previous
+
+
+class _PoisonedNumpy:
+    """NumPy as `codegen/kernels.py` sees it, except that `empty` fills its buffers with
+    0x7F bytes: a kernel result that nothing wrote then shows as garbage, not as whatever
+    zeros a reused block happened to hold."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def empty(*args, **kwargs):
+        buffer = np.empty(*args, **kwargs)
+        buffer.reshape(-1).view(np.uint8).fill(0x7F)
+        return buffer
+
+
+@pytest.fixture
+def poisoned_kernel_outputs(monkeypatch):
+    """Kernel output buffers start as garbage (see `_PoisonedNumpy`)."""
+    from tracegrad.codegen import kernels
+    monkeypatch.setattr(kernels, "np", _PoisonedNumpy())

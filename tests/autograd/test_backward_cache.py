@@ -137,3 +137,37 @@ def test_a_saved_broadcast_view_enters_the_program_as_its_source(monkeypatch):
     np.testing.assert_allclose(x.grad.numpy(), (2 * (x * w) * w).detach().numpy(), rtol=1e-12)
     (plan,) = [p for p in _plans() if p]
     assert any(t.shape == (1, 5) for t in plan.program.input_types)
+
+
+SIZE_ZERO_CASES = {  # name -> (loss of the leaves, leaves' shapes)
+    "sum_over_empty_axis": (lambda w: (w * tg.zeros(0, 4)).sum(0).sum(), [(4,)]),
+    "mean_over_empty_axis": (lambda w: (w * tg.zeros(0, 4)).mean(0).sum(), [(4,)]),
+    "reshape_of_empty": (lambda x: (x.reshape(0) * 2).sum(), [(4, 0, 1)]),
+    "reshape_then_reduce": (lambda x, w: ((x.reshape(0, 3) * w).sum(0) * w).sum(), [(2, 0, 3), (3,)]),
+    "permute_and_slice": (lambda x, w: ((x.permute(1, 0) * w)[:, 1:1].sum(1) + w).sum(), [(3, 2), (2, 1)]),
+    "linear_of_empty_batch": (lambda x, w: (x @ w.T + 1.0).sum(0).sum(), [(0, 5), (4, 5)]),
+    "concat_of_an_empty_part": (lambda x, e: (tg.cat([x, e]) * x.sum()).sum(), [(2, 3), (0, 3)]),
+    "index_selecting_nothing": (lambda x: (x[tg.tensor([], dtype=tg.int64)] * 2).sum(0).sum() + x.sum(), [(4, 3)]),
+}
+
+
+@pytest.mark.parametrize("name", SIZE_ZERO_CASES)
+def test_size_0_graphs_get_the_direct_paths_gradients_from_every_tier(name, poisoned_kernel_outputs):
+    loss_of, shapes = SIZE_ZERO_CASES[name]
+    grads = []
+    for _ in range(4):  # the direct path, a cached NumPy program, then fused kernels
+        leaves = [tg.ones(*shape, requires_grad=True) for shape in shapes]
+        loss_of(*leaves).backward()
+        grads.append([leaf.grad.numpy().copy() for leaf in leaves])
+    assert any(plan and plan.compiled for plan in _plans())
+    for tier in grads[1:]:
+        for got, direct in zip(tier, grads[0]):
+            assert got.shape == direct.shape
+            np.testing.assert_array_equal(got, direct)
+
+
+def test_sum_over_an_empty_axis_sends_zero_gradients_from_every_tier(poisoned_kernel_outputs):
+    for _ in range(4):
+        w = tg.randn(4, requires_grad=True)
+        (w * tg.zeros(0, 4)).sum(0).sum().backward()
+        np.testing.assert_array_equal(w.grad.numpy(), np.zeros(4, np.float32))

@@ -64,5 +64,5 @@ def test_a_one_kernel_program_still_checks_indices():
     compiled(x, tg.tensor([[0], [3], [1]]))
     (program,) = compiled._programs.values()
     assert program._alone is not None
-    with pytest.raises(IndexError, match="gather: index 4 is out of bounds for dimension with size 4"):
+    with pytest.raises(IndexError, match="gather: index 4 is out of bounds for dimension 1 with size 4"):
         compiled(x, tg.tensor([[0], [4], [1]]))

@@ -10,21 +10,21 @@ def _gather_rows(x, index):
     return x.gather(1, index)
 
 
-def test_compiled_gather_with_negative_indices_matches_eager():
+def test_compiled_gather_matches_eager():
     x = tg.from_numpy(np.arange(12.0).reshape(3, 4))
-    index = tg.tensor([[-1, 0], [2, -4], [3, 1]])
+    index = tg.tensor([[3, 0], [2, 0], [3, 1]])
     compiled = tg.compile(_gather_rows)
     np.testing.assert_array_equal(compiled(x, index).numpy(), _gather_rows(x, index).numpy())
     assert compiled.cache_info().kernels >= 1
 
 
-@pytest.mark.parametrize("bad", [4, -5])
+@pytest.mark.parametrize("bad", [4, -1, -5])  # negative indices raise, as in PyTorch's gather
 def test_compiled_gather_out_of_range_raises_like_eager(bad):
     x = tg.from_numpy(np.arange(12.0).reshape(3, 4))
     index = tg.tensor([[0], [bad], [1]])
-    with pytest.raises(IndexError, match=f"gather: index {bad} is out of bounds for dimension with size 4"):
+    with pytest.raises(IndexError, match=f"gather: index {bad} is out of bounds for dimension 1 with size 4"):
         _gather_rows(x, index)
-    with pytest.raises(IndexError, match=f"gather: index {bad} is out of bounds for dimension with size 4"):
+    with pytest.raises(IndexError, match=f"gather: index {bad} is out of bounds for dimension 1 with size 4"):
         tg.compile(lambda x, i: _gather_rows(x, i) * 2)(x, index)
 
 

@@ -102,6 +102,36 @@ def test_softmax_dtype_argument_converts_first():
     assert tg.softmax(tg.ones(3), 0, dtype=tg.float64).dtype == tg.float64
 
 
+@pytest.mark.parametrize("op, value", [(tg.softmax, 1.0), (tg.log_softmax, 0.0)], ids=["softmax", "log_softmax"])
+def test_softmax_of_a_0d_tensor_is_that_of_its_one_element(op, value):
+    for run in (op, tg.compile(op)):
+        out = run(tg.tensor(3.5), 0)
+        assert out.shape == () and out.item() == value
+
+
+@pytest.mark.parametrize("op", [tg.softmax, tg.log_softmax], ids=["softmax", "log_softmax"])
+def test_softmax_over_an_empty_dim_is_empty(op):
+    x = tg.zeros(2, 0, requires_grad=True)
+    out = op(x, 1)
+    assert out.shape == (2, 0)
+    out.sum().backward()
+    assert x.grad.shape == (2, 0)
+    compiled = tg.compile(lambda t: op(t, 1))
+    for _ in range(2):
+        assert compiled(x.detach()).shape == (2, 0)
+
+
+@pytest.mark.parametrize("op", [tg.softmax, tg.log_softmax], ids=["softmax", "log_softmax"])
+def test_softmax_of_a_row_holding_inf_is_nan_and_of_an_all_negative_inf_row_too(op):
+    # PyTorch's values: inf - inf is NaN in the shifted row, and -inf - (-inf) as well.
+    x = tg.tensor(np.array([[np.inf, 0.0, 1.0], [-np.inf, -np.inf, -np.inf], [-np.inf, 0.0, 1.0]]))
+    for run in (op, tg.compile(op)):
+        out = run(x, 1).numpy()
+        assert np.isnan(out[:2]).all()
+        np.testing.assert_allclose(out[2], op(tg.tensor([-np.inf, 0.0, 1.0]), 0).numpy())
+        assert not np.isnan(out[2]).any()
+
+
 def test_gelu_with_unknown_approximation_raises():
     with pytest.raises(ValueError, match="gelu: approximate must be 'none' or 'tanh', got 'fast'"):
         tg.gelu(tg.ones(2), approximate="fast")
@@ -226,6 +256,33 @@ def test_cross_entropy_gradient_of_an_ignored_row_is_zero():
     x = tg.tensor(np.random.standard_normal((2, 3)), requires_grad=True)
     tg.cross_entropy(x, tg.tensor([1, -100])).backward()
     np.testing.assert_array_equal(x.grad.numpy()[1], np.zeros(3))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_with_every_target_ignored_sends_zero_gradients(reduction):
+    # PyTorch: the mean is 0/0 = NaN, but no gradient is NaN (an optimizer step stays finite).
+    def step(x, target):
+        loss = tg.cross_entropy(x, target, reduction=reduction)
+        loss.sum().backward()
+        return loss
+
+    compiled = tg.compile(step)
+    for run in [step] * 4 + [compiled] * 2:  # every tier of the backward cache, then compiled
+        x = tg.tensor(np.random.standard_normal((2, 3)), requires_grad=True)
+        loss = run(x, tg.tensor([-100, -100])).detach().numpy()
+        assert np.isnan(loss).all() if reduction == "mean" else (loss == 0).all()
+        np.testing.assert_array_equal(x.grad.numpy(), np.zeros((2, 3)))
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (3,)], ids=["batched", "unbatched"])
+@pytest.mark.parametrize("bad", [-1, -3, 3])
+def test_cross_entropy_target_out_of_range_raises_like_torch(bad, shape):
+    # PyTorch: labels in [-C, -1] do not count from the end ("Target -3 is out of bounds.").
+    target = tg.tensor([0, bad]) if len(shape) == 2 else tg.tensor(bad)
+    compiled = tg.compile(lambda x, t: tg.cross_entropy(x, t))
+    for run in (tg.cross_entropy, compiled, compiled):
+        with pytest.raises(IndexError, match=f"cross_entropy: Target {bad} is out of bounds."):
+            run(tg.ones(*shape), target)
 
 
 def test_cross_entropy_with_an_invalid_reduction_raises():

@@ -263,6 +263,63 @@ def test_clamp_keeps_nan():
     assert np.isnan(out[0]) and out[1] == 1.0
 
 
+NAN = float("nan")
+
+
+def grads_eager_and_compiled(fn, *data):
+    """fn's value and its inputs' gradients (of the sum), eagerly and compiled."""
+    def step(*inputs):
+        out = fn(*inputs)
+        out.sum().backward()
+        return out
+
+    results = []
+    for run in (step, tg.compile(step)):
+        inputs = [tg.tensor(np.asarray(d, dtype=np.float64), requires_grad=True) for d in data]
+        value = run(*inputs)
+        results.append([value.detach().numpy()] + [x.grad.numpy() for x in inputs])
+    return results
+
+
+def assert_value_and_grads(fn, data, expected):
+    for results in grads_eager_and_compiled(fn, *data):
+        for got, want in zip(results, expected):
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", [tg.maximum, tg.minimum], ids=["maximum", "minimum"])
+def test_maximum_and_minimum_send_the_whole_gradient_to_both_operands_at_nan(op):
+    # PyTorch's rule: a NaN is neither a tie nor a loss for either operand.
+    assert_value_and_grads(op, ([NAN, 1.0, NAN], [1.0, NAN, NAN]),
+                           [[NAN, NAN, NAN], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+
+
+CLAMP_AT_NAN = {  # bounds -> (value, gradient) at [nan, 1, -1, 3]
+    (0.0, 2.0): ([NAN, 1.0, 0.0, 2.0], [0.0, 1.0, 0.0, 0.0]),
+    (0.0, None): ([NAN, 1.0, 0.0, 3.0], [0.0, 1.0, 0.0, 1.0]),
+    (None, 2.0): ([NAN, 1.0, -1.0, 2.0], [0.0, 1.0, 1.0, 0.0]),
+}
+
+
+@pytest.mark.parametrize("bounds", CLAMP_AT_NAN, ids=str)
+def test_clamp_sends_no_gradient_at_nan(bounds):
+    low, high = bounds
+    assert_value_and_grads(lambda x: x.clamp(low, high), ([NAN, 1.0, -1.0, 3.0],), CLAMP_AT_NAN[bounds])
+
+
+def test_clamp_with_a_nan_tensor_bound_gives_nan_and_no_gradient():
+    assert_value_and_grads(lambda x, low, high: x.clamp(low, high),
+                           ([1.0, 0.0, -1.0, 3.0], [NAN, 0.0, 0.0, 0.0], [2.0, NAN, 2.0, 2.0]),
+                           [[NAN, NAN, 0.0, 2.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0],
+                            [0.0, 0.0, 0.0, 1.0]])
+
+
+def test_sign_of_nan_is_zero_and_abs_sends_it_no_gradient():
+    assert_value_and_grads(lambda x: x.sign(), ([NAN, -0.0, 2.0, -3.0],), [[0.0, 0.0, 1.0, -1.0]])
+    assert_value_and_grads(lambda x: x.abs(), ([NAN, -0.0, 2.0, -3.0],),
+                           [[NAN, 0.0, 2.0, 3.0], [0.0, 0.0, 1.0, -1.0]])
+
+
 def test_clamp_without_bounds_raises():
     with pytest.raises(RuntimeError, match="clamp: At least one of 'min' or 'max'"):
         tg.tensor([1.0]).clamp()

@@ -5,6 +5,13 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+from tracegrad.ops import reduction
+
+def _write_out_of_bounds():
+    x = tg.zeros(3, 2)
+    x[tg.tensor([5])] = 1.0
+    return x
+
 
 # name -> (call, exception type, message pattern)
 ERRORS = {
@@ -50,18 +57,30 @@ ERRORS = {
     "cat_ndim": (lambda: tg.cat([tg.ones(2, 3), tg.ones(3)]), RuntimeError,
                  r"cat\(\): tensors must have the same number of dimensions: got 2 and 1"),
     "cat_empty": (lambda: tg.cat([]), RuntimeError, r"cat\(\): expected a non-empty list of Tensors"),
+    "cat_0d": (lambda: tg.cat([tg.tensor(1.0), tg.tensor(2.0)]), RuntimeError,
+               r"cat: zero-dimensional tensor \(at position 0\) cannot be concatenated"),
+    "sum_axis_of_0d": (lambda: reduction.sum_(tg.tensor(1.0), (0,)), IndexError,
+                       r"sum: axis 0 out of range for a tensor of shape \[\]"),
+    "amax_of_empty_axis": (lambda: tg.zeros(0, 3).amax(0), RuntimeError,
+                           r"amax: cannot reduce over an empty axis of a tensor of shape \[0, 3\]"),
     "stack_shapes": (lambda: tg.stack([tg.ones(2), tg.ones(3)]), RuntimeError,
                      r"stack expects each tensor to be equal size, but got \[2\] at entry 0 and \[3\] at entry 1"),
     "gather_index_dtype": (lambda: tg.ones(2, 3).gather(1, tg.ones(2, 1)), TypeError,
                            r"gather: index must be an int64 tensor, got float32 \[2, 1\]"),
     "gather_index_bounds": (lambda: tg.ones(2, 3).gather(1, tg.tensor([[5], [0]])), IndexError,
-                            "gather: index 5 is out of bounds for dimension with size 3"),
+                            "gather: index 5 is out of bounds for dimension 1 with size 3"),
+    "gather_negative_index": (lambda: tg.ones(2, 3).gather(1, tg.tensor([[-1], [0]])), IndexError,
+                              r"gather: index -1 is out of bounds for dimension 1 with size 3"),
     "gather_ndim": (lambda: tg.ones(2, 3).gather(1, tg.tensor([0])), RuntimeError,
                     r"gather: index \[1\] and input \[2, 3\] must have the same number of dimensions"),
     "getitem_int_bounds": (lambda: tg.ones(3, 2)[3], IndexError,
                            "index 3 is out of bounds for dimension 0 with size 3"),
     "getitem_array_bounds": (lambda: tg.ones(3, 2)[[0, 7]], IndexError,
-                             "index: index 7 is out of bounds for dimension with size 3"),
+                             "index: index 7 is out of bounds for dimension 0 with size 3"),
+    "setitem_array_bounds": (_write_out_of_bounds, IndexError,
+                             "index: index 5 is out of bounds for dimension 0 with size 3"),
+    "embedding_negative_index": (lambda: tg.nn.functional.embedding(tg.tensor([-1]), tg.ones(3, 2)), IndexError,
+                                 "index: index -1 is out of bounds for dimension 0 with size 3"),
     "getitem_too_many": (lambda: tg.ones(3, 2)[0, 0, 0], IndexError, "too many indices for tensor of dimension 2"),
     "getitem_two_ellipses": (lambda: tg.ones(3, 2)[..., ...], IndexError, "an index can only have a single ellipsis"),
     "getitem_float": (lambda: tg.ones(3, 2)[1.5], IndexError, "index: unsupported index of type float"),
@@ -83,7 +102,9 @@ ERRORS = {
     "cross_entropy_3d": (lambda: tg.cross_entropy(tg.ones(2, 3, 4), tg.tensor([0, 1])), RuntimeError,
                          r"cross_entropy: expected input of shape \(N, C\) or \(C,\), got \[2, 3, 4\]"),
     "cross_entropy_class_bounds": (lambda: tg.cross_entropy(tg.ones(2, 3), tg.tensor([0, 3])), IndexError,
-                                   "gather: index 3 is out of bounds for dimension with size 3"),
+                                   "cross_entropy: Target 3 is out of bounds."),
+    "cross_entropy_negative_target": (lambda: tg.cross_entropy(tg.ones(2, 3), tg.tensor([0, -3])), IndexError,
+                                      "cross_entropy: Target -3 is out of bounds."),
     "mse_loss_reduction": (lambda: tg.mse_loss(tg.ones(2), tg.ones(2), reduction="avg"), ValueError,
                            "mse_loss: avg is not a valid value for reduction"),
     "where_condition_dtype": (lambda: tg.where(tg.ones(2), tg.ones(2), tg.ones(2)), TypeError,
@@ -102,6 +123,15 @@ def test_bad_input_raises_a_message_naming_the_op_and_operands(name):
     call, error, pattern = ERRORS[name]
     with pytest.raises(error, match=pattern):
         call()
+
+
+@pytest.mark.parametrize("name", ERRORS)
+def test_bad_input_raises_the_eager_error_when_compiled(name):
+    call, error, pattern = ERRORS[name]
+    compiled = tg.compile(call)
+    for _ in range(2):  # traced, then following the recorded trace
+        with pytest.raises(error, match=pattern):
+            compiled()
 
 
 # --- nothing changes when an op raises ------------------------------------------------------

@@ -162,6 +162,15 @@ def test_gather_gradients(name, check):
     assert check(lambda t: tg.gather(t, dim, index), (x,))
 
 
+def test_gather_along_dim_0_of_a_0d_tensor_reads_its_element():
+    x = tg.tensor(2.5, requires_grad=True)
+    for dim in (0, -1):
+        out = x.gather(dim, tg.tensor(0))
+        assert out.detach().numpy().shape == () and out.item() == 2.5
+    out.backward()
+    assert x.grad.item() == 1.0
+
+
 def test_gather_gradient_adds_up_repeated_indices():
     x = tg.tensor(np.zeros((1, 3)), requires_grad=True)
     x.gather(1, tg.tensor([[1, 1, 1]])).sum().backward()

@@ -178,6 +178,38 @@ def test_amax_of_an_empty_dim_raises():
         tg.zeros(2, 0).amax(1)
 
 
+def eager_and_compiled(fn, *inputs):
+    """fn's result eagerly and from two calls of its compiled form."""
+    compiled = tg.compile(fn)
+    return [fn(*inputs).numpy(), compiled(*inputs).numpy(), compiled(*inputs).numpy()]
+
+
+@pytest.mark.parametrize("op, value", [("any", False), ("all", True)])
+@pytest.mark.parametrize("shape, dim", [((0,), None), ((0, 3), 0), ((2, 0), 1), ((2, 0), None)], ids=str)
+def test_any_is_false_and_all_is_true_over_an_empty_axis(shape, dim, op, value):
+    x = tg.zeros(*shape, dtype=tg.bool)
+    out_shape = () if dim is None else tuple(n for d, n in enumerate(shape) if d != dim)
+    fn = (lambda t: getattr(t, op)()) if dim is None else (lambda t: getattr(t, op)(dim))
+    for out in eager_and_compiled(fn, x):
+        assert out.dtype == np.bool_
+        np.testing.assert_array_equal(out, np.full(out_shape, value))
+
+
+@pytest.mark.parametrize("dim", [0, -1])
+def test_max_and_argmax_along_dim_0_of_a_0d_tensor_give_0d_results(dim):
+    x = tg.tensor(2.5)
+    values, indices = x.max(dim)
+    assert values.numpy().shape == () and indices.numpy().shape == () and indices.item() == 0
+    for keepdim in (False, True):
+        assert x.argmax(dim, keepdim=keepdim).numpy().shape == ()
+    assert x.argmin(dim).item() == 0
+
+
+def test_argmax_without_dim_keepdim_keeps_every_axis_as_size_1():
+    out = tg.tensor(np.array([[1.0, 5.0], [2.0, 0.0]])).argmax(keepdim=True)
+    assert out.shape == (1, 1) and out.item() == 1
+
+
 # --- argmax / argmin ----------------------------------------------------------------------
 
 
@@ -234,6 +266,25 @@ def test_var_and_std_gradients(op, kwargs, check):
     assert check(lambda t: getattr(t, op)(**kwargs), (x,))
 
 
+@pytest.mark.parametrize("op", ["std", "var"])
+def test_std_and_var_send_zero_gradients_where_the_spread_is_zero(op):
+    # PyTorch's std: the gradient is 0 (not inf * 0 = NaN) where the result is 0.
+    data = np.array([[1.0, 1.0, 1.0], [1.0, 2.0, 4.0]])
+
+    def step(x):
+        out = getattr(x, op)(1)
+        out.sum().backward()
+        return out
+
+    expected = np.zeros((2, 3))
+    for run in (step, tg.compile(step)):
+        x = tg.tensor(data, requires_grad=True)
+        value = run(x).detach().numpy()
+        assert value[0] == 0.0
+        np.testing.assert_array_equal(x.grad.numpy()[0], expected[0])
+        assert np.isfinite(x.grad.numpy()).all()
+
+
 # --- logsumexp -----------------------------------------------------------------------------
 
 
@@ -256,6 +307,17 @@ def test_logsumexp_of_an_all_negative_infinity_row_is_negative_infinity():
     out = tg.tensor(np.array([[-np.inf, -np.inf], [0.0, 0.0]])).logsumexp(1).numpy()
     assert out[0] == -np.inf
     assert out[1] == pytest.approx(np.log(2.0))
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_logsumexp_over_an_empty_dim_is_negative_infinity(keepdim):
+    x = tg.zeros(2, 0, requires_grad=True)
+    out = x.logsumexp(1, keepdim=keepdim)
+    np.testing.assert_array_equal(out.detach().numpy(), np.full((2, 1) if keepdim else (2,), -np.inf, np.float32))
+    out.sum().backward()
+    assert x.grad.shape == (2, 0)
+    for compiled in eager_and_compiled(lambda t: t.logsumexp(1, keepdim=keepdim), x.detach())[1:]:
+        np.testing.assert_array_equal(compiled, out.detach().numpy())
 
 
 @pytest.mark.parametrize("check", CHECKS)

@@ -58,6 +58,73 @@ def test_forward_and_gradients_match_torch(name, ties):
         np.testing.assert_allclose(grad, expected, rtol=1e-10, atol=1e-12)
 
 
+NAN = float("nan")
+# name -> (function of `m` and inputs, input arrays): PyTorch's values and gradients where
+# an input is NaN, ties, zero spread or a size-0 dim.
+EDGE_ORACLE = {
+    "maximum_minimum_at_nan": (lambda m, a, b: m.maximum(a, b) + 3.0 * m.minimum(a, b),
+                               [[NAN, 1.0, NAN, 2.0, 1.0], [1.0, NAN, NAN, 2.0, 3.0]]),
+    "clamp_at_nan": (lambda m, a: a.clamp(0.0, 2.0) + 2.0 * a.clamp(min=0.0) + 3.0 * a.clamp(max=0.0),
+                     [[NAN, 1.0, 0.0, 2.0, -1.0, 3.0]]),
+    "clamp_tensor_bounds_at_nan": (lambda m, a, lo, hi: a.clamp(lo, hi),
+                                   [[NAN, 1.0, 0.0, -1.0, 3.0], [0.0, NAN, 0.0, 0.0, 0.0], [2.0, 2.0, NAN, 2.0, 2.0]]),
+    "clamp_crossed_bounds": (lambda m, a: a.clamp(3.0, 1.0), [[NAN, 1.0, 0.0, -1.0, 3.0]]),
+    "relu_sign_abs_at_nan": (lambda m, a: a.relu() + a.sign() + a.abs(), [[NAN, -0.0, 0.0, 2.0, -3.0]]),
+    "amax_ties": (lambda m, a: a.amax() + a.amin(0), [[1.0, 3.0, 3.0, 1.0]]),
+    "amax_of_nan": (lambda m, a: a.amax(), [[1.0, NAN, 3.0, NAN]]),
+    "std_var_zero_spread": (lambda m, a: a.std(1) + a.var(1) + a.std(), [[[1.0, 1.0, 1.0], [1.0, 2.0, 4.0]]]),
+    "empty_sum_mean": (lambda m, a: a.sum(0) + a.sum() + a.mean(0), [np.zeros((0, 3))]),
+    "empty_softmax_logsumexp": (lambda m, a: m.softmax(a, 1).sum() + m.log_softmax(a, 1).sum() + a.logsumexp(1).exp(),
+                                [np.zeros((2, 0))]),
+    "softmax_with_infinities": (lambda m, a: m.softmax(a, 1) + m.log_softmax(a, 1),
+                                [[[np.inf, 0.0, 1.0], [-np.inf, -np.inf, -np.inf], [-np.inf, 0.0, 1.0]]]),
+    "cross_entropy_with_infinities": (
+        lambda m, a: m.nn.functional.cross_entropy(a, m.tensor([1, 0, 2]), reduction="none"),
+        [[[np.inf, 0.0, 1.0], [-np.inf, -np.inf, -np.inf], [-np.inf, 0.0, 1.0]]]),
+    "softmax_of_0d": (lambda m, a: m.softmax(a, 0) + m.log_softmax(a, -1), [np.array(3.0)]),
+}
+
+
+def run_compiled(fn, arrays):
+    """`run` for tracegrad with the forward and backward in one compiled function."""
+    @tg.compile
+    def step(*inputs):
+        out = fn(tg, *inputs)
+        weights = np.linspace(-1.0, 1.0, int(np.prod(out.shape))).reshape(out.shape)
+        (out * tg.tensor(weights)).sum().backward()
+        return out
+
+    inputs = [tg.tensor(a, requires_grad=True) for a in arrays]
+    out = step(*inputs)
+    return out.detach().numpy(), [x.grad.numpy() for x in inputs]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", EDGE_ORACLE)
+def test_values_and_gradients_at_nan_ties_and_empty_dims_match_torch(name, compiled):
+    fn, data = EDGE_ORACLE[name]
+    arrays = [np.asarray(d, dtype=np.float64) for d in data]
+    with np.errstate(all="ignore"):
+        expected_out, expected_grads = run(torch, fn, arrays)
+    out, grads = run_compiled(fn, arrays) if compiled else run(tg, fn, arrays)
+    np.testing.assert_allclose(out, expected_out, rtol=1e-10, atol=1e-12)
+    for grad, expected in zip(grads, expected_grads):
+        np.testing.assert_allclose(grad, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_with_every_target_ignored_matches_torch(reduction):
+    logits = np.random.standard_normal((3, 4))
+    results = []
+    for module in (torch, tg):
+        x = module.tensor(logits, requires_grad=True)
+        loss = module.nn.functional.cross_entropy(x, module.tensor([-100, -100, -100]), reduction=reduction)
+        loss.sum().backward()
+        results.append((loss.detach().numpy(), x.grad.numpy()))
+    for ours, theirs in zip(results[1], results[0]):
+        np.testing.assert_array_equal(ours, theirs)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_cross_entropy_with_ignore_index_matches_torch(reduction):
     logits = np.random.standard_normal((4, 3))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from llvmlite import ir
 
-from tracegrad.codegen.fusion import FusedKernel, RowGroup, Unfused
+from tracegrad.codegen.fusion import FusedKernel, RowGroup, Unfused, touches_empty
 from tracegrad.codegen.kernels import _Emitter, _loop, _map_body
 from tracegrad.codegen.llvm import I8, I64, ScalarBuilder, memory_type
 from tracegrad.ir.graph import Graph, Node, Value
@@ -70,8 +70,8 @@ class MatmulEpilogue:
 
 
 def fusible_product(node: Node) -> bool:
-    """A product the generated GEMM computes: 2-D float operands of one dtype."""
-    if node.op.kind != MATMUL or len(node.inputs) != 2:
+    """A product the generated GEMM computes: 2-D float operands of one dtype, none empty."""
+    if node.op.kind != MATMUL or len(node.inputs) != 2 or touches_empty(node):
         return False
     a, b = (v.type for v in node.inputs)
     return (len(a.shape) == 2 and len(b.shape) == 2

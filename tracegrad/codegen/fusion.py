@@ -21,6 +21,8 @@ from tracegrad.ops.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
 
 
 def lowerable(node: Node) -> bool:
+    if touches_empty(node):
+        return False
     op = node.op
     if op.kind == ELEMENTWISE:
         return op.lower is not None
@@ -29,6 +31,17 @@ def lowerable(node: Node) -> bool:
     if op.kind == REDUCTION:
         return op.lower is not None and op.reduce_identity is not None
     return op.lower_indexed is not None and (op.lowers is None or op.lowers(node))
+
+
+def touches_empty(node: Node) -> bool:
+    """Whether a node reads or makes a tensor with no elements. Such a node runs as its
+    NumPy step: a kernel over an empty domain has no iteration to fill a reduction's
+    identity in (a sum over a size-0 axis would return the buffer's old bytes), index
+    maps such as reshape's assume every dim of a shape holds an element, and the generated
+    GEMM has no tiling for a size-0 side. An empty tensor costs nothing to compute, so
+    nothing is lost."""
+    return (any(value.type.numel == 0 for value in node.inputs)
+            or any(typ.numel == 0 for typ in node.out_types))
 
 
 @dataclass

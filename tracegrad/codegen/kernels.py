@@ -34,7 +34,6 @@ from tracegrad.codegen.llvm import (I8, I64, ScalarBuilder, emit_loop,
                                     memory_type, register_type)
 from tracegrad.ir import types
 from tracegrad.ir.graph import Node, Value
-from tracegrad.ops.indexing import check_bounds
 from tracegrad.ops.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
 
 _names = itertools.count()
@@ -584,8 +583,8 @@ class KernelStep:
     def compute(self, arrays: list, pool: dict | None = None) -> list[np.ndarray]:
         """The kernel's results from the arrays of its inputs (in `inputs` order); a
         program of this one step calls it directly (`Program.run`)."""
-        for position, size, name in self.index_checks:
-            check_bounds(name, np.asarray(arrays[position]), size)
+        for position, check in self.index_checks:
+            check(np.asarray(arrays[position]))
         if pool:
             outs = [take_keyed(pool, key) for key in self.out_keys]
         else:
@@ -701,13 +700,14 @@ def take_keyed(pool: dict | None, key: tuple) -> np.ndarray:
     return free.pop() if free else np.empty(*key)
 
 
-def _index_checks(kernel: FusedKernel) -> list[tuple[int, int, str]]:
-    """(leaf position, dimension size, op name) of every index buffer the kernel reads."""
+def _index_checks(kernel: FusedKernel) -> list[tuple[int, object]]:
+    """(leaf position, check) of every index buffer the kernel reads: `check(array)` raises
+    the op's eager error for an index out of bounds."""
     checks = []
     for node in kernel.nodes:
         if node.op.index_checks is None:
             continue
         in_types = tuple(v.type for v in node.inputs)
-        for position, size in node.op.index_checks(in_types, node.out_types[0], **node.attrs):
-            checks.append((kernel.leaves.index(node.inputs[position]), size, node.op.name))
+        for position, check in node.op.index_checks(in_types, node.out_types[0], **node.attrs):
+            checks.append((kernel.leaves.index(node.inputs[position]), check))
     return checks

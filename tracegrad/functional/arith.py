@@ -159,16 +159,26 @@ def clamp(input: Tensor, min=None, max=None) -> Tensor:  # noqa: A002
     if min is None and max is None:
         raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
     result = input
-    # Inclusive bounds pass the gradient, as PyTorch's clamp does; NaN stays NaN.
+    # Inclusive bounds pass the gradient, as PyTorch's clamp does. A NaN in the input or a
+    # bound gives NaN with no gradient to either (PyTorch's rule): neither comparison holds
+    # there, and the value comes from a NaN constant.
     if min is not None:
         low = as_operand(min, input.dtype) if not isinstance(min, Tensor) else min
         x, low = prepare("clamp", result, low, dtype=input.dtype)
-        result = ew.where(ew.lt(x, low), low, x)
+        result = ew.where(ew.lt(x, low), low, _unless_nan(ew.ge(x, low), x))
     if max is not None:
         high = as_operand(max, input.dtype) if not isinstance(max, Tensor) else max
         x, high = prepare("clamp", result, high, dtype=input.dtype)
-        result = ew.where(ew.gt(x, high), high, x)
+        result = ew.where(ew.gt(x, high), high, _unless_nan(ew.le(x, high), x))
     return result
+
+
+def _unless_nan(ordered: Tensor, x: Tensor) -> Tensor:
+    """x where `ordered` (a comparison of x with a bound) holds, else NaN: for a float x,
+    the comparison fails only at a NaN. Integers have no NaN: x itself."""
+    if not x.dtype.is_floating:
+        return x
+    return ew.where(ordered, x, ew.full((), np.nan, x.dtype))
 
 
 clip = clamp

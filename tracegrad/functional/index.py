@@ -183,4 +183,7 @@ def index_put(x: Tensor, key, value) -> Tensor:
 
 def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:
     from tracegrad.functional._util import normalize_dim
-    return indexing.gather(input, index, normalize_dim("gather", dim, input.ndim))
+    axis = normalize_dim("gather", dim, input.ndim)
+    if not input.ndim and not index.ndim:  # a 0-d tensor's dim 0: its one element
+        return mv.reshape(indexing.gather(mv.reshape(input, (1,)), mv.reshape(index, (1,)), 0), ())
+    return indexing.gather(input, index, axis)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops import indexing
@@ -23,27 +25,38 @@ def _float(x: Tensor) -> Tensor:
     return x if x.dtype.is_floating else ew.convert(x, types.default_float)
 
 
-def _shifted(input: Tensor, axis: int) -> Tensor:
-    """x - max(x) along axis, the max treated as a constant (it cancels in the gradient)."""
-    shift = red.amax(input.detach(), (axis,), keepdim=True)
-    shift = ew.where(arith.isinf(shift), ew.full_like(shift, 0.0), shift)
+def _softmax_axes(name: str, x: Tensor, dim: int) -> tuple[int, ...]:
+    """The axes softmax reduces: `dim`, or none for a 0-d tensor (its one element)."""
+    axis = normalize_dim(name, dim, x.ndim)
+    return (axis,) if x.ndim else ()
+
+
+def _shifted(input: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """x - max(x) along axes, the max treated as a constant (it cancels in the gradient).
+    An all -inf row shifts by 0 (its result is NaN, as in PyTorch); a row holding +inf
+    by inf, which makes the row NaN, as in PyTorch. An axis of size 0 has no max and
+    needs no shift: x itself (the result is empty)."""
+    if 0 in [input.shape[a] for a in axes]:
+        return input
+    shift = red.amax(input.detach(), axes, keepdim=True)
+    shift = ew.where(ew.eq(shift, ew.full_like(shift, -np.inf)), ew.full_like(shift, 0.0), shift)
     return ew.sub(input, mv.expand(shift, input.shape))
 
 
 @fused
 def softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
     x = _float(input if dtype is None else ew.convert(input, dtype))
-    axis = normalize_dim("softmax", dim, x.ndim)
-    e = ew.exp(_shifted(x, axis))
-    return ew.div(e, mv.expand(red.sum_(e, (axis,), keepdim=True), x.shape))
+    axes = _softmax_axes("softmax", x, dim)
+    e = ew.exp(_shifted(x, axes))
+    return ew.div(e, mv.expand(red.sum_(e, axes, keepdim=True), x.shape))
 
 
 @fused
 def log_softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
     x = _float(input if dtype is None else ew.convert(input, dtype))
-    axis = normalize_dim("log_softmax", dim, x.ndim)
-    shifted = _shifted(x, axis)
-    total = ew.log(red.sum_(ew.exp(shifted), (axis,), keepdim=True))
+    axes = _softmax_axes("log_softmax", x, dim)
+    shifted = _shifted(x, axes)
+    total = ew.log(red.sum_(ew.exp(shifted), axes, keepdim=True))
     return ew.sub(shifted, mv.expand(total, x.shape))
 
 
@@ -153,12 +166,16 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, ignore_index: int 
     logp = log_softmax(logits, 1)
     valid = ew.ne(labels, ew.full_like(labels, ignore_index))
     safe_labels = ew.where(valid, labels, ew.full_like(labels, 0))
-    picked = indexing.gather(logp, mv.reshape(safe_labels, (labels.shape[0], 1)), 1)
+    # A label outside [0, C) that is not ignore_index raises PyTorch's "Target -3 is out of
+    # bounds." (gather's check, eager and compiled alike), never wraps around.
+    picked = indexing.gather(logp, mv.reshape(safe_labels, (labels.shape[0], 1)), 1, target_of="cross_entropy")
     picked = mv.reshape(picked, labels.shape)
-    valid_f = ew.convert(valid, logp.dtype)
-    losses = ew.neg(ew.mul(picked, valid_f))
+    # Ignored labels are masked with where, not a product with 0: with every label ignored
+    # the mean is 0/0 = NaN, as in PyTorch, and its gradient (inf) must still reach no
+    # logit (inf * 0 would make them NaN; PyTorch's gradients are zeros).
+    losses = ew.where(valid, ew.neg(picked), ew.full((), 0.0, logp.dtype))
     if reduction == "mean":
-        count = red.sum_(valid_f, (0,))
+        count = red.sum_(ew.convert(valid, logp.dtype), (0,))
         return ew.div(red.sum_(losses, (0,)), count)
     if not batched and reduction == "none":
         losses = mv.reshape(losses, ())

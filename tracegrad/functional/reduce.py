@@ -61,10 +61,12 @@ def _extremum(name, full_reduce, arg_reduce, elementwise):
         if dim is None:
             return full_reduce(input, tuple(range(input.ndim)), False)
         axis = normalize_dim(name, dim, input.ndim)
+        if not input.ndim:  # dim 0 of a 0-d tensor: the element itself, at index 0
+            return ValuesIndices(input, arg_reduce(mv.reshape(input, (1,)), 0, False))
         indices = arg_reduce(input, axis, True)
         # Gathering at the index sends the gradient to that element only (PyTorch's max(dim)).
-        values = indexing.gather(input, indices, axis) if input.ndim else input
-        if not keepdim and input.ndim:
+        values = indexing.gather(input, indices, axis)
+        if not keepdim:
             values = mv.reshape(values, red.reduced_shape(input.shape, (axis,), False))
             indices = mv.reshape(indices, values.shape)
         return ValuesIndices(values, indices)
@@ -77,14 +79,18 @@ min = _extremum("min", red.amin, red.argmin, arith.minimum)  # noqa: A001
 
 
 def argmax(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    if dim is None:
-        return red.argmax(mv.reshape(input, (input.numel(),)), 0, False)
+    if dim is None or not input.ndim:  # (a 0-d tensor's dim 0 or -1: its one element)
+        axis = normalize_dim("argmax", dim, input.ndim) if dim is not None else 0
+        result = red.argmax(mv.reshape(input, (input.numel(),)), axis, False)
+        return mv.reshape(result, (1,) * input.ndim) if keepdim and dim is None else result
     return red.argmax(input, normalize_dim("argmax", dim, input.ndim), keepdim)
 
 
 def argmin(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    if dim is None:
-        return red.argmin(mv.reshape(input, (input.numel(),)), 0, False)
+    if dim is None or not input.ndim:  # (a 0-d tensor's dim 0 or -1: its one element)
+        axis = normalize_dim("argmin", dim, input.ndim) if dim is not None else 0
+        result = red.argmin(mv.reshape(input, (input.numel(),)), axis, False)
+        return mv.reshape(result, (1,) * input.ndim) if keepdim and dim is None else result
     return red.argmin(input, normalize_dim("argmin", dim, input.ndim), keepdim)
 
 
@@ -101,13 +107,22 @@ def var(input: Tensor, dim=None, unbiased=None, keepdim: bool = False, *, correc
 
 
 def std(input: Tensor, dim=None, unbiased=None, keepdim: bool = False, *, correction=None) -> Tensor:
-    return ew.sqrt(var(input, dim, unbiased, keepdim, correction=correction))
+    variance = var(input, dim, unbiased, keepdim, correction=correction)
+    # PyTorch's std has gradient 0 where the spread is 0, where sqrt's derivative is inf
+    # (and inf * 0 = NaN): sqrt reads 1 there and its result is replaced by 0, both
+    # through where, so no gradient reaches sqrt at those positions.
+    flat = ew.eq(variance, ew.full_like(variance, 0.0))
+    root = ew.sqrt(ew.where(flat, ew.full((), 1.0, variance.dtype), variance))
+    return ew.where(flat, ew.full((), 0.0, variance.dtype), root)
 
 
 def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:
     axes = normalize_dims("logsumexp", dim, input.ndim)
     if not input.dtype.is_floating:
         input = ew.convert(input, types.default_float)
+    if 0 in [input.shape[a] for a in axes]:  # no max to shift by: log(0) = -inf, as PyTorch
+        result = ew.log(red.sum_(ew.exp(input), axes, keepdim=True))
+        return result if keepdim else mv.reshape(result, red.reduced_shape(input.shape, axes, False))
     # Shift by the (constant) max for stability; an all -inf row shifts by 0.
     shift = red.amax(input.detach(), axes, keepdim=True)
     shift = ew.where(arith.isinf(shift), ew.full_like(shift, 0.0), shift)
@@ -123,11 +138,23 @@ def _truth(input: Tensor) -> Tensor:
     return ew.ne(input, ew.full((), 0, input.dtype))
 
 
+def _over_nothing(input: Tensor, axes, keepdim: bool, value: bool) -> Tensor | None:
+    """The result of any/all over an axis of size 0 (False/True everywhere, as in PyTorch),
+    where the max/min they reduce with has no identity to return; None otherwise."""
+    if 0 not in [input.shape[a] for a in axes]:
+        return None
+    return ew.full(red.reduced_shape(input.shape, axes, keepdim), value, types.bool_)
+
+
 def any(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
     """True where any element (along `dim`) is nonzero; a bool tensor."""
-    return red.amax(_truth(input), normalize_dims("any", dim, input.ndim), keepdim)
+    axes = normalize_dims("any", dim, input.ndim)
+    empty = _over_nothing(input, axes, keepdim, False)
+    return empty if empty is not None else red.amax(_truth(input), axes, keepdim)
 
 
 def all(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
     """True where every element (along `dim`) is nonzero; a bool tensor."""
-    return red.amin(_truth(input), normalize_dims("all", dim, input.ndim), keepdim)
+    axes = normalize_dims("all", dim, input.ndim)
+    empty = _over_nothing(input, axes, keepdim, True)
+    return empty if empty is not None else red.amin(_truth(input), axes, keepdim)

@@ -71,13 +71,14 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
     if not isinstance(input, Tensor) or input.dtype is not types.int64:
         got = input.dtype.name if isinstance(input, Tensor) else type(input).__name__
         raise TypeError(f"embedding: expected indices of dtype int64, got {got}")
-    out = indexing.index(weight, [input], 0)
+    # A negative index raises, as in PyTorch (it does not count rows from the end).
+    out = indexing.index(weight, [input], 0, negative=False)
     if padding_idx is None:
         return out
     if padding_idx < 0:
         padding_idx += weight.shape[0]
     keep = F.unsqueeze(F.ne(input, padding_idx), -1)
-    return F.where(keep, out, indexing.index(weight.detach(), [input], 0))
+    return F.where(keep, out, indexing.index(weight.detach(), [input], 0, negative=False))
 
 
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,

@@ -135,10 +135,21 @@ ERF = Primitive("erf", shape_rule=_unary_float_rule("erf"), impl=_np_erf, kind=E
 ABS = Primitive("abs", shape_rule=_unary_any_rule, impl=np.abs, kind=ELEMENTWISE,
                 saves_inputs=(0,), vjp=lambda ctx, g: (mul(g, sign(ctx.inputs[0])),),
                 lower=lambda b, x: b.select(b.compare("<", x, b.like(0, x)), b.neg(x), x))
-SIGN = Primitive("sign", shape_rule=_unary_any_rule, impl=np.sign, kind=ELEMENTWISE,
+
+
+def _sign_impl(x):
+    # PyTorch's sign is 0 at NaN (NumPy's is NaN), so that abs' gradient there is 0 too.
+    result = np.asarray(np.sign(x))
+    if result.dtype.kind == "f":
+        result[np.isnan(result)] = 0
+    return result
+
+
+SIGN = Primitive("sign", shape_rule=_unary_any_rule, impl=_sign_impl, kind=ELEMENTWISE,
                  vjp=lambda ctx, g: (full_like(g, 0.0),),
                 lower=lambda b, x: b.select(b.compare(">", x, b.like(0, x)), b.like(1, x),
-                                        b.select(b.compare("<", x, b.like(0, x)), b.like(-1, x), x)))
+                                        b.select(b.compare("<", x, b.like(0, x)), b.like(-1, x),
+                                                 b.like(0, x))))
 
 
 def _convert_rule(x: TensorType, dtype):
@@ -220,24 +231,25 @@ POW = Primitive("pow", shape_rule=_binary_rule("pow"), impl=_quiet(np.power), ki
                 saves_inputs=(0, 1), saves_output=True, vjp=_pow_vjp)
 
 
-def _minmax_vjp(first_wins):
-    # Ties split the gradient in half, as PyTorch's maximum/minimum do.
+def _minmax_vjp(first_loses):
+    # PyTorch's rule: ties split the gradient in half, the losing operand gets none, and
+    # at a NaN (neither tie nor loss) both operands get all of it.
     def vjp(ctx, g):
         a, b = ctx.inputs
         half = mul(g, full_like(g, 0.5))
         zero = full_like(g, 0.0)
         tie = eq(a, b)
-        grad_a = where(first_wins(a, b), g, where(tie, half, zero))
-        grad_b = where(first_wins(b, a), g, where(tie, half, zero))
+        grad_a = where(first_loses(a, b), zero, where(tie, half, g))
+        grad_b = where(first_loses(b, a), zero, where(tie, half, g))
         return grad_a, grad_b
     return vjp
 
 
 MAXIMUM = Primitive("maximum", shape_rule=_binary_rule("maximum"), impl=np.maximum,
-                    kind=ELEMENTWISE, saves_inputs=(0, 1), vjp=_minmax_vjp(lambda a, b: gt(a, b)),
+                    kind=ELEMENTWISE, saves_inputs=(0, 1), vjp=_minmax_vjp(lambda a, b: lt(a, b)),
                 lower=lambda b, x, y: b.maximum(x, y))
 MINIMUM = Primitive("minimum", shape_rule=_binary_rule("minimum"), impl=np.minimum,
-                    kind=ELEMENTWISE, saves_inputs=(0, 1), vjp=_minmax_vjp(lambda a, b: lt(a, b)),
+                    kind=ELEMENTWISE, saves_inputs=(0, 1), vjp=_minmax_vjp(lambda a, b: gt(a, b)),
                 lower=lambda b, x, y: b.minimum(x, y))
 
 LT = Primitive("lt", shape_rule=_compare_rule("lt"), impl=_quiet(np.less), kind=ELEMENTWISE,

@@ -22,8 +22,14 @@ def _check_index_dtype(name, index: TensorType):
                         f"{list(index.shape)}")
 
 
-def _gather_rule(x: TensorType, index: TensorType, axis):
+def _check_axis(name, shape: tuple[int, ...], axis):
+    if not 0 <= axis < len(shape):
+        raise IndexError(f"{name}: axis {axis} out of range for a tensor of shape {list(shape)}")
+
+
+def _gather_rule(x: TensorType, index: TensorType, axis, target_of=None):
     _check_index_dtype("gather", index)
+    _check_axis("gather", x.shape, axis)
     if index.ndim != x.ndim:
         raise RuntimeError(f"gather: index {list(index.shape)} and input {list(x.shape)} must have "
                            "the same number of dimensions")
@@ -34,24 +40,44 @@ def _gather_rule(x: TensorType, index: TensorType, axis):
     return (TensorType(index.shape, x.dtype),)
 
 
-def check_bounds(name, index, size):
+def check_bounds(name, index, size, dim, negative=False, target=False):
+    """Raise PyTorch's IndexError unless every entry of `index` lies in [0, size) along
+    `dim` ([-size, size) when `negative`: advanced indexing counts those from the end;
+    gather and scatter_add do not). `target`: the entries are class labels, and the
+    message is cross_entropy's "Target 7 is out of bounds."."""
     if not index.size:
         return
     # (The ufuncs' reduce directly: index.min() goes through two Python layers per call.)
     low, high = np.minimum.reduce(index, axis=None), np.maximum.reduce(index, axis=None)
-    if low < -size or high >= size:
-        bad = low if low < -size else high
-        raise IndexError(f"{name}: index {int(bad)} is out of bounds for dimension with size {size}")
+    least = -size if negative else 0
+    if low < least or high >= size:
+        bad = int(low if low < least else high)
+        if target:
+            raise IndexError(f"{name}: Target {bad} is out of bounds.")
+        raise IndexError(f"{name}: index {bad} is out of bounds for dimension {dim} with size {size}")
 
 
-def _gather_impl(x, index, axis):
-    check_bounds("gather", index, x.shape[axis])
+def _gather_check(size, axis, target_of):
+    """The check of gather's index: a position in a row of `size` along `axis`, never
+    negative (PyTorch's gather). `target_of` names a loss whose class labels the index
+    holds (cross_entropy), whose error the check raises."""
+    if target_of is None:
+        return lambda index: check_bounds("gather", index, size, axis)
+    return lambda index: check_bounds(target_of, index, size, axis, target=True)
+
+
+def _gather_checks(in_types, out_type, axis, target_of=None):
+    return [(1, _gather_check(in_types[0].shape[axis], axis, target_of))]
+
+
+def _gather_impl(x, index, axis, target_of=None):
+    _gather_check(x.shape[axis], axis, target_of)(index)
     # take_along_axis needs equal non-axis sizes; torch.gather allows smaller index sizes.
     view = x[tuple(slice(0, n) if d != axis else slice(None) for d, n in enumerate(index.shape))]
     return np.take_along_axis(view, index, axis=axis)
 
 
-def _gather_lower(b, read, index, in_types, out_type, axis):
+def _gather_lower(b, read, index, in_types, out_type, axis, target_of=None):
     source = list(index)
     source[axis] = b.wrap_index(read(1, index), in_types[0].shape[axis])
     return read(0, source)
@@ -78,20 +104,25 @@ def _scatter_add_lower(b, read, index, in_types, out_type, shape, axis):
 
 GATHER = Primitive("gather", shape_rule=_gather_rule, impl=_gather_impl, kind=OTHER,
                    saves_inputs=(1,), lower_indexed=_gather_lower,
-                   index_checks=lambda in_types, out_type, axis: [(1, in_types[0].shape[axis])],
+                   index_checks=_gather_checks,
                    vjp=lambda ctx, g: (scatter_add(ctx.in_types[0].shape, ctx.inputs[1], g,
                                                    ctx.attrs["axis"]), None))
 
 
 def _scatter_add_rule(index: TensorType, src: TensorType, shape, axis):
     _check_index_dtype("scatter_add", index)
+    _check_axis("scatter_add", tuple(shape), axis)
     if index.shape != src.shape:
         raise RuntimeError(f"scatter_add: index {list(index.shape)} and src {list(src.shape)} differ")
     return (TensorType(tuple(shape), src.dtype),)
 
 
+def _scatter_add_checks(in_types, out_type, shape, axis):
+    return [(0, lambda index: check_bounds("scatter_add", index, shape[axis], axis))]
+
+
 def _scatter_add_impl(index, src, shape, axis):
-    check_bounds("scatter_add", index, shape[axis])
+    check_bounds("scatter_add", index, shape[axis], axis)
     out = np.zeros(shape, dtype=src.dtype)
     grids = list(np.indices(index.shape, sparse=True))
     grids[axis] = index
@@ -104,11 +135,11 @@ SCATTER_ADD = Primitive("scatter_add", shape_rule=_scatter_add_rule, impl=_scatt
                         kind=OTHER, saves_inputs=(0,), lower_indexed=_scatter_add_lower,
                         # unrolled over the scattered axis: only for a few entries per line
                         lowers=lambda node: node.inputs[0].type.shape[node.attrs["axis"]] <= 8,
-                        index_checks=lambda in_types, out_type, shape, axis: [(0, shape[axis])],
+                        index_checks=_scatter_add_checks,
                         vjp=lambda ctx, g: (None, gather(g, ctx.inputs[0], ctx.attrs["axis"])))
 
 
-def _index_rule(x: TensorType, *indices: TensorType, axis):
+def _index_rule(x: TensorType, *indices: TensorType, axis, negative=True):
     for index in indices:
         _check_index_dtype("index", index)
         if index.shape != indices[0].shape:
@@ -124,9 +155,10 @@ def _index_key(axis, indices):
     return (slice(None),) * axis + tuple(indices)
 
 
-def _index_impl(x, *indices, axis):
+def _index_impl(x, *indices, axis, negative=True):
+    # `negative`: indices count from the end, as in x[i]; embedding's rows do not.
     for offset, index in enumerate(indices):
-        check_bounds("index", index, x.shape[axis + offset])
+        check_bounds("index", index, x.shape[axis + offset], axis + offset, negative=negative)
     return np.asarray(x[_index_key(axis, indices)])
 
 
@@ -148,6 +180,8 @@ def _index_add_rule(src: TensorType, *indices: TensorType, shape, axis):
 
 
 def _index_add_impl(src, *indices, shape, axis):
+    for offset, index in enumerate(indices):  # (index_put's write, when nothing read first)
+        check_bounds("index", index, shape[axis + offset], axis + offset, negative=True)
     out = np.zeros(shape, dtype=src.dtype)
     np.add.at(out, _index_key(axis, indices), src)
     return out
@@ -159,16 +193,18 @@ INDEX_ADD = Primitive("index_add", shape_rule=_index_add_rule, impl=_index_add_i
                       + (None,) * (len(ctx.in_types) - 1))
 
 
-def gather(x, index_tensor, axis):
-    return bind(GATHER, (x, index_tensor), {"axis": axis})
+def gather(x, index_tensor, axis, target_of=None):
+    attrs = {"axis": axis} if target_of is None else {"axis": axis, "target_of": target_of}
+    return bind(GATHER, (x, index_tensor), attrs)
 
 
 def scatter_add(shape, index_tensor, src, axis):
     return bind(SCATTER_ADD, (index_tensor, src), {"shape": tuple(shape), "axis": axis})
 
 
-def index(x, indices, axis):
-    return bind(INDEX, (x, *indices), {"axis": axis})
+def index(x, indices, axis, negative=True):
+    attrs = {"axis": axis} if negative else {"axis": axis, "negative": False}
+    return bind(INDEX, (x, *indices), attrs)
 
 
 def index_add(shape, src, indices, axis):

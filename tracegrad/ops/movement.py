@@ -187,6 +187,10 @@ PAD_SLICE = Primitive("pad_slice", shape_rule=_pad_slice_rule, kind=MOVEMENT, im
 
 def _concat_rule(*xs: TensorType, axis):
     first = xs[0]
+    if first.ndim == 0:
+        raise RuntimeError("cat: zero-dimensional tensor (at position 0) cannot be concatenated")
+    if not 0 <= axis < first.ndim:
+        raise IndexError(f"cat: axis {axis} out of range for tensors of shape {list(first.shape)}")
     for other in xs[1:]:
         same = all(a == b for i, (a, b) in enumerate(zip(first.shape, other.shape)) if i != axis)
         if other.ndim != first.ndim or not same or other.dtype is not first.dtype:

@@ -72,8 +72,8 @@ class Primitive:
         # Data-dependent reads (gather, scatter_add): `lower_indexed(b, read, index,
         # in_types, out_type, **attrs)` builds one element, where `read(k, index)` gives
         # input k at any index; `lowers(node)` says whether this instance lowers; and
-        # `index_checks(in_types, out_type, **attrs)` lists (input, size) pairs whose index
-        # values are bounds-checked, as eager checks them, before the kernel runs.
+        # `index_checks(in_types, out_type, **attrs)` lists (input, check) pairs: `check(array)`
+        # raises the op's eager error for an index operand out of bounds, before the kernel runs.
         self.lower_indexed = lower_indexed
         self.lowers = lowers
         self.index_checks = index_checks

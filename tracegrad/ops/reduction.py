@@ -22,15 +22,16 @@ def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdim: bool) 
 
 
 def _check_axes(name, x: TensorType, axes):
+    # A 0-d tensor has no axis (the functions in `functional` pass () for its dim 0 or -1).
     for axis in axes:
-        if not 0 <= axis < max(x.ndim, 1):
+        if not 0 <= axis < x.ndim:
             raise IndexError(f"{name}: axis {axis} out of range for a tensor of shape {list(x.shape)}")
 
 
 def _reduce_rule(name, empty_ok=True):
     def rule(x: TensorType, axes, keepdim):
         _check_axes(name, x, axes)
-        if not empty_ok and any(x.shape[a] == 0 for a in axes if a < x.ndim):
+        if not empty_ok and any(x.shape[a] == 0 for a in axes):
             raise RuntimeError(f"{name}: cannot reduce over an empty axis of a tensor of shape "
                                f"{list(x.shape)}; specify a non-empty axis")
         return (TensorType(reduced_shape(x.shape, axes, keepdim), x.dtype),)
