@@ -402,14 +402,14 @@ class CompiledFunction:
     def _remember(self, trace: CompileTrace, alive: list[Tensor]) -> None:
         """Keep the trace of a finished call for the next calls to follow (or, when it
         followed one to the end, keep that one)."""
-        escapes = [t for t in alive if t._grad_fn is not None]
+        escapes = [t for t in alive if _references_nodes(t)]
         replay = trace.replay
         if escapes and (replay is None or replay.saved_made):  # (a followed call made none: W5)
             _release_saved_tensors(trace.graph)
         escapes = [weakref.ref(t) for t in escapes]
         # No tensor can reach a saved tensor any more: do not keep them alive. (A followed
-        # call makes saved tensors only for results that reach them.)
-        if not escapes and replay is None:
+        # call makes saved tensors only for results that reach them, or for a backward.)
+        if not escapes and (replay is None or replay.saved_made):
             for node in trace.graph.nodes:
                 if node.saved:
                     node.saved = None
@@ -503,9 +503,10 @@ def _finish(trace: CompileTrace) -> None:
     alive = trace.live_lazy_tensors()
     if trace.replay is not None and trace.replay.unsaved:
         # Saved tensors still to be made: needed only if a result can reach their nodes.
-        if rebased or any(t._grad_fn is not None for t in alive):
+        if rebased or any(_references_nodes(t) for t in alive):
             with trace:  # (a saved output's alias is a lazy tensor of the trace, to materialize)
                 trace.replay.save_all()
+            alive = None  # (not to keep the tensors only the saved tensors' entries held)
             alive = trace.live_lazy_tensors()  # with the saved outputs' aliases
         else:
             trace.replay.unsaved.clear()
@@ -549,6 +550,13 @@ def _finish(trace: CompileTrace) -> None:
         replay.recording.finish = (alive_values, [v for _, v in writes], graph, slots, write_slots, position,
                                    donations, key, program)
     trace.compiled._remember(trace, _rebase(rebased, alive) if rebased else alive)
+
+
+def _references_nodes(tensor: Tensor) -> bool:
+    """Whether `tensor`, alive after the call, references recorded nodes of the call: it
+    has a grad_fn and its value is a node's output (an argument's stand-in with history
+    has its argument's grad_fn, and reads a graph input)."""
+    return tensor._grad_fn is not None and tensor._value.node is not None
 
 
 def _rebased(pending: dict) -> list[tuple[Tensor, Tensor]]:
