@@ -78,7 +78,8 @@ def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None 
                  retain_graph: bool = False, unpack: Callable = _default_unpack,
                  run_hooks: bool = True) -> dict[Value, object]:
     """Gradients of `sum(<root, cotangent>)` w.r.t. every leaf reached (targets=None) or
-    w.r.t. `targets`. Returns {value: gradient tensor}; values not reached are absent."""
+    w.r.t. `targets`. Returns {value: gradient tensor}; values not reached are absent.
+    A value with an `origin` is that origin here (its gradient goes on into its history)."""
     from tracegrad.ops.elementwise import add, full
     from tracegrad.ops.reduction import sum_
 
