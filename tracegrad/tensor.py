@@ -189,6 +189,8 @@ class Tensor:
             if self._data is not None:
                 self._value = None  # made anew by `_autograd_value`, as a leaf or not
             elif requires_grad:  # a traced tensor: not the values it was computed from
+                if MODE.tracer is None:
+                    raise RuntimeError(f"a traced tensor ({self._type}) was used after its trace ended")
                 self._value = MODE.tracer.lazy_leaf(self)
             self._requires_grad = bool(requires_grad)
         return self

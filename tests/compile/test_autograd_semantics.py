@@ -463,3 +463,19 @@ def test_a_compiled_call_does_not_keep_the_history_of_its_arguments_alive():
         del v
         gc.collect()
         assert node() is None
+
+
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+def test_backward_with_inputs_inside_a_compiled_call_fills_the_arguments_grads():
+    def step(v, w):
+        (v * v * w).sum().backward(inputs=[v, w])
+
+    compiled = tg.compile(step)
+    for seed in SEEDS:
+        grads = []
+        for fn in (step, compiled):
+            w = tg.tensor(_values(seed, 3), requires_grad=True)
+            v = w * 2  # an argument with history, and a leaf one
+            fn(v, w)
+            grads.append(_arrays([v.grad, w.grad]))
+        _assert_same(grads[1], grads[0])
