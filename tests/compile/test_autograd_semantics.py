@@ -25,7 +25,7 @@ def _arrays(things) -> list:
     for thing in things:
         if isinstance(thing, (list, tuple)):
             flat.extend(_arrays(thing))
-        elif isinstance(thing, tg.Tensor):
+        elif hasattr(thing, "detach"):  # a tracegrad (or PyTorch) tensor
             flat.append(np.array(thing.detach().numpy(), copy=True))
         else:
             flat.append(thing)
@@ -479,3 +479,78 @@ def test_backward_with_inputs_inside_a_compiled_call_fills_the_arguments_grads()
             fn(v, w)
             grads.append(_arrays([v.grad, w.grad]))
         _assert_same(grads[1], grads[0])
+
+
+# --- the same patterns against PyTorch ------------------------------------------------------
+
+
+def _leaf(lib, seed: int, n: int = 3):
+    return lib.tensor(_values(seed, n), requires_grad=True)
+
+
+def _detached_product(lib, seed):
+    x = _leaf(lib, seed)
+
+    def step(x):
+        y = (2 * x).detach().requires_grad_() * x
+        y.sum().backward()
+    return step, (x,), lambda: [x.grad]
+
+
+def _no_grad_result_made_leaf(lib, seed):
+    x = _leaf(lib, seed)
+
+    def step(x):
+        with lib.no_grad():
+            y = x * 2
+        y.requires_grad_()
+        (y * x).sum().backward()
+        return y.grad
+    return step, (x,), lambda: [x.grad]
+
+
+def _retained(lib, seed):
+    x = _leaf(lib, seed)
+
+    def step(x):
+        y = x * 2 + 1
+        y.retain_grad()
+        (y * y).sum().backward()
+        return y.grad
+    return step, (x,), lambda: [x.grad]
+
+
+def _inplace_on_history(lib, seed):
+    w = _leaf(lib, seed)
+    v = w * 2
+
+    def step(v):
+        v.add_(3.0)
+        with lib.no_grad():
+            v.mul_(0.5)
+        (v * v).sum().backward()
+    return step, (v,), lambda: [w.grad]
+
+
+def _outside_outputs_loss(lib, seed):
+    w = _leaf(lib, seed)
+    x = lib.tensor(_values(seed + 1, 4, 3))
+    outs = [(x[i] * w).sum().tanh() for i in range(4)]
+
+    def step(outs):
+        lib.stack(outs).pow(2).sum().backward()
+    return step, (outs,), lambda: [w.grad]
+
+
+@pytest.mark.parametrize("pattern", [_detached_product, _no_grad_result_made_leaf, _retained,
+                                     _inplace_on_history, _outside_outputs_loss])
+def test_compiled_autograd_patterns_give_pytorchs_gradients(pattern):
+    torch = pytest.importorskip("torch")
+    compiled = {}
+    for seed in SEEDS:
+        step, args, watched = pattern(torch, seed)
+        want = _arrays([step(*args), watched()])
+        step, args, watched = pattern(tg, seed)
+        compiled.setdefault("fn", tg.compile(step))  # (one compiled function: the first call's)
+        got = _arrays([compiled["fn"](*args), watched()])
+        _assert_same(got, want)
