@@ -402,7 +402,8 @@ class CompiledFunction:
     def _remember(self, trace: CompileTrace, alive: list[Tensor]) -> None:
         """Keep the trace of a finished call for the next calls to follow (or, when it
         followed one to the end, keep that one)."""
-        escapes = [t for t in alive if _references_nodes(t)]
+        # (`_references_nodes`, inline: every call pays it per live tensor)
+        escapes = [t for t in alive if t._grad_fn is not None and t._value.node is not None]
         replay = trace.replay
         if escapes and (replay is None or replay.saved_made):  # (a followed call made none: W5)
             _release_saved_tensors(trace.graph)
