@@ -248,6 +248,24 @@ def test_custom_functions_with_and_without_saved_tensors_and_inputs_without_grad
     assert compiled.cache_info().graphs == 1
 
 
+class _SignAndDouble(tg.autograd.Function):  # the first output is not floating
+    @staticmethod
+    def forward(ctx, x):
+        return (x > 0).long(), x * 2
+
+    @staticmethod
+    def backward(ctx, grad_sign, grad_double):
+        return grad_double * 2
+
+
+def test_a_custom_function_whose_first_output_is_an_integer_differentiates_when_compiled():
+    def step(x, y, w):
+        sign, doubled = _SignAndDouble.apply(x)
+        (doubled * sign).sum().backward()
+
+    _check(step, _custom_state)
+
+
 def test_backward_after_a_compiled_call_goes_through_its_custom_function():
     def step(x, y, w):
         return _ProductAndSum.apply(_Square.apply(x), y)[0]

@@ -117,13 +117,17 @@ def _apply_traced(cls, ctx: FunctionCtx, args: tuple, outs: tuple, single: bool)
     program computes) and whose gradient rule is the user's backward. Its inputs are the
     tensor arguments, then the results; ctx stays off the attributes the cache key sees,
     so every call of the Function shares one program."""
-    from tracegrad.ops.dispatch import bind
+    from tracegrad.ops.dispatch import _record, bind
     tensor_args = tuple(a for a in args if isinstance(a, Tensor))
     results = tuple(o.detach() for o in outs if isinstance(o, Tensor))
     attrs = _CallAttrs(arg_needs=ctx.needs_input_grad)
     attrs.ctx = ctx
-    bound = bind(_traced_primitive_for(cls, len(results)), tensor_args + results, attrs)
+    prim = _traced_primitive_for(cls, len(results))
+    bound = bind(prim, tensor_args + results, attrs)
     bound = (bound,) if len(results) == 1 else bound
+    node = bound[0]._value.node
+    if not node.needs_input_grad and any(t.dtype.is_floating for t in bound):
+        _record(prim, node, tensor_args + results, bound)  # (`bind` goes by the first output's dtype)
     node = next((t._grad_fn for t in bound if t._grad_fn is not None), None)
     if node is not None:
         _attach(ctx, node, outs)
