@@ -29,6 +29,7 @@ from tracegrad.ir.graph import Graph, Node, Value, user_location
 from tracegrad.naming import ArgumentNames, bound_module
 from tracegrad.ir.passes import optimize
 from tracegrad.ir.tracer import Tracer
+from tracegrad.ir.types import TensorType, float32
 from tracegrad.ops import elementwise
 from tracegrad.ops.dispatch import NO_ATTRS
 from tracegrad.tensor import Tensor, lazy_tensor, owned_array
@@ -52,6 +53,9 @@ class CompileTrace(Tracer):
         self.realization_count = 0
         self.proxies: dict[int, Tensor] = {}
         self.leaf_updates = False  # see leaf_update
+        # Whether a graph input stands for a real tensor with a recorded history (an
+        # argument or a captured tensor computed eagerly outside the call: `Value.origin`).
+        self.histories = False
         self.arguments: list[tuple[Tensor, Tensor, Value]] = []
         self.events: list[compile_events.CacheEvent] = []  # one per graph looked up
         self.realizations: list[compile_events.Realization] = []
@@ -91,8 +95,9 @@ class CompileTrace(Tracer):
                     self.diverge()
             if value is None:
                 value = self.graph.add_input(tensor._type, f"c{len(self.captured)}")
-                if tensor._requires_grad and tensor._grad_fn is None:
-                    value.leaf = weakref.ref(tensor)
+                _feed(value, tensor)
+            if value.origin is not None:
+                self.histories = True
             entry = (tensor, value)
             self.captured[id(tensor)] = entry
         return entry[1]
@@ -111,16 +116,18 @@ class CompileTrace(Tracer):
             if known is tensor:  # the same tensor passed twice: one stand-in, one graph input
                 return proxy
         value = self.replay.input(tensor, name) if self.replay is not None else None
-        if value is None:  # (else `Replay.input` set the value's leaf as below)
+        if value is None:  # (else `Replay.input` set the value's leaf or origin as `_feed` does)
             self.diverge()
             value = self.graph.add_input(tensor._type, name)
-            if tensor._requires_grad:
-                value.leaf = weakref.ref(tensor) if tensor._grad_fn is None else None
+            _feed(value, tensor)
         self.captured[id(tensor)] = (tensor, value)
         proxy = lazy_tensor(value, tensor._type, self)
         self.proxies[id(proxy)] = tensor
         proxy._requires_grad = tensor._requires_grad
         proxy._version_counter = tensor._version_counter
+        if value.origin is not None:  # an argument with history is no leaf in the call either
+            proxy._grad_fn = tensor._grad_fn
+            self.histories = True
         self.arguments.append((tensor, proxy, value))
         return proxy
 
@@ -133,6 +140,8 @@ class CompileTrace(Tracer):
         self.replay = None
         replay.save_all()
         self.graph = self.graph.prefix(replay.n_inputs, replay.position)
+        if replay.recording.histories and not self.histories:  # (`Replay.input` set origins)
+            self.histories = any(value.origin is not None for value in self.graph.inputs)
         if self.composites is not None:  # the recorded composites within the part kept
             for position, found in replay.recording.composites.items():
                 kept = {f: c for f, c in found.items() if c.end <= replay.position}
@@ -158,13 +167,15 @@ class CompileTrace(Tracer):
             self.write(real, result)
 
     def leaf_update(self, leaf: Tensor, result: Tensor, fresh: bool = False) -> Tensor:
-        """A leaf that requires grad (a real tensor or an argument's stand-in) updated in
-        place without grad, as an optimizer step does: its new value becomes a value of its
-        own marked as that leaf, so ops of the trace that read it later send their
-        gradients to the leaf's `.grad` (`reverse_mode` stops at marked values), as eager
-        ops reading the updated leaf would. A `fresh` result (a new op's output nothing
-        else holds, as `add_` and `copy_` make) is marked itself; any other is copied
-        first, so that marking it changes no other tensor's gradients."""
+        """A tensor that requires grad (a real tensor, an argument's stand-in or a traced
+        tensor) updated in place without grad, as an optimizer step does: its new value
+        becomes a value of its own marked as standing for the tensor's autograd identity,
+        so ops of the trace that read it later send their gradients where eager ops
+        reading the updated tensor would: a leaf's `.grad` (`reverse_mode` stops at a
+        value marked as a leaf), or the history the tensor had (`Value.origin`). A `fresh`
+        result (a new op's output nothing else holds, as `add_` and `copy_` make) is
+        marked itself; any other is copied first, so that marking it changes no other
+        tensor's gradients."""
         if fresh:
             fresh_value = result
         elif MODE.grad_enabled:
@@ -175,9 +186,17 @@ class CompileTrace(Tracer):
             fresh_value = replay.bind(self, elementwise.COPY, (result,), NO_ATTRS) if replay is not None else None
             if fresh_value is None:  # (not followed, or the replay diverged: as any op)
                 fresh_value = elementwise.copy(result)
-        fresh_value._value.leaf = weakref.ref(self.proxies.get(id(leaf), leaf) if self.proxies else leaf)
+        if leaf._grad_fn is None:
+            fresh_value._value.leaf = weakref.ref(self.proxies.get(id(leaf), leaf) if self.proxies else leaf)
+        else:
+            identity = leaf._autograd_value()
+            fresh_value._value.origin = identity if identity.origin is None else identity.origin
         self.leaf_updates = True
         return fresh_value
+
+    def lazy_leaf(self, tensor: Tensor) -> Value:
+        self.leaf_updates = True  # as `leaf_update`: a traced value is a leaf (no templates)
+        return super().lazy_leaf(tensor)
 
     def write(self, target: Tensor, result: Tensor) -> None:
         self.overrides[id(target)] = (target, result._value)
@@ -383,17 +402,20 @@ class CompiledFunction:
     def _remember(self, trace: CompileTrace, alive: list[Tensor]) -> None:
         """Keep the trace of a finished call for the next calls to follow (or, when it
         followed one to the end, keep that one)."""
-        escapes = [t for t in alive if t._grad_fn is not None]
+        # (`_references_nodes`, inline: every call pays it per live tensor)
+        escapes = [t for t in alive if t._grad_fn is not None and t._value.node is not None]
         replay = trace.replay
         if escapes and (replay is None or replay.saved_made):  # (a followed call made none: W5)
             _release_saved_tensors(trace.graph)
         escapes = [weakref.ref(t) for t in escapes]
         # No tensor can reach a saved tensor any more: do not keep them alive. (A followed
-        # call makes saved tensors only for results that reach them.)
-        if not escapes and replay is None:
+        # call makes saved tensors only for results that reach them, or for a backward.)
+        if not escapes and (replay is None or replay.saved_made):
             for node in trace.graph.nodes:
                 if node.saved:
                     node.saved = None
+        if not escapes and (trace.histories if replay is None else replay.recording.histories):
+            _forget_histories(trace.graph.inputs)
         with self._lock:
             if replay is not None:
                 recording = replay.recording
@@ -429,6 +451,30 @@ def _release_saved_tensors(graph: Graph) -> None:
                     entry.lazy = None
 
 
+def _forget_histories(inputs: list[Value]) -> None:
+    """Inputs that stood for tensors with history no longer hold those histories (no
+    tensor of the call can reach them: the recording would keep them alive, saved arrays
+    and all); they stay marked as such, for `Replay.input`, which sets the next call's."""
+    for value in inputs:
+        if value.origin is not None:
+            value.origin = _FORGOTTEN
+
+
+_FORGOTTEN = Value(TensorType((), float32))  # the origin of such an input between calls
+
+
+def _feed(value: Value, tensor: Tensor) -> None:
+    """Say where the gradients reaching `value`, a new graph input reading the real
+    `tensor`, go: to the `.grad` of a leaf that requires grad, or on into the recorded
+    history of a tensor computed with grad (so a loss built from tensors recorded outside
+    the call differentiates back to their leaves, as eager execution does)."""
+    if tensor._requires_grad:
+        if tensor._grad_fn is None:
+            value.leaf = weakref.ref(tensor)
+        else:
+            value.origin = tensor._autograd_value()
+
+
 def _graph_name(fn) -> str:
     module = bound_module(fn)
     if module is not None:
@@ -454,12 +500,14 @@ def _finish(trace: CompileTrace) -> None:
     for tensor, proxy, value in trace.arguments:
         if proxy._value is not value and id(tensor) not in pending:
             pending[id(tensor)] = (tensor, proxy)  # an in-place op rebound the stand-in
+    rebased = _rebased(pending) if pending else ()
     alive = trace.live_lazy_tensors()
     if trace.replay is not None and trace.replay.unsaved:
         # Saved tensors still to be made: needed only if a result can reach their nodes.
-        if any(t._grad_fn is not None for t in alive):
+        if rebased or any(_references_nodes(t) for t in alive):
             with trace:  # (a saved output's alias is a lazy tensor of the trace, to materialize)
                 trace.replay.save_all()
+            alive = None  # (not to keep the tensors only the saved tensors' entries held)
             alive = trace.live_lazy_tensors()  # with the saved outputs' aliases
         else:
             trace.replay.unsaved.clear()
@@ -467,7 +515,7 @@ def _finish(trace: CompileTrace) -> None:
     replay = trace.replay
     writes = [(target, result._value) for target, result in pending.values()] if pending else []
     if replay is not None and _finish_followed(trace, replay.recording, alive, alive_values, writes):
-        trace.compiled._remember(trace, alive)
+        trace.compiled._remember(trace, _rebase(rebased, alive) if rebased else alive)
         return
     trace.output_tensors = (list(zip(alive, alive_values)), writes)
     # Output positions keyed by (id of the node, output index): what Value equality
@@ -502,7 +550,36 @@ def _finish(trace: CompileTrace) -> None:
     if replay is not None and outputs:
         replay.recording.finish = (alive_values, [v for _, v in writes], graph, slots, write_slots, position,
                                    donations, key, program)
-    trace.compiled._remember(trace, alive)
+    trace.compiled._remember(trace, _rebase(rebased, alive) if rebased else alive)
+
+
+def _references_nodes(tensor: Tensor) -> bool:
+    """Whether `tensor`, alive after the call, references recorded nodes of the call: it
+    has a grad_fn and its value is a node's output (an argument's stand-in with history
+    has its argument's grad_fn, and reads a graph input)."""
+    return tensor._grad_fn is not None and tensor._value.node is not None
+
+
+def _rebased(pending: dict) -> list[tuple[Tensor, Tensor]]:
+    """The written real tensors whose new value was recorded for autograd (an in-place op
+    with grad on an argument or a captured tensor), with that value's tensor."""
+    rebased = []
+    for target, result in pending.values():
+        node = result._grad_fn
+        if node is not None and result._value.node is node:
+            rebased.append((target, result))
+    return rebased
+
+
+def _rebase(rebased: list, alive: list[Tensor]) -> list[Tensor]:
+    """Give each written tensor the history of its new value, as the in-place op does in
+    eager execution (so a backward from the tensor after the call goes through the call's
+    graph); `alive` with those tensors, which now reference the call's nodes."""
+    for target, result in rebased:
+        target._grad_fn = result._grad_fn
+        target._value = result._value
+        target._requires_grad = True
+    return alive + [target for target, _ in rebased]
 
 
 def _slot(value: Value, position: dict, inputs: list[Value]) -> int:

@@ -291,7 +291,8 @@ def jump(replay, tracer, function, args: tuple, kwargs: dict):
         if item.__class__ is int:  # (`Replay.input`'s checks, made before anything changes)
             t = tensors[item]
             if (id(t) in captured or (t._type is not value.type and t._type != value.type)
-                    or (t._requires_grad and t._grad_fn is None) != (value.leaf is not None)):
+                    or (t._requires_grad and t._grad_fn is None) != (value.leaf is not None)
+                    or (t._requires_grad and t._grad_fn is not None) != (value.origin is not None)):
                 return None
     if record.views:
         for t in tensors:  # (as `bind` checks each view it reads)

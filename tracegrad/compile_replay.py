@@ -87,7 +87,8 @@ def describe_backward(tracer, start: int, inputs_before: int, roots: list, targe
     `checks`: (node, its saved tensors then, the one checked) per version check it made."""
     graph = tracer.graph
     seeds = [seed for _, seed in roots]
-    if tracer.realization_count != realizations or tracer.hooked or tracer.rebound or tracer.leaf_updates:
+    if (tracer.realization_count != realizations or tracer.hooked or tracer.rebound or tracer.leaf_updates
+            or tracer.histories):  # (its gradients go on into histories the recording does not see)
         return None
     if leaf_hooks(graph.inputs):
         return None
@@ -137,7 +138,7 @@ class Recording:
     """A finished call's trace, for later calls to follow (see the module docstring)."""
 
     __slots__ = ("graph", "arguments", "steps", "escapes", "busy", "plans", "leaf_inputs", "finish", "scalars",
-                 "composites")
+                 "composites", "histories")
 
     def __init__(self, graph, arguments: int, steps: list, escapes: list, composites: dict | None = None):
         self.graph = graph
@@ -149,6 +150,8 @@ class Recording:
         self.plans = _plans(graph, steps)  # per node position: what `Replay.bind` checks and returns
         # The inputs feeding a leaf's .grad (the same on every followed call: `Replay.input`).
         self.leaf_inputs = tuple(i for i, value in enumerate(graph.inputs) if value.leaf is not None)
+        # Whether some input stands for a tensor with history (`Value.origin`, set anew per call).
+        self.histories = any(value.origin is not None for value in graph.inputs)
         # What the last call following it to the end computed and ran (compile._finish):
         # (live values, written values, the graph with its outputs, their slots, the
         # writes' slots, output positions, donations, key, program).
@@ -191,7 +194,9 @@ def _plans(graph, steps: list) -> list[tuple]:
     for node, part in zip(graph.nodes, graph._parts):
         op, out_types = node.op, node.out_types
         values = tuple([read.get((id(node), i)) or Value(typ, node, i) for i, typ in enumerate(out_types)])
-        plans.append((node, op, len(node.inputs), part[1] if node.attrs else None,
+        # (A node of a custom Function holds its call's ctx: never followed, no op matches.)
+        plans.append((node, op if getattr(op, "replayable", True) else None, len(node.inputs),
+                      part[1] if node.attrs else None,
                       op.vjp is not None and out_types[0].dtype.is_floating,
                       bool(op.saves_inputs or op.saves_output), op.kind == MOVEMENT and len(node.inputs) == 1,
                       values[0] if len(values) == 1 else None, values))
@@ -235,11 +240,16 @@ class Replay:
         typ = tensor._type
         if typ is not value.type and typ != value.type:  # (scalars share their type object)
             return None
-        if tensor._requires_grad and tensor._grad_fn is None:
-            if value.leaf is None:
-                return None
-            value.leaf = _weak(tensor)  # it feeds this call's tensor, as a fresh input would
-        elif value.leaf is not None:
+        if tensor._requires_grad:  # (it feeds this call's tensor, as a fresh input would: `compile._feed`)
+            if tensor._grad_fn is None:
+                if value.leaf is None:
+                    return None
+                value.leaf = _weak(tensor)
+            else:
+                if value.origin is None:
+                    return None
+                value.origin = tensor._autograd_value()
+        elif value.leaf is not None or value.origin is not None:
             return None
         self.n_inputs = n + 1
         return value

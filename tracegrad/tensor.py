@@ -186,8 +186,13 @@ class Tensor:
             raise RuntimeError("Setting requires_grad=True on inference tensor outside "
                                "InferenceMode is not allowed.")
         if self._requires_grad != bool(requires_grad):
+            if self._data is not None:
+                self._value = None  # made anew by `_autograd_value`, as a leaf or not
+            elif requires_grad:  # a traced tensor: not the values it was computed from
+                if MODE.tracer is None:
+                    raise RuntimeError(f"a traced tensor ({self._type}) was used after its trace ended")
+                self._value = MODE.tracer.lazy_leaf(self)
             self._requires_grad = bool(requires_grad)
-            self._value = None if self._data is not None else self._value
         return self
 
     @property
@@ -419,7 +424,10 @@ class _RetainGrad:
         tensor = self._tensor()
         if tensor is None:
             return
-        if not grad._requires_grad:  # own the buffer: the engine may reuse it
+        if grad._data is None:  # traced: a value of its own (the engine passes this one on)
+            from tracegrad.ops.elementwise import copy
+            grad = copy(grad.detach())
+        elif not grad._requires_grad:  # own the buffer: the engine may reuse it
             grad = Tensor._make(np.array(grad._data, copy=True), grad._type)
         tensor._grad = grad if tensor._grad is None else tensor._grad + grad
 

@@ -163,9 +163,10 @@ def _apply_traced_inplace(self: Tensor, result: Tensor, fresh: bool = False) -> 
             "would not reach the tensor it views. Write to the base tensor instead (for example "
             "base[index] = value), or use an out-of-place op.")
     tracer = MODE.tracer
-    if self._requires_grad and self._grad_fn is None and not result._requires_grad:
-        # A leaf updated without grad (an optimizer step): later ops of the trace read the
-        # new value but must still send gradients to the leaf's .grad.
+    if self._requires_grad and not result._requires_grad:
+        # Updated without grad (an optimizer step, an update under no_grad): later ops of
+        # the trace read the new value but must still send gradients where they went
+        # before (a leaf's .grad, or the tensor's history), as in eager execution.
         result = tracer.leaf_update(self, result, fresh)
     if self._data is None:
         self._value = result._value

@@ -78,7 +78,7 @@ def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None
         found = number.get(ident)
         if found is None:
             found = number[ident] = len(values)
-            if node is None:
+            if node is None or value.origin is not None:  # (the latter refused below)
                 inputs.append(found)
             values.append(value)
         return found
@@ -124,6 +124,8 @@ def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None
             values.append(node.output(i))
     leaves = set()
     for i in inputs:
+        if values[i].origin is not None:
+            return None  # its gradient goes on into a history (`Value.origin`) the key does not describe
         leaf = values[i].leaf
         if leaf is not None:
             tensor = leaf()

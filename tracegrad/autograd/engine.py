@@ -13,7 +13,7 @@ from tracegrad.autograd.grad_mode import MODE, enable_grad, no_grad
 from tracegrad import compile_replay
 from tracegrad.autograd import backward_cache, traced_backward
 from tracegrad.ir.autodiff import apply_hooks, reverse_mode
-from tracegrad.tensor import Tensor, owned_array
+from tracegrad.tensor import Tensor, _argument_of, owned_array
 
 _new_object = object.__new__
 
@@ -143,7 +143,8 @@ def _leaf_of(value, inputs):
     if inputs is not None:
         for t in inputs:
             if _target_value(t) == value:
-                return t
+                real = _argument_of(t) if t._data is None else None
+                return t if real is None else real  # (a stand-in: its argument's .grad is the one)
         return None
     return value.leaf() if value.leaf is not None else None
 

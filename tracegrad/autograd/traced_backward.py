@@ -130,7 +130,8 @@ def unpacker(tracer):
     def unpack(saved, node: Node):
         tensor = saved.unpack(node)
         slot = node.saved.index(saved)
-        if _aliasable(node, slot):
+        # (Only inputs of the trace: a node recorded eagerly before the call read none.)
+        if _aliasable(node, slot) and id(node.inputs[slot]) in tracer.graph._number:
             _alias(tracer, tensor, node.inputs[slot])
         return tensor
     return unpack
@@ -145,7 +146,9 @@ def clear() -> None:
 def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) -> dict | None:
     """{value: gradient tensor} as `reverse_mode` returns it, appended to `tracer`'s graph;
     None when the caller must take the direct path."""
-    if tracer.leaf_updates:  # leaves updated in the trace: templates key results by graph input
+    if tracer.leaf_updates or tracer.histories:
+        # (Templates key results by graph input: not for values marked as leaves in the
+        # trace, nor for inputs whose gradients go on into a history outside the graph.)
         return None
     root_values = [v for v, _ in roots]
     if len(root_values) > 1 and len(set(root_values)) != len(root_values):  # (hashing a Value is a Python call)

@@ -35,7 +35,9 @@ def forward_order(roots: list[Value]) -> list[Node]:
         stack.append((node, True))
         # (An explicit loop: this runs per node of every backward, and generators cost calls.)
         for value, needed in zip(node.inputs, node.needs_input_grad):
-            source = value.node
+            origin = value.origin
+            # A value standing for another's history (`Value.origin`) leads into that history.
+            source = value.node if origin is None else origin.node
             # A value marked as a leaf (`CompileTrace.leaf_update`) ends the walk as an input does.
             if needed and source is not None and value.leaf is None and id(source) not in expanded:
                 stack.append((source, False))
@@ -46,6 +48,8 @@ def _leads_to_targets(order: list[Node], targets: set[Value]) -> set[int]:
     useful: set[int] = set()
     for node in order:  # inputs first, so producers are decided before consumers
         for value, needed in zip(node.inputs, node.needs_input_grad):
+            if value.origin is not None:
+                value = value.origin
             # The producer test first: it is cheap, and hashing a Value is a Python call.
             if needed and ((value.node is not None and id(value.node) in useful) or value in targets):
                 useful.add(id(node))
@@ -74,16 +78,24 @@ def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None 
                  retain_graph: bool = False, unpack: Callable = _default_unpack,
                  run_hooks: bool = True) -> dict[Value, object]:
     """Gradients of `sum(<root, cotangent>)` w.r.t. every leaf reached (targets=None) or
-    w.r.t. `targets`. Returns {value: gradient tensor}; values not reached are absent."""
+    w.r.t. `targets`. Returns {value: gradient tensor}; values not reached are absent.
+    A value with an `origin` is that origin here (its gradient goes on into its history)."""
     from tracegrad.ops.elementwise import add, full
     from tracegrad.ops.reduction import sum_
 
     cotangents: dict[Value, object] = {}
     for value, cotangent in roots:
+        if value.origin is not None:
+            value = value.origin
         previous = cotangents.get(value)
         cotangents[value] = cotangent if previous is None else add(previous, cotangent)
-    order = forward_order([v for v, _ in roots])
+    order = forward_order([v if v.origin is None else v.origin for v, _ in roots])
+    # A target that is an input standing for a tensor with history: its gradient is that
+    # tensor's, collected where the walk goes on (and returned under the target asked for).
+    origins = {v.origin: v for v in targets if v.origin is not None} if targets is not None else None
     target_set = set(targets) if targets is not None else None
+    if origins:
+        target_set = {v.origin if v.origin is not None else v for v in targets}
     aliases = _leaf_aliases(order, target_set) if target_set is not None else None
     if aliases:
         target_set.update(aliases)
@@ -116,6 +128,8 @@ def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None 
             if grad.shape != value.type.shape:
                 raise RuntimeError(f"internal error: the gradient rule of {node.op.name} returned "
                                    f"shape {list(grad.shape)} for an input of type {value.type}")
+            if value.origin is not None:
+                value = value.origin
             previous = cotangents.get(value)
             cotangents[value] = grad if previous is None else add(previous, grad)
     for value, grad in cotangents.items():
@@ -127,6 +141,11 @@ def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None 
             if grad is not None:
                 previous = results.get(target)
                 results[target] = grad if previous is None else add(previous, grad)
+    if origins:
+        for origin, target in origins.items():
+            grad = results.pop(origin, None)
+            if grad is not None:
+                results[target] = grad
     return results
 
 

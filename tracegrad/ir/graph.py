@@ -24,7 +24,7 @@ class Value:
     output can be re-created (e.g. from a saved tensor) without losing its identity.
     """
 
-    __slots__ = ("type", "node", "index", "name", "leaf")
+    __slots__ = ("type", "node", "index", "name", "leaf", "origin")
 
     def __init__(self, type: TensorType, node: Node | None = None, index: int = 0,
                  name: str | None = None, leaf: Any = None):
@@ -33,6 +33,12 @@ class Value:
         self.index = index
         self.name = name
         self.leaf = leaf  # a weakref to the leaf tensor whose .grad this input feeds
+        # The autograd value this value stands for, where the gradients reaching it go on
+        # (`autodiff.reverse_mode`): for a graph input reading a real tensor with a recorded
+        # history (a compiled call's argument computed eagerly), that tensor's; for a
+        # tensor's new value after an in-place update without grad, the tensor's before.
+        # Never itself a value with an origin.
+        self.origin = None
 
     def __eq__(self, other: object) -> bool:
         if self is other:

@@ -2,7 +2,8 @@
 elimination and dead-code elimination, in one forward sweep plus a backward sweep.
 
 Passes know no op by name: a primitive's entry may carry `simplify(inputs, attrs)`
-(returning an existing value that equals the node's result, or None), `rewrite(inputs,
+(returning an existing value that equals the node's result, a tuple of them for a node
+of several outputs, or None), `rewrite(inputs,
 attrs, uses)` (returning new nodes whose last output equals the result, or None; `uses`
 counts a value's readers, so a rewrite can avoid duplicating work) and `constant(attrs)`
 (the scalar a constant node holds). Folding evaluates an elementwise op whose inputs are
@@ -50,11 +51,13 @@ def simplify(graph: Graph) -> Graph:
     nodes: list[Node] = []
     for node in graph.nodes:
         inputs = tuple(replaced.get(v, v) for v in node.inputs)
-        if len(node.out_types) == 1:
-            rule = getattr(node.op, "simplify", None)
-            same = rule(inputs, node.attrs) if rule is not None else None
-            if same is not None and same.type == node.out_types[0]:
-                replaced[node.output(0)] = same
+        rule = getattr(node.op, "simplify", None)
+        same = rule(inputs, node.attrs) if rule is not None else None
+        if same is not None:
+            same = (same,) if len(node.out_types) == 1 else tuple(same)
+            if [v.type for v in same] == list(node.out_types):
+                for i, value in enumerate(same):
+                    replaced[node.output(i)] = value
                 continue
         new = _fold(node, inputs) if len(node.out_types) == 1 else None
         if new is None:

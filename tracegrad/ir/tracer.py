@@ -7,6 +7,8 @@ traces whole functions with it.
 
 from __future__ import annotations
 
+import weakref
+
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.ir.graph import Graph, Value
 
@@ -62,9 +64,21 @@ class Tracer:
         """Called when an in-place op gives a lazy tensor a new value."""
 
     def leaf_update(self, leaf, result, fresh: bool = False):
-        """The tensor to give `leaf` (a leaf that requires grad) as its new value `result`,
+        """The tensor to give `leaf` (a tensor that requires grad) as its new value `result`,
         computed without grad (see `CompileTrace.leaf_update`); here `result` itself."""
         return result
+
+    def lazy_leaf(self, tensor) -> Value:
+        """The autograd identity of a traced tensor without history made to require grad
+        (`requires_grad_()` on a detached or no-grad result): a value of its own, marked as
+        that leaf, so gradients stop there and reach its `.grad` instead of flowing into
+        the ops that computed it (its old value may be another tensor's identity)."""
+        from tracegrad.autograd.grad_mode import no_grad
+        from tracegrad.ops.elementwise import copy
+        with no_grad():
+            value = copy(tensor)._value
+        value.leaf = weakref.ref(tensor)
+        return value
 
     def write(self, target, result) -> None:
         raise RuntimeError("in-place update of a real tensor while building a backward graph")
