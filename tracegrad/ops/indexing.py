@@ -136,7 +136,9 @@ def _index_vjp(ctx, g):
 
 
 INDEX = Primitive("index", shape_rule=_index_rule, impl=_index_impl, kind=OTHER,
-                  saves_inputs=tuple(range(1, 33)), vjp=_index_vjp)
+                  saves_inputs=tuple(range(1, 33)), vjp=_index_vjp,
+                  index_checks=lambda in_types, out_type, axis: [
+                      (1 + k, in_types[0].shape[axis + k]) for k in range(len(in_types) - 1)])
 
 
 def _index_add_rule(src: TensorType, *indices: TensorType, shape, axis):
@@ -155,6 +157,8 @@ def _index_add_impl(src, *indices, shape, axis):
 
 INDEX_ADD = Primitive("index_add", shape_rule=_index_add_rule, impl=_index_add_impl, kind=OTHER,
                       saves_inputs=tuple(range(1, 33)),
+                      index_checks=lambda in_types, out_type, shape, axis: [
+                          (1 + k, shape[axis + k]) for k in range(len(in_types) - 1)],
                       vjp=lambda ctx, g: (index(g, ctx.inputs[1:], ctx.attrs["axis"]),)
                       + (None,) * (len(ctx.in_types) - 1))
 
