@@ -67,7 +67,10 @@ class CompileTrace(Tracer):
         # (id -> (tensor, number, dtype)), which those may capture. None: not recorded.
         self.composites: dict | None = {} if compile_replay.ENABLED else None
         self.scalars: dict | None = {} if compile_replay.ENABLED else None
-        self.undo = UndoLog()  # what the call changed outside its graph, as it was before
+        # What the call changed outside its graph, as it was before. (`Tracer.note_grad` and
+        # `note_change` are the log's own: called per parameter, they take no extra frame.)
+        self.undo = UndoLog()
+        self.note_grad, self.note_change = self.undo.note_grad, self.undo.note_change
 
     def composite(self, function, args: tuple, kwargs: dict):
         """Call a composite function (`compile_composite`): in one step if the call follows
@@ -185,15 +188,14 @@ class CompileTrace(Tracer):
         return fresh_value
 
     def write(self, target: Tensor, result: Tensor) -> None:
-        self.undo.note_write(target)
+        """`target` (a real tensor) gets `result`'s value when the call ends; its version
+        counter is bumped once now (`_apply_traced_inplace`)."""
+        undo = self.undo
+        undo.bumped.append(target._version_counter)
+        if result._requires_grad:  # it takes the result's history (`_apply_traced_inplace`)
+            undo.note_history(target)
         self.overrides[id(target)] = (target, result._value)
         self.writes[id(target)] = (target, result)
-
-    def note_grad(self, tensor) -> None:
-        self.undo.note_grad(tensor)
-
-    def note_change(self, container: dict, key) -> None:
-        self.undo.note_change(container, key)
 
     def realize(self, tensor) -> np.ndarray:
         """Run the part of the graph `tensor` depends on, now."""

@@ -28,60 +28,56 @@ _MISSING = object()  # a dict entry that did not exist before the call
 
 
 class UndoLog:
-    """The first state seen of each thing the trace changed (later changes keep it)."""
+    """What the trace changed outside its graph, each as it first was (a later change of
+    the same thing keeps the first). Noted on paths every compiled training step takes,
+    so each note is one dict or list operation."""
 
-    __slots__ = ("entries",)
+    __slots__ = ("grads", "items", "bumped", "histories")
 
     def __init__(self):
-        self.entries: dict = {}
+        self.grads: dict[int, tuple] = {}      # id(tensor) -> (tensor, its .grad)
+        self.items: dict[tuple, tuple] = {}    # see note_change
+        self.bumped: list = []                 # per write: the version counter it bumps once
+        self.histories: dict[int, tuple] = {}  # id(tensor) -> (tensor, grad_fn, value, requires_grad)
 
     def note_grad(self, tensor) -> None:
-        """Before the `.grad` of a real tensor changes."""
-        key = ("grad", id(tensor))
-        if tensor._data is not None and key not in self.entries:
-            self.entries[key] = (_restore_grad, tensor, tensor._grad)
-
-    def note_write(self, tensor) -> None:
-        """Before an in-place op writes a real tensor: its version, and the autograd
-        history the op gives it if the new value requires grad."""
-        key = ("write", id(tensor))
-        if key not in self.entries:
-            counter = tensor._version_counter
-            self.entries[key] = (_restore_tensor, tensor, counter, counter.value, counter.history,
-                                 tensor._grad_fn, tensor._value, tensor._requires_grad)
+        """Before the `.grad` of a tensor changes (a real one: a lazy one dies with the trace)."""
+        if tensor._data is not None and id(tensor) not in self.grads:
+            self.grads[id(tensor)] = (tensor, tensor._grad)
 
     def note_change(self, container: dict, key) -> None:
         """Before `container[key]` changes (a dict held there is copied: it may change in place)."""
-        entry_key = ("item", id(container), id(key))  # (by identity: a tensor's == is elementwise)
-        if entry_key not in self.entries:
+        entry_key = (id(container), id(key))  # (by identity: a tensor's == is elementwise)
+        if entry_key not in self.items:
             old = container.get(key, _MISSING)
-            copy = dict(old) if isinstance(old, dict) else None
-            self.entries[entry_key] = (_restore_item, container, key, old, copy)
+            self.items[entry_key] = (container, key, old, dict(old) if isinstance(old, dict) else None)
+
+    def note_history(self, tensor) -> None:
+        """Before an in-place op gives a real tensor the history of a value requiring grad."""
+        if id(tensor) not in self.histories:
+            self.histories[id(tensor)] = (tensor, tensor._grad_fn, tensor._value, tensor._requires_grad)
 
     def restore(self) -> None:
-        """Put everything noted back as it was, latest change first."""
-        for restore, *state in reversed(list(self.entries.values())):
-            restore(*state)
-        self.entries.clear()
-
-
-def _restore_grad(tensor, grad) -> None:
-    tensor._grad = grad
-
-
-def _restore_tensor(tensor, counter, version, history, grad_fn, value, requires_grad) -> None:
-    counter.value, counter.history = version, history
-    tensor._grad_fn, tensor._value, tensor._requires_grad = grad_fn, value, requires_grad
-
-
-def _restore_item(container: dict, key, old, copy) -> None:
-    if old is _MISSING:
-        container.pop(key, None)
-        return
-    if copy is not None:  # the same dict object, with its old entries (others may hold it)
-        old.clear()
-        old.update(copy)
-    container[key] = old
+        """Put everything noted back as it was."""
+        for counter in self.bumped:  # (each write bumped its counter's value and history once)
+            counter.value -= 1
+            counter.history -= 1
+        for tensor, grad_fn, value, requires_grad in self.histories.values():
+            tensor._grad_fn, tensor._value, tensor._requires_grad = grad_fn, value, requires_grad
+        for tensor, grad in self.grads.values():
+            tensor._grad = grad
+        for container, key, old, copy in self.items.values():
+            if old is _MISSING:
+                container.pop(key, None)
+                continue
+            if copy is not None:  # the same dict object, with its old entries (others may hold it)
+                old.clear()
+                old.update(copy)
+            container[key] = old
+        self.bumped.clear()
+        self.histories.clear()
+        self.grads.clear()
+        self.items.clear()
 
 
 def index_inputs_checked(program, graph: Graph, inputs: list[np.ndarray]) -> None:

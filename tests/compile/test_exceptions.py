@@ -307,3 +307,22 @@ def test_a_call_that_cannot_finish_puts_back_rebound_buffers_and_assigned_grads(
     compiled(tg.ones(3, dtype=tg.float64), tg.tensor([2]))
     np.testing.assert_allclose(smoother.average.numpy(), [1.0, 1.0, 1.0])
     np.testing.assert_allclose(w.grad.numpy(), [0.0, 0.0, 0.0])
+
+
+def test_a_call_that_cannot_finish_puts_back_the_history_an_in_place_op_gave_a_real_tensor():
+    buffer = tg.zeros(3, dtype=tg.float64)  # a real tensor the function captures
+    w = tg.tensor([1.0, 2.0, 3.0], dtype=tg.float64, requires_grad=True)
+
+    def step(index):
+        buffer.add_(w * 2)  # buffer now requires grad, through this call's graph
+        return buffer.gather(0, index)
+
+    compiled = tg.compile(step)
+    with pytest.raises(IndexError, match="gather: index 5 is out of bounds"):
+        compiled(tg.tensor([5]))
+    assert buffer.grad_fn is None and not buffer.requires_grad and buffer._version == 0
+    np.testing.assert_allclose(buffer.numpy(), [0.0, 0.0, 0.0])
+    picked = compiled(tg.tensor([2]))
+    picked.sum().backward()
+    np.testing.assert_allclose(picked.detach().numpy(), [6.0])
+    np.testing.assert_allclose(w.grad.numpy(), [0.0, 0.0, 2.0])
