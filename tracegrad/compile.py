@@ -470,6 +470,10 @@ def _finish_failed(trace: CompileTrace) -> None:
     undo what the call changed (`_undo`). Never kept for a later call to follow."""
     try:
         trace.diverge()  # a graph of this call's own: a followed recording cut at the raise
+        graph = trace.graph
+        if len(graph._parts) != len(graph.nodes):  # a node appended but not keyed: the key would lie
+            _undo(trace)
+            return
         _finish(trace, failed=True)
     except BaseException:  # (that error is dropped: the function's own is the one to see)
         _undo(trace)

@@ -326,3 +326,42 @@ def test_a_call_that_cannot_finish_puts_back_the_history_an_in_place_op_gave_a_r
     picked.sum().backward()
     np.testing.assert_allclose(picked.detach().numpy(), [6.0])
     np.testing.assert_allclose(w.grad.numpy(), [0.0, 0.0, 2.0])
+
+
+def test_an_error_inside_the_tracer_changes_nothing(monkeypatch):
+    from tracegrad.compile_key import KeyedGraph
+    model, opt = _model_and_optimizer("sgd")
+    x = tg.tensor(np.random.default_rng(1).normal(size=(5, 3)))
+    compiled = tg.compile(_training_step(model, opt, "none"))
+    compiled(x, False)
+    add_node = KeyedGraph.add_node
+    appended = []
+
+    def counting_add_node(graph, node):
+        appended.append(node)
+        add_node(graph, node)
+
+    def failing_add_node(graph, node):  # fails half-way: the node appended, not keyed
+        appended.append(node)
+        if len(appended) == failing_at:
+            graph.nodes.append(node)
+            raise KeyError("inside the tracer")
+        add_node(graph, node)
+
+    monkeypatch.setattr(KeyedGraph, "add_node", counting_add_node)
+    tg.compile(_training_step(model, opt, "none")).explain(x, False)  # (a call: apply it, then count)
+    failing_at = len(appended) - 1  # the last parameter update's
+    before = _state(model, opt, x)
+    appended.clear()
+    monkeypatch.setattr(KeyedGraph, "add_node", failing_add_node)
+    with pytest.raises(KeyError, match="inside the tracer"):
+        tg.compile(_training_step(model, opt, "none"))(x, False)
+    monkeypatch.setattr(KeyedGraph, "add_node", add_node)
+    _assert_same_state(_state(model, opt, x), before, "after the failed call")
+    compiled(x, False)
+    model_e, opt_e = _model_and_optimizer("sgd")
+    x_e = tg.tensor(np.random.default_rng(1).normal(size=(5, 3)))
+    step_e = _training_step(model_e, opt_e, "none")
+    for _ in range(3):
+        step_e(x_e, False)
+    _assert_same_state(_state(model, opt, x), _state(model_e, opt_e, x_e), "after the next call")
