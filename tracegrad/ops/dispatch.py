@@ -163,9 +163,12 @@ def _record(prim: Primitive, node: Node, inputs: tuple, outputs: tuple) -> None:
     saves_output = prim.saves_output
     if not saves and not saves_output:
         return
-    saved_for = prim.saved_for
-    if saved_for is not None:
-        saves, saves_output = _needed_saves(saves, saves_output, saved_for, node.needs_input_grad)
+    if prim.saved_for is not None:
+        needs = node.needs_input_grad
+        plan = prim.saves_by_needs.get(needs)
+        if plan is None:
+            plan = prim.saves_by_needs[needs] = _needed_saves(prim, needs)
+        saves, saves_output = plan
     saved = [None] * n_inputs
     for i in saves:
         if i < n_inputs:  # ops of any arity name their largest list of saved inputs
@@ -176,13 +179,13 @@ def _record(prim: Primitive, node: Node, inputs: tuple, outputs: tuple) -> None:
     node.saved = tuple(saved) if saved.count(None) != n_inputs + saves_output else None
 
 
-def _needed_saves(saves: tuple, saves_output: bool, saved_for: dict, needs: tuple) -> tuple[tuple, bool]:
-    """The inputs to save and whether to save the output, given which inputs need grad
-    (`Primitive.saved_for`). The output's slot stays last when it is saved."""
+def _needed_saves(prim: Primitive, needs: tuple) -> tuple[tuple, bool]:
+    """The inputs `prim` saves and whether it saves its output, given which inputs need
+    grad (`Primitive.saved_for`)."""
     def needed(key) -> bool:
-        readers = saved_for.get(key)
-        return readers is None or any(needs[j] for j in readers)
-    return tuple([i for i in saves if needed(i)]), saves_output and needed("out")
+        readers = prim.saved_for.get(key)
+        return readers is None or any(needs[j] for j in readers if j < len(needs))
+    return tuple([i for i in prim.saves_inputs if needed(i)]), prim.saves_output and needed("out")
 
 
 def _share_storage(source, view) -> None:

@@ -25,7 +25,7 @@ REGISTRY: dict[str, Primitive] = {}
 class Primitive:
     """One op. `vjp(ctx, *output_grads)` returns one gradient (or None) per input."""
 
-    __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output", "saved_for",
+    __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output", "saved_for", "saves_by_needs",
                  "kind", "num_outputs", "backward_name", "lower", "index_map", "reduce_identity",
                  "simplify", "rewrite", "constant", "aligned", "lower_indexed", "lowers",
                  "index_checks", "__dict__")
@@ -53,6 +53,7 @@ class Primitive:
         # one of its readers needs grad, as PyTorch does (`a * 3` keeps nothing of `a`, so an
         # in-place update of `a` afterwards is allowed).
         self.saved_for = saved_for
+        self.saves_by_needs: dict[tuple, tuple] = {}  # needs_input_grad -> what is saved (dispatch)
         self.kind = kind
         self.num_outputs = num_outputs
         self.backward_name = backward_name or _camel(name) + "Backward"
