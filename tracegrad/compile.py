@@ -24,7 +24,7 @@ import weakref
 import numpy as np
 
 from tracegrad import compile_composite, compile_events, compile_replay, inspect_log
-from tracegrad.compile_undo import UndoLog, index_inputs_checked
+from tracegrad.compile_undo import UndoLog, index_checks_come_first, index_inputs_checked
 from tracegrad.autograd.grad_mode import MODE, no_grad
 from tracegrad.ir.autodiff import FREED
 from tracegrad.codegen.program import Program, build_program
@@ -531,6 +531,8 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
         key = traced.key(outputs, inputs)
         if writes:
             donations = _donations(writes, position, inputs, key[-1])
+            if donations and not index_checks_come_first(traced, outputs, [outputs[j] for j, _ in donations]):
+                donations = ()  # (a bounds check failing after a write would leave it done)
             key = key_with_donations(key, donations)
         else:
             donations = ()

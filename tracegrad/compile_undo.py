@@ -9,12 +9,14 @@ trace is finished up to the raise in the same way; only when that fails too does
 tensor, `.grad` or state dict is left referring to the dead trace.
 
 The data of written tensors needs no log: writes reach them only when a program runs,
-and a program that writes its inputs in place (donations) should fail before its first
-step or not at all. The one check a program makes while it runs is the bounds check of an
-index operand: `index_inputs_checked` checks those read straight from inputs before a
-donating program runs. (An index the graph computes is checked when its step comes; in a
-training step that is the forward, before any update. A program stopped later than its
-first donated write, by such a check or by KeyboardInterrupt, leaves that write done.)
+and a program that writes its inputs in place (donations) must fail before its first
+write or not at all. The one check a program makes while it runs is the bounds check of
+an index operand: `index_inputs_checked` checks those read straight from inputs before a
+donating program runs, and a graph gets donations only if every check of an index it
+computes is made by an op that every donated value depends on (`index_checks_come_first`:
+in a training step, the loss's gather and its gradient's scatter come before any update).
+(A KeyboardInterrupt inside a program that already wrote an input in place leaves that
+write done.)
 """
 
 from __future__ import annotations
@@ -91,6 +93,39 @@ def index_inputs_checked(program, graph: Graph, inputs: list[np.ndarray]) -> Non
             for k, size in _checked_operands(node) if id(node.inputs[k]) in position)
     for i, size, name in checks:
         check_bounds(name, inputs[i], size)
+
+
+def index_checks_come_first(graph: Graph, outputs: list, written: list) -> bool:
+    """Whether every bounds check of an index that `graph` computes, among the ops its
+    `outputs` need, is made (by that op, or by another one checking the same index against
+    the same size) by an op every `written` value depends on: one that runs before the
+    program writes any of them in place."""
+    live = 1 << len(written)
+    reach: dict[int, int] = {}  # id(node) -> bit k: leads to written[k]; bit `live`: to an output
+    for k, value in enumerate(written):
+        reach[id(value.node)] = reach.get(id(value.node), 0) | 1 << k
+    for value in outputs:
+        reach[id(value.node)] = reach.get(id(value.node), 0) | live
+    for node in reversed(graph.nodes):  # (consumers before their producers)
+        bits = reach.get(id(node), 0)
+        if bits:
+            for value in node.inputs:
+                if value.node is not None:
+                    reach[id(value.node)] = reach.get(id(value.node), 0) | bits
+    before_writes = live - 1
+    needed, made_first = set(), set()
+    for node in graph.nodes:
+        bits = reach.get(id(node), 0)
+        if not bits & live:
+            continue  # (pruned: never runs)
+        for k, size in _checked_operands(node):
+            operand = node.inputs[k]
+            if operand.node is not None:  # (an input is checked before the program: above)
+                check = (id(operand.node), operand.index, size)
+                needed.add(check)
+                if bits & before_writes == before_writes:
+                    made_first.add(check)
+    return needed <= made_first
 
 
 def _checked_operands(node) -> list[tuple[int, int]]:

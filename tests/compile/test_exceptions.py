@@ -229,7 +229,7 @@ def test_a_recording_of_a_failed_call_is_never_followed():
 # --- a call whose graph cannot run: everything as it was before the call -----------------
 
 
-def _gather_step(model, opt, late: bool):
+def _gather_step(model, opt, late: bool, computed: bool = False):
     def step(x, index):
         out = model(x)
         loss = (out * out).mean()
@@ -237,6 +237,8 @@ def _gather_step(model, opt, late: bool):
         loss.backward()
         opt.step()
         x.add_(1.0)
+        if computed:  # (then checked when its step comes, which may follow the updates)
+            index = index + 0
         picked = out.detach().reshape(-1).gather(0, index)  # out of bounds: raises when it runs
         if not late:
             picked.sum().item()  # (a realization point: it runs inside the call)
@@ -244,12 +246,13 @@ def _gather_step(model, opt, late: bool):
     return step
 
 
+@pytest.mark.parametrize("computed", [False, True], ids=["index argument", "index computed"])
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 @pytest.mark.parametrize("late", [False, True], ids=["raised inside the call", "raised at its end"])
 @pytest.mark.parametrize("fail_on", [1, 3], ids=["first call", "followed call"])
-def test_a_call_whose_graph_cannot_run_changes_nothing(fail_on, late, optimizer):
+def test_a_call_whose_graph_cannot_run_changes_nothing(fail_on, late, optimizer, computed):
     model, opt = _model_and_optimizer(optimizer)
-    compiled = tg.compile(_gather_step(model, opt, late))
+    compiled = tg.compile(_gather_step(model, opt, late, computed))
     x = tg.tensor(np.random.default_rng(1).normal(size=(5, 3)))
     good, bad = tg.tensor([0, 1, 2]), tg.tensor([0, 1, 50])
     for _ in range(fail_on - 1):
@@ -262,7 +265,7 @@ def test_a_call_whose_graph_cannot_run_changes_nothing(fail_on, late, optimizer)
     compiled(x, good)
     model_e, opt_e = _model_and_optimizer(optimizer)
     x_e = tg.tensor(np.random.default_rng(1).normal(size=(5, 3)))
-    step_e = _gather_step(model_e, opt_e, late)
+    step_e = _gather_step(model_e, opt_e, late, computed)
     for _ in range(fail_on):
         step_e(x_e, good)
     _assert_same_state(_state(model, opt, x), _state(model_e, opt_e, x_e), "after the next call")
