@@ -7,7 +7,10 @@ during tracing (`bool(t)`, `.item()`) are computed on the spot from the graph so
 
 At the end of a call, every lazy tensor of the trace that is still referenced (results,
 `.grad` fields, optimizer state, saved tensors of a graph kept for a later backward) is
-materialized in place, and writes to real tensors (optimizer steps) are applied.
+materialized in place, and writes to real tensors (optimizer steps) are applied. A call
+that raises ends the same way with what it did up to the raise, as eager execution
+would leave it, then the exception goes on; if even that fails, what the call changed is
+put back as it was (`compile_undo`). No later call follows the trace of a failed one.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import weakref
 import numpy as np
 
 from tracegrad import compile_composite, compile_events, compile_replay, inspect_log
+from tracegrad.compile_undo import UndoLog, index_checks_come_first, index_inputs_checked
 from tracegrad.autograd.grad_mode import MODE, no_grad
 from tracegrad.ir.autodiff import FREED
 from tracegrad.codegen.program import Program, build_program
@@ -67,6 +71,10 @@ class CompileTrace(Tracer):
         # (id -> (tensor, number, dtype)), which those may capture. None: not recorded.
         self.composites: dict | None = {} if compile_replay.ENABLED else None
         self.scalars: dict | None = {} if compile_replay.ENABLED else None
+        # What the call changed outside its graph, as it was before. (`Tracer.note_grad` and
+        # `note_change` are the log's own: called per parameter, they take no extra frame.)
+        self.undo = UndoLog()
+        self.note_grad, self.note_change = self.undo.note_grad, self.undo.note_change
 
     def composite(self, function, args: tuple, kwargs: dict):
         """Call a composite function (`compile_composite`): in one step if the call follows
@@ -199,6 +207,12 @@ class CompileTrace(Tracer):
         return super().lazy_leaf(tensor)
 
     def write(self, target: Tensor, result: Tensor) -> None:
+        """`target` (a real tensor) gets `result`'s value when the call ends; its version
+        counter is bumped once now (`_apply_traced_inplace`)."""
+        undo = self.undo
+        undo.bumped.append(target._version_counter)
+        if result._requires_grad:  # it takes the result's history (`_apply_traced_inplace`)
+            undo.note_history(target)
         self.overrides[id(target)] = (target, result._value)
         self.writes[id(target)] = (target, result)
 
@@ -376,11 +390,14 @@ class CompiledFunction:
                 traced_kwargs = {k: _substitute(v, trace, k) for k, v in kwargs.items()} if kwargs else {}
                 result = self.fn(*traced_args, **traced_kwargs)
                 del traced_args, traced_kwargs
-            trace.result = result
+        except BaseException:
+            _finish_failed(trace)
+            raise  # (the function's own exception, unchanged)
+        trace.result = result
+        try:
             _finish(trace)
         except BaseException:
-            if trace.replay is not None:  # tensors of the failed call may reference its nodes
-                self._forget(trace.replay.recording)
+            _undo(trace)
             raise
         compile_events.call_finished(trace)
         return result, trace
@@ -492,8 +509,32 @@ def _substitute(value, trace: CompileTrace, name: str):
     return value
 
 
-def _finish(trace: CompileTrace) -> None:
-    """Run the traced graph for every live lazy tensor and every pending write."""
+def _finish_failed(trace: CompileTrace) -> None:
+    """After the traced function raised: run the graph built up to the raise and apply it
+    as a call's end does (results, `.grad`, optimizer state, writes), which leaves the
+    state eager execution leaves at the raise. If that fails too (the graph cannot run),
+    undo what the call changed (`_undo`). Never kept for a later call to follow."""
+    try:
+        trace.diverge()  # a graph of this call's own: a followed recording cut at the raise
+        graph = trace.graph
+        if len(graph._parts) != len(graph.nodes):  # a node appended but not keyed: the key would lie
+            _undo(trace)
+            return
+        _finish(trace, failed=True)
+    except BaseException:  # (that error is dropped: the function's own is the one to see)
+        _undo(trace)
+
+
+def _undo(trace: CompileTrace) -> None:
+    """Put back what a call that cannot finish changed (`compile_undo`), and never follow it."""
+    if trace.replay is not None:  # tensors of the failed call may reference its nodes
+        trace.compiled._forget(trace.replay.recording)
+    trace.undo.restore()
+
+
+def _finish(trace: CompileTrace, failed: bool = False) -> None:
+    """Run the traced graph for every live lazy tensor and every pending write (`failed`:
+    of a call that raised, which is not remembered for later calls to follow)."""
     if trace.replay is not None and not trace.replay.finished:
         trace.diverge()  # the call did less than the recorded one
     pending = trace.writes
@@ -502,6 +543,8 @@ def _finish(trace: CompileTrace) -> None:
             pending[id(tensor)] = (tensor, proxy)  # an in-place op rebound the stand-in
     rebased = _rebased(pending) if pending else ()
     alive = trace.live_lazy_tensors()
+    if failed:  # an op that raised may have made tensors of a node it did not append
+        alive = _in_graph(alive, trace.graph)
     if trace.replay is not None and trace.replay.unsaved:
         # Saved tensors still to be made: needed only if a result can reach their nodes.
         if rebased or any(_references_nodes(t) for t in alive):
@@ -514,7 +557,7 @@ def _finish(trace: CompileTrace) -> None:
     alive_values = [t._value for t in alive]
     replay = trace.replay
     writes = [(target, result._value) for target, result in pending.values()] if pending else []
-    if replay is not None and _finish_followed(trace, replay.recording, alive, alive_values, writes):
+    if replay is not None and not failed and _finish_followed(trace, replay.recording, alive, alive_values, writes):
         trace.compiled._remember(trace, _rebase(rebased, alive) if rebased else alive)
         return
     trace.output_tensors = (list(zip(alive, alive_values)), writes)
@@ -536,10 +579,14 @@ def _finish(trace: CompileTrace) -> None:
         key = traced.key(outputs, inputs)
         if writes:
             donations = _donations(writes, position, inputs, key[-1])
+            if donations and not index_checks_come_first(traced, outputs, [outputs[j] for j, _ in donations]):
+                donations = ()  # (a bounds check failing after a write would leave it done)
             key = key_with_donations(key, donations)
         else:
             donations = ()
         program = trace.compiled._program(graph, inputs, trace, key, donations)
+        if donations:  # (an index out of bounds stops it before its first write)
+            index_inputs_checked(program, graph, inputs)
         arrays = program.run([inputs[i] for i in program.feeds] if program.feeds is not None else inputs)
     else:
         arrays = []
@@ -550,7 +597,11 @@ def _finish(trace: CompileTrace) -> None:
     if replay is not None and outputs:
         replay.recording.finish = (alive_values, [v for _, v in writes], graph, slots, write_slots, position,
                                    donations, key, program)
-    trace.compiled._remember(trace, _rebase(rebased, alive) if rebased else alive)
+    # A failed call's written tensors take their new histories too (eager's state at the
+    # raise), but the call is never remembered to be followed.
+    alive = _rebase(rebased, alive) if rebased else alive
+    if not failed:
+        trace.compiled._remember(trace, alive)
 
 
 def _references_nodes(tensor: Tensor) -> bool:
@@ -580,6 +631,14 @@ def _rebase(rebased: list, alive: list[Tensor]) -> list[Tensor]:
         target._value = result._value
         target._requires_grad = True
     return alive + [target for target, _ in rebased]
+
+
+def _in_graph(tensors: list[Tensor], graph: Graph) -> list[Tensor]:
+    """The lazy tensors whose values `graph` defines (outputs of its nodes, or its inputs)."""
+    nodes = {id(node) for node in graph.nodes}
+    inputs = {id(value) for value in graph.inputs}
+    return [t for t in tensors
+            if (id(t._value.node) in nodes if t._value.node is not None else id(t._value) in inputs)]
 
 
 def _slot(value: Value, position: dict, inputs: list[Value]) -> int:
@@ -623,6 +682,8 @@ def _finish_followed(trace: CompileTrace, recording, alive: list[Tensor], alive_
     if alias_pattern(inputs) != key[-1] or (writes and _donations(writes, position, inputs, key[-1]) != donations):
         return False
     # (No `trace.output_tensors`: they name a new graph's outputs, and this is a hit.)
+    if donations:
+        index_inputs_checked(program, graph, inputs)
     arrays = trace.compiled._run_hit(program, graph, inputs, trace, key)
     _deliver(alive, slots, writes, write_slots, arrays, inputs)
     return True

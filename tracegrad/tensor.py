@@ -222,6 +222,8 @@ class Tensor:
             if value.dtype is not self.dtype:
                 raise RuntimeError(f"assigned grad has data of a different type: {value.dtype.name} "
                                    f"vs {self.dtype.name}")
+        if MODE.tracer is not None:
+            MODE.tracer.note_grad(self)
         self._grad = value
 
     def retain_grad(self) -> None:

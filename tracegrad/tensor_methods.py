@@ -9,9 +9,10 @@ import numpy as np
 
 from tracegrad import functional as F
 from tracegrad.autograd.grad_mode import MODE
+from tracegrad.autograd.saved import SavedTensor
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
-from tracegrad.tensor import Tensor
+from tracegrad.tensor import Tensor, lazy_tensor
 
 LEAF_INPLACE_MESSAGE = "a leaf Variable that requires grad is being used in an in-place operation."
 VIEW_INPLACE_MESSAGE = (
@@ -96,10 +97,11 @@ Tensor.is_contiguous = lambda self: self._data is None or bool(self._data.flags.
 # --- in-place ops ------------------------------------------------------------------------
 
 
-def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False) -> Tensor:
+def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False, replaces: bool = False) -> Tensor:
     """Compute the new value out of place, then write it into `self`'s buffer, bump the
     version and make `self` an output of the new node (PyTorch's rebase). `fresh`: the
-    result is always a new op's output that nothing else holds (see `leaf_update`)."""
+    result is always a new op's output that nothing else holds (see `leaf_update`).
+    `replaces`: the new value never reads `self` (copy_)."""
     if self._requires_grad and self._grad_fn is None and MODE.grad_enabled:
         raise RuntimeError(LEAF_INPLACE_MESSAGE)
     if self._inference and not MODE.inference:
@@ -118,9 +120,9 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False) -> Ten
             raise RuntimeError(f"{name}: result type {result.dtype.name} can't be cast to the "
                                f"desired output type {self.dtype.name}")
         result = result_cast
-    if self._requires_grad and not result._requires_grad and MODE.grad_enabled:
-        # A constant overwrote a tensor in the graph (zero_, fill_, copy_ of a constant): it
-        # stays in the graph, and its old history gets a zero gradient, as in PyTorch.
+    if self._requires_grad and (not result._requires_grad or replaces) and MODE.grad_enabled:
+        # A value not computed from `self` overwrote a tensor in the graph (zero_, fill_,
+        # copy_): it stays in the graph, and its old history gets a zero gradient, as in PyTorch.
         result = F.where(ew.full(self.shape, True, types.bool_), result, self)
     if result._data is None:
         return _apply_traced_inplace(self, result, fresh)
@@ -130,14 +132,11 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False) -> Ten
         raise RuntimeError("a view of a " + LEAF_INPLACE_MESSAGE[2:])
     if base is not None and (tracks_grad or base._requires_grad) and MODE.grad_enabled:
         raise RuntimeError(VIEW_INPLACE_MESSAGE.format(op=name))
-    node = result._grad_fn
-    if node is not None and node.saved:
-        # The new node may have saved `self` as an input: keep the pre-update data for it.
-        for saved in node.saved:
-            if saved is not None and saved.counter is self._version_counter and saved.output_index is None:
-                saved.data = saved.data.copy()
-                saved.counter = type(saved.counter)()
-                saved.version = 0
+    saved = _saved_self(self, result._grad_fn)
+    if saved is not None:  # keep the pre-update data for it
+        saved.data = saved.data.copy()
+        saved.counter = type(saved.counter)()
+        saved.version = 0
     if not self._data.flags.writeable:
         raise RuntimeError("unsupported operation: more than one element of the written-to tensor "
                            "refers to a single memory location. Please clone() the tensor before "
@@ -163,6 +162,8 @@ def _apply_traced_inplace(self: Tensor, result: Tensor, fresh: bool = False) -> 
             "would not reach the tensor it views. Write to the base tensor instead (for example "
             "base[index] = value), or use an out-of-place op.")
     tracer = MODE.tracer
+    if result._grad_fn is not None:
+        _keep_value_read(self, result._grad_fn, tracer)
     if self._requires_grad and not result._requires_grad:
         # Updated without grad (an optimizer step, an update under no_grad): later ops of
         # the trace read the new value but must still send gradients where they went
@@ -180,6 +181,36 @@ def _apply_traced_inplace(self: Tensor, result: Tensor, fresh: bool = False) -> 
         self._value = result._value
         self._requires_grad = True
     return self
+
+
+def _saved_self(self: Tensor, node) -> SavedTensor | None:
+    """The saved tensor of `node` (the op computing an in-place update of `self`) that
+    holds `self` as its first operand, or None. PyTorch saves a copy of that operand
+    (`original_self`) and only that one: `v.mul_(v)` then backward raises as it does."""
+    if node is None or not node.saved:
+        return None
+    saved = node.saved[0]
+    if saved is not None and saved.counter is self._version_counter and saved.output_index is None:
+        return saved
+    return None
+
+
+def _keep_value_read(self: Tensor, node, tracer) -> None:
+    """Inside a trace: the saved tensor of `node` holding `self` (`_saved_self`) is
+    replaced by a lazy tensor of the value the node read, with a version counter of its
+    own, as eager execution keeps a copy of the pre-update data."""
+    replay = tracer.replay
+    if replay is not None:
+        replay.save(node)  # a followed node's saved tensors, made now (before the update)
+    saved = _saved_self(self, node)
+    if saved is None:
+        return
+    read = node.inputs[0]
+    original = lazy_tensor(read, read.type, tracer)
+    original._requires_grad = saved.requires_grad
+    if self._data is None:  # (before the update rebinds it: the history the node read)
+        original._grad_fn = self._grad_fn
+    node.saved = (SavedTensor(original),) + node.saved[1:]
 
 
 def _inplace_binary(fn, name):
@@ -218,7 +249,7 @@ def _copy_(self, src):
         source = src if isinstance(src, Tensor) else Tensor(src)
         source = F.broadcast_to(ew.convert(source, self.dtype), self.shape)
         return ew.copy(source)  # (a new value of its own: `fresh`)
-    return _apply_inplace(self, "copy_", compute, fresh=True)
+    return _apply_inplace(self, "copy_", compute, fresh=True, replaces=True)
 
 
 def _setitem(self, key, value):

@@ -318,3 +318,130 @@ def test_inplace_on_expanded_tensor_raises():
 def test_inplace_with_broadcast_to_larger_shape_raises():
     with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
         tg.ones(3).add_(tg.ones(2, 3))
+
+
+# --- what a gradient rule saves depends on which inputs need grad (as in PyTorch) -------
+
+
+def test_a_product_with_a_constant_does_not_save_the_tensor_operand():
+    # d * 2 keeps nothing of d (only the constant's gradient would read d), so updating d
+    # in place afterwards is allowed: d = 2a + 4a.
+    a = tg.tensor([1.0, 2.0], requires_grad=True)
+    d = a * 2
+    d += d * 2
+    d.sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), [6.0, 6.0])
+
+
+def _update_after(use, update):
+    """w -> v = 3w -> u = use(v) -> update(v) in place -> grad of sum(v * v) + sum(u)."""
+    w = tg.tensor([1.0, 2.0], dtype=tg.float64, requires_grad=True)
+    c = tg.tensor([0.5, 4.0], dtype=tg.float64)
+    v = w * 3
+    u = use(v, c)
+    update(v)
+    ((v * v).sum() + u.sum()).backward()
+    return w.grad.numpy()
+
+
+USES_NOT_SAVING_V = {
+    # use of v: (u, its gradient with respect to w at w = [1, 2])
+    "v * c": (lambda v, c: v * c, [1.5, 12.0]),
+    "c * v": (lambda v, c: c * v, [1.5, 12.0]),
+    "v * 5": (lambda v, c: v * 5, [15.0, 15.0]),
+    "v / c": (lambda v, c: v / c, [6.0, 0.75]),
+    "v @ c": (lambda v, c: (v.reshape(1, 2) @ c.reshape(2, 1)), [1.5, 12.0]),
+    "(v * 1) ** 2": (lambda v, c: (v * 1) ** 2, [18.0, 36.0]),
+}
+
+
+@pytest.mark.parametrize("use", sorted(USES_NOT_SAVING_V))
+def test_an_in_place_update_after_a_use_that_saved_nothing_of_it_is_allowed(use):
+    read, grad_of_use = USES_NOT_SAVING_V[use]
+    # v is doubled in place: sum(v * v) = 36 w^2 contributes 72 w.
+    got = _update_after(read, lambda v: v.mul_(2))
+    np.testing.assert_allclose(got, np.array(grad_of_use) + [72.0, 144.0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("use", ["v * w2", "c / v", "v ** 2", "v @ w2"])
+def test_an_operand_saved_for_the_other_input_s_gradient_still_raises(use):
+    w = tg.tensor([1.0, 2.0], requires_grad=True)
+    w2 = tg.tensor([0.5, 4.0], requires_grad=True)
+    c = tg.tensor([0.5, 4.0])
+    v = w * 3
+    u = {"v * w2": lambda: v * w2, "c / v": lambda: c / v, "v ** 2": lambda: v ** 2,
+         "v @ w2": lambda: v.reshape(1, 2) @ w2.reshape(2, 1)}[use]()
+    v.add_(1)
+    with pytest.raises(RuntimeError, match=MODIFIED_MESSAGE):
+        u.sum().backward()
+
+
+def test_a_power_saves_its_output_only_for_the_exponent_s_gradient():
+    w = tg.tensor([1.0, 2.0], dtype=tg.float64, requires_grad=True)
+    y = w ** 2  # the base's gradient reads the base, not the result
+    y.mul_(3)
+    y.sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), [6.0, 12.0])
+    z = 2.0 ** (w * 1)  # the exponent's gradient reads the result
+    z.mul_(3)
+    with pytest.raises(RuntimeError, match=MODIFIED_MESSAGE):
+        z.sum().backward()
+
+
+@pytest.mark.parametrize("update", ["mul_", "div_", "pow_"])
+def test_an_in_place_update_of_a_tensor_by_itself_raises_as_in_pytorch(update):
+    # PyTorch keeps a copy of the updated operand (its original_self) but saves the other
+    # operand as it is, and that is the tensor being updated.
+    w = tg.tensor([1.0, 2.0], requires_grad=True)
+    v = w * 3
+    getattr(v, update)(v)
+    with pytest.raises(RuntimeError, match=MODIFIED_MESSAGE):
+        v.sum().backward()
+
+
+@pytest.mark.parametrize("update, expected", [("mul_", [72.0, 144.0]), ("div_", [4.5, 9.0]),
+                                              ("pow_", [324.0, 2592.0])])
+def test_mul_div_pow_in_place_on_a_non_leaf_keep_the_value_they_read(update, expected):
+    # v = 3w updated by 2: 6w, 1.5w, 9w^2; the gradient of sum(v * v) is 72w, 4.5w, 324w^3.
+    w = tg.tensor([1.0, 2.0], dtype=tg.float64, requires_grad=True)
+    v = w * 3
+    getattr(v, update)(2.0)
+    (v * v).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-12)
+
+
+def test_copy_into_a_non_leaf_gives_its_old_history_a_zero_gradient():
+    w = tg.tensor([1.0, 2.0], requires_grad=True)
+    w2 = tg.tensor([3.0, 4.0], requires_grad=True)
+    v = w * 3
+    v.copy_(w2)
+    (v * v).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), [0.0, 0.0])  # PyTorch: zeros, not None
+    np.testing.assert_allclose(w2.grad.numpy(), [6.0, 8.0])
+
+
+def test_the_backward_cache_tells_apart_products_that_saved_different_operands():
+    # The same graph structure, run often enough for every tier of the eager backward
+    # cache, with the constant alternately requiring grad: only then is v saved.
+    w = tg.tensor([1.0, 2.0], dtype=tg.float64, requires_grad=True)
+    for step in range(8):
+        c = tg.tensor([0.5, 4.0], dtype=tg.float64, requires_grad=step % 2 == 1)
+        v = w * 3
+        u = v * c
+        v.add_(1)
+        if c.requires_grad:
+            with pytest.raises(RuntimeError, match=MODIFIED_MESSAGE):
+                u.sum().backward()
+            continue
+        w.grad = None
+        (u.sum() + v.sum()).backward()
+        np.testing.assert_allclose(w.grad.numpy(), [4.5, 15.0], rtol=1e-12)
+
+
+def test_repeated_update_after_a_constant_product_through_the_backward_cache():
+    for _ in range(6):  # every tier of the eager backward cache
+        a = tg.tensor([1.0, 2.0], requires_grad=True)
+        d = a * 2
+        d += d * 2
+        d.sum().backward()
+        np.testing.assert_allclose(a.grad.numpy(), [6.0, 6.0])

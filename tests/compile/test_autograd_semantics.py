@@ -288,7 +288,7 @@ def _argument_with_history(seed):
     return w, w * 2
 
 
-@pytest.mark.parametrize("update", ["add_", "sub_"])
+@pytest.mark.parametrize("update", ["add_", "sub_", "mul_", "div_"])
 def test_an_inplace_op_on_a_non_leaf_argument_then_backward_outside_the_call(update):
     def step(v):
         getattr(v, update)(3.0)

@@ -158,6 +158,8 @@ def _run_leaf_hooks(tensor: Tensor, grad):
 def _accumulate(tensor: Tensor, grad: Tensor, create_graph: bool, delivered: set[int]) -> None:
     if grad._data is None or (tensor._grad is not None and tensor._grad._data is None):
         # Traced: the accumulated gradient is an IR value, materialized when the graph runs.
+        if MODE.tracer is not None:  # (put back if the call fails and cannot be finished)
+            MODE.tracer.note_grad(tensor)
         tensor._grad = grad if tensor._grad is None else tensor._grad + grad
         return
     if not create_graph:

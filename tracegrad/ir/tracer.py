@@ -83,6 +83,13 @@ class Tracer:
     def write(self, target, result) -> None:
         raise RuntimeError("in-place update of a real tensor while building a backward graph")
 
+    def note_grad(self, tensor) -> None:
+        """Called before the `.grad` of `tensor` changes while tracing."""
+
+    def note_change(self, container: dict, key) -> None:
+        """Called before `container[key]` changes while tracing (an optimizer's state of a
+        parameter, a module's buffer)."""
+
     def input(self, type, name: str):
         """A new graph input as a lazy tensor."""
         from tracegrad.tensor import Tensor

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterator, Mapping
 
-from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.autograd.grad_mode import MODE, no_grad
 from tracegrad.ir import types
 from tracegrad.nn.parameter import Parameter
 from tracegrad.tensor import Tensor
@@ -63,6 +63,8 @@ class Module:
             return
         if name in self._buffers and (value is None or (isinstance(value, Tensor)
                                                         and not isinstance(value, Parameter))):
+            if MODE.tracer is not None:  # (a compiled call that fails and cannot finish puts it back)
+                MODE.tracer.note_change(self._buffers, name)
             self._buffers[name] = value
             return
         for registry in (self._parameters, self._modules, self._buffers):
@@ -234,6 +236,8 @@ class Module:
             if param._grad is None:
                 continue
             if set_to_none:
+                if MODE.tracer is not None:
+                    MODE.tracer.note_grad(param)
                 param._grad = None
             else:
                 param._grad.zero_()

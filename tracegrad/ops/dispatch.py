@@ -160,16 +160,32 @@ def _record(prim: Primitive, node: Node, inputs: tuple, outputs: tuple) -> None:
                 if out._value is None:
                     out._value = Value(out._type, node, i)
     saves = prim.saves_inputs
-    if not saves and not prim.saves_output:
+    saves_output = prim.saves_output
+    if not saves and not saves_output:
         return
+    if prim.saved_for is not None:
+        needs = node.needs_input_grad
+        plan = prim.saves_by_needs.get(needs)
+        if plan is None:
+            plan = prim.saves_by_needs[needs] = _needed_saves(prim, needs)
+        saves, saves_output = plan
     saved = [None] * n_inputs
     for i in saves:
         if i < n_inputs:  # ops of any arity name their largest list of saved inputs
             saved[i] = SavedTensor(inputs[i])
-    if prim.saves_output:  # after marking: a saved output must stay differentiable
+    if saves_output:  # after marking: a saved output must stay differentiable
         saved.append(SavedTensor(outputs[0], output_index=0))
     # A node that saved nothing has nothing to free: it can be run backward again.
-    node.saved = tuple(saved) if saved.count(None) != n_inputs + prim.saves_output else None
+    node.saved = tuple(saved) if saved.count(None) != n_inputs + saves_output else None
+
+
+def _needed_saves(prim: Primitive, needs: tuple) -> tuple[tuple, bool]:
+    """The inputs `prim` saves and whether it saves its output, given which inputs need
+    grad (`Primitive.saved_for`)."""
+    def needed(key) -> bool:
+        readers = prim.saved_for.get(key)
+        return readers is None or any(needs[j] for j in readers if j < len(needs))
+    return tuple([i for i in prim.saves_inputs if needed(i)]), prim.saves_output and needed("out")
 
 
 def _share_storage(source, view) -> None:

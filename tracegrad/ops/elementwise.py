@@ -179,7 +179,7 @@ SUB = Primitive("sub", shape_rule=_binary_rule("sub"), impl=_quiet(np.subtract),
                 lower=lambda b, x, y: b.sub(x, y),
                 simplify=lambda inputs, attrs: _unit_operand(inputs, 0))
 MUL = Primitive("mul", shape_rule=_binary_rule("mul"), impl=_quiet(np.multiply), kind=ELEMENTWISE,
-                saves_inputs=(0, 1),
+                saves_inputs=(0, 1), saved_for={0: (1,), 1: (0,)},
                 vjp=lambda ctx, g: (mul(g, ctx.inputs[1]) if ctx.needs_input_grad[0] else None,
                                     mul(g, ctx.inputs[0]) if ctx.needs_input_grad[1] else None),
                 lower=lambda b, x, y: b.mul(x, y),
@@ -206,7 +206,7 @@ def _div_vjp(ctx, g):
 
 
 DIV = Primitive("div", shape_rule=_div_rule, impl=_div_impl, kind=ELEMENTWISE,
-                saves_inputs=(0, 1), vjp=_div_vjp,
+                saves_inputs=(0, 1), saved_for={0: (1,)}, vjp=_div_vjp,
                 lower=lambda b, x, y: b.div(b.convert(x, b.in_types[0].dtype, b.out_type.dtype),
                                        b.convert(y, b.in_types[1].dtype, b.out_type.dtype)),
                 simplify=lambda inputs, attrs: _unit_operand(inputs, 1))
@@ -228,7 +228,7 @@ def _pow_vjp(ctx, g):
 
 
 POW = Primitive("pow", shape_rule=_binary_rule("pow"), impl=_quiet(np.power), kind=ELEMENTWISE,
-                saves_inputs=(0, 1), saves_output=True, vjp=_pow_vjp)
+                saves_inputs=(0, 1), saves_output=True, saved_for={"out": (1,)}, vjp=_pow_vjp)
 
 
 def _minmax_vjp(first_loses):

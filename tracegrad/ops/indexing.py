@@ -57,13 +57,31 @@ def check_bounds(name, index, size, dim, negative=False, target=False):
         raise IndexError(f"{name}: index {bad} is out of bounds for dimension {dim} with size {size}")
 
 
+class BoundsCheck:
+    """The bounds check of one index operand, as a primitive's `index_checks` lists it:
+    calling it on the index array raises the op's eager error (`check_bounds`). `bounds`
+    says what it accepts, so two checks of one index can be compared (compile_undo)."""
+
+    __slots__ = ("name", "size", "dim", "negative", "target")
+
+    def __init__(self, name: str, size: int, dim: int, negative: bool = False, target: bool = False):
+        self.name, self.size, self.dim, self.negative, self.target = name, size, dim, negative, target
+
+    def __call__(self, index: np.ndarray) -> None:
+        check_bounds(self.name, index, self.size, self.dim, self.negative, self.target)
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        return (-self.size if self.negative else 0, self.size)
+
+
 def _gather_check(size, axis, target_of):
     """The check of gather's index: a position in a row of `size` along `axis`, never
     negative (PyTorch's gather). `target_of` names a loss whose class labels the index
     holds (cross_entropy), whose error the check raises."""
     if target_of is None:
-        return lambda index: check_bounds("gather", index, size, axis)
-    return lambda index: check_bounds(target_of, index, size, axis, target=True)
+        return BoundsCheck("gather", size, axis)
+    return BoundsCheck(target_of, size, axis, target=True)
 
 
 def _gather_checks(in_types, out_type, axis, target_of=None):
@@ -118,7 +136,7 @@ def _scatter_add_rule(index: TensorType, src: TensorType, shape, axis):
 
 
 def _scatter_add_checks(in_types, out_type, shape, axis):
-    return [(0, lambda index: check_bounds("scatter_add", index, shape[axis], axis))]
+    return [(0, BoundsCheck("scatter_add", shape[axis], axis))]
 
 
 def _scatter_add_impl(index, src, shape, axis):
@@ -168,7 +186,10 @@ def _index_vjp(ctx, g):
 
 
 INDEX = Primitive("index", shape_rule=_index_rule, impl=_index_impl, kind=OTHER,
-                  saves_inputs=tuple(range(1, 33)), vjp=_index_vjp)
+                  saves_inputs=tuple(range(1, 33)), vjp=_index_vjp,
+                  index_checks=lambda in_types, out_type, axis, negative=True: [
+                      (1 + k, BoundsCheck("index", in_types[0].shape[axis + k], axis + k, negative=negative))
+                      for k in range(len(in_types) - 1)])
 
 
 def _index_add_rule(src: TensorType, *indices: TensorType, shape, axis):
@@ -189,6 +210,9 @@ def _index_add_impl(src, *indices, shape, axis):
 
 INDEX_ADD = Primitive("index_add", shape_rule=_index_add_rule, impl=_index_add_impl, kind=OTHER,
                       saves_inputs=tuple(range(1, 33)),
+                      index_checks=lambda in_types, out_type, shape, axis: [
+                          (1 + k, BoundsCheck("index", shape[axis + k], axis + k, negative=True))
+                          for k in range(len(in_types) - 1)],
                       vjp=lambda ctx, g: (index(g, ctx.inputs[1:], ctx.attrs["axis"]),)
                       + (None,) * (len(ctx.in_types) - 1))
 

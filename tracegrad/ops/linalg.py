@@ -38,7 +38,8 @@ def _matmul_impl(a, b):
 
 
 MATMUL_PRIM = Primitive("matmul", shape_rule=_matmul_rule, impl=_matmul_impl, kind=MATMUL,
-                        saves_inputs=(0, 1), vjp=_matmul_vjp, backward_name="MmBackward")
+                        saves_inputs=(0, 1), saved_for={0: (1,), 1: (0,)}, vjp=_matmul_vjp,
+                        backward_name="MmBackward")
 
 
 def matmul(a, b):

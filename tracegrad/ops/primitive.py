@@ -25,7 +25,7 @@ REGISTRY: dict[str, Primitive] = {}
 class Primitive:
     """One op. `vjp(ctx, *output_grads)` returns one gradient (or None) per input."""
 
-    __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output",
+    __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output", "saved_for", "saves_by_needs",
                  "kind", "num_outputs", "backward_name", "lower", "index_map", "reduce_identity",
                  "simplify", "rewrite", "constant", "aligned", "lower_indexed", "lowers",
                  "index_checks", "__dict__")
@@ -33,6 +33,7 @@ class Primitive:
     def __init__(self, name: str, *, shape_rule: Callable[..., tuple[TensorType, ...]],
                  impl: Callable, vjp: Callable | None = None,
                  saves_inputs: tuple[int, ...] = (), saves_output: bool = False,
+                 saved_for: dict[int | str, tuple[int, ...]] | None = None,
                  kind: str = OTHER, num_outputs: int = 1, backward_name: str | None = None,
                  lower: Callable | None = None, index_map: Callable | None = None,
                  reduce_identity: Callable | None = None, simplify: Callable | None = None,
@@ -47,6 +48,12 @@ class Primitive:
         self.vjp = vjp
         self.saves_inputs = saves_inputs
         self.saves_output = saves_output
+        # Which inputs' gradients read each saved value (input index, or "out" for the
+        # output); a value not listed is read by every gradient. A value is saved only when
+        # one of its readers needs grad, as PyTorch does (`a * 3` keeps nothing of `a`, so an
+        # in-place update of `a` afterwards is allowed).
+        self.saved_for = saved_for
+        self.saves_by_needs: dict[tuple, tuple] = {}  # needs_input_grad -> what is saved (dispatch)
         self.kind = kind
         self.num_outputs = num_outputs
         self.backward_name = backward_name or _camel(name) + "Backward"
@@ -72,7 +79,7 @@ class Primitive:
         # Data-dependent reads (gather, scatter_add): `lower_indexed(b, read, index,
         # in_types, out_type, **attrs)` builds one element, where `read(k, index)` gives
         # input k at any index; `lowers(node)` says whether this instance lowers; and
-        # `index_checks(in_types, out_type, **attrs)` lists (input, check) pairs: `check(array)`
+        # `index_checks(in_types, out_type, **attrs)` lists (input, BoundsCheck) pairs: `check(array)`
         # raises the op's eager error for an index operand out of bounds, before the kernel runs.
         self.lower_indexed = lower_indexed
         self.lowers = lowers

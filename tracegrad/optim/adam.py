@@ -56,7 +56,7 @@ class Adam(Optimizer):
     def _update(self, p, group: dict[str, Any]) -> None:
         lr, (beta1, beta2), weight_decay = group["lr"], group["betas"], group["weight_decay"]
         grad = -p.grad if group["maximize"] else p.grad
-        state = self.state.setdefault(p, {})
+        state = self._state_of(p)
         if not state:
             state["step"] = 0
             state["exp_avg"] = zeros_like(p)

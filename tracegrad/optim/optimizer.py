@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import Any
 
-from tracegrad.autograd.grad_mode import enable_grad
+from tracegrad.autograd.grad_mode import MODE, enable_grad
 from tracegrad.tensor import Tensor
 
 ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]]
@@ -63,11 +63,14 @@ class Optimizer:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset the gradients of all parameters: to None (default) or to zeros."""
+        tracer = MODE.tracer
         for group in self.param_groups:
             for p in group["params"]:
                 if p._grad is None:
                     continue
                 if set_to_none:
+                    if tracer is not None:
+                        tracer.note_grad(p)
                     p._grad = None
                 else:
                     p._grad.zero_()
@@ -75,6 +78,14 @@ class Optimizer:
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Update the parameters once; `closure` re-evaluates the loss and returns it."""
         raise NotImplementedError
+
+    def _state_of(self, p: Tensor) -> dict[str, Any]:
+        """`state[p]` (made empty if new), about to be updated. Inside a compiled call the
+        trace notes it as it was, to put back if the call fails and cannot be finished."""
+        tracer = MODE.tracer
+        if tracer is not None:
+            tracer.note_change(self.state, p)
+        return self.state.setdefault(p, {})
 
     @staticmethod
     def _evaluate_closure(closure: Callable[[], Any] | None) -> Any:

@@ -44,7 +44,7 @@ class SGD(Optimizer):
                 if group["weight_decay"] != 0:
                     d_p = d_p.add(p, alpha=group["weight_decay"])
                 if momentum != 0:
-                    state = self.state.setdefault(p, {})
+                    state = self._state_of(p)
                     buf = state.get("momentum_buffer")
                     if buf is None:
                         buf = d_p.clone()
