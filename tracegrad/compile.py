@@ -21,6 +21,7 @@ import weakref
 import numpy as np
 
 from tracegrad import compile_composite, compile_events, compile_replay, inspect_log
+from tracegrad.compile_alias import OVERLAPPING_WRITE_MESSAGE, SharedMemory
 from tracegrad.autograd.grad_mode import MODE, no_grad
 from tracegrad.ir.autodiff import FREED
 from tracegrad.codegen.program import Program, build_program
@@ -39,6 +40,7 @@ class CompileTrace(Tracer):
     realize any traced value on demand."""
 
     replays_backward = True  # backward() inside the trace may replay a template (traced_backward)
+    writes_real_tensors = True
 
     def __init__(self, compiled: CompiledFunction, name: str, recording: compile_replay.Recording | None = None):
         super().__init__(KeyedGraph(name=name) if recording is None else recording.graph)
@@ -48,6 +50,7 @@ class CompileTrace(Tracer):
         self.backward_steps: list[tuple] = []  # (node position, BackwardStep or None) per backward
         self.created: list[weakref.ref] = []
         self.writes: dict[int, tuple[Tensor, Tensor]] = {}
+        self.memory: SharedMemory | None = None  # from the first write on (see compile_alias)
         self.realized: dict[Value, np.ndarray] = {}
         self.realization_count = 0
         self.proxies: dict[int, Tensor] = {}
@@ -95,6 +98,11 @@ class CompileTrace(Tracer):
                     value.leaf = weakref.ref(tensor)
             entry = (tensor, value)
             self.captured[id(tensor)] = entry
+            if self.memory is not None:  # it may share memory with a tensor written earlier
+                self.memory.captured(tensor)
+                override = self.overrides.get(id(tensor))
+                if override is not None:
+                    return override[1]
         return entry[1]
 
     def lookup(self, tensor) -> Value | None:
@@ -180,8 +188,13 @@ class CompileTrace(Tracer):
         return fresh_value
 
     def write(self, target: Tensor, result: Tensor) -> None:
+        if not target._data.flags.writeable:  # (an expanded view: as eager execution refuses it)
+            raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
         self.overrides[id(target)] = (target, result._value)
         self.writes[id(target)] = (target, result)
+        if self.memory is None:
+            self.memory = SharedMemory(self)
+        self.memory.written(target, result)
 
     def realize(self, tensor) -> np.ndarray:
         """Run the part of the graph `tensor` depends on, now."""
@@ -451,8 +464,11 @@ def _finish(trace: CompileTrace) -> None:
     if trace.replay is not None and not trace.replay.finished:
         trace.diverge()  # the call did less than the recorded one
     pending = trace.writes
+    # (An argument whose value changed because a write shared its memory is written back
+    # by that write: compile_alias.)
+    refreshed = trace.memory.changed if trace.memory is not None else ()
     for tensor, proxy, value in trace.arguments:
-        if proxy._value is not value and id(tensor) not in pending:
+        if proxy._value is not value and id(tensor) not in pending and id(tensor) not in refreshed:
             pending[id(tensor)] = (tensor, proxy)  # an in-place op rebound the stand-in
     alive = trace.live_lazy_tensors()
     if trace.replay is not None and trace.replay.unsaved:
@@ -463,6 +479,9 @@ def _finish(trace: CompileTrace) -> None:
             alive = trace.live_lazy_tensors()  # with the saved outputs' aliases
         else:
             trace.replay.unsaved.clear()
+    for t in alive:
+        if t._base is not None:  # a view kept past the call must not be older than its base
+            t._check_view_is_current()
     alive_values = [t._value for t in alive]
     replay = trace.replay
     writes = [(target, result._value) for target, result in pending.values()] if pending else []
@@ -521,6 +540,8 @@ def _deliver(alive: list[Tensor], slots: list[int], writes: list, write_slots: l
         t._data = owned_array(np.asarray(arrays[slot])) if slot >= 0 else np.asarray(inputs[-slot - 1])
         if t._grad_fn is None:
             t._value = None
+        if t._base is not None:  # now real: its graph is as current as its base's
+            t._view_history = t._version_counter.history
     for (target, _), slot in zip(writes, write_slots):
         array = arrays[slot] if slot >= 0 else inputs[-slot - 1]
         if array is not target._data:  # else the program wrote it in place (a donation)

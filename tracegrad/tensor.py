@@ -116,7 +116,12 @@ class Tensor:
         return self._value
 
     def _check_view_is_current(self) -> None:
-        if self._view_history != self._version_counter.history:
+        # A lazy view (inside a trace) holds values computed from its base when it was
+        # taken: any in-place update of the base since (the version) makes them stale. A
+        # real view shares its base's memory: only its recorded graph can be stale (an
+        # in-place update with grad: the history). (`dispatch._share_storage` records which.)
+        counter = self._version_counter
+        if self._view_history != (counter.value if self._data is None else counter.history):
             raise RuntimeError(STALE_VIEW_MESSAGE)
 
     # --- metadata ---------------------------------------------------------------------

@@ -16,6 +16,7 @@ class Tracer:
     version_checks = None  # when a list: collects (node, node.saved, saved tensor) per version check
     created = None  # when a list: a weak reference to every lazy tensor made while this tracer is active
     scalars = None  # when a dict: id -> (tensor, number, dtype) of each 0-d tensor `scalar_tensor` made
+    writes_real_tensors = False  # whether in-place ops may write real tensors (a compile trace)
 
     def __init__(self, graph: Graph):
         self.graph = graph

@@ -1,0 +1,210 @@
+"""Memory shared between the real tensors a compiled call sees, and in-place writes.
+
+A compile trace records an in-place write to a real tensor (an argument or a captured
+tensor) as a new value for that tensor, copied into its buffer when the call ends
+(`compile._finish`); the program reads every graph input from the buffers as they were
+when the call began. Two tensors the call sees may share memory: an argument passed twice
+as different views (`h(x, x.T)`, overlapping slices, `x` and `x.detach()`, an expanded
+view), an argument and a captured parameter, two captured tensors. Eager execution writes
+the buffer at once, so the other tensor reads the new elements; a graph input of the
+other tensor would read the old ones.
+
+`SharedMemory` keeps, from the first write of a call on, the real tensors the trace knows
+by the buffer they view (`compile_key.owner`). A write gives every known tensor that
+shares an element with the written one a new value: the shared elements taken from the
+written value (by address: `index` of the flattened value, at the positions where the
+other tensor's elements lie in it), the others from its own current value (`where`). A
+tensor first read after a write starts from its buffer overlaid the same way. So every
+tensor the call changed holds the current contents of its memory, and the values written
+back at the end agree wherever they overlap. The graph says which elements overlap (the
+positions are data, the ops are structure), and the cache key says which inputs share a
+buffer, so a call with other aliasing never runs this call's program.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.compile_key import owner
+from tracegrad.functional import arith, shape
+from tracegrad.ir import types
+from tracegrad.ir.types import TensorType
+from tracegrad.ops import indexing
+from tracegrad.tensor import Tensor
+
+# As eager execution says it (`tensor_methods._apply_inplace`), and PyTorch.
+OVERLAPPING_WRITE_MESSAGE = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single "
+    "memory location. Please clone() the tensor before performing the operation.")
+
+
+class SharedMemory:
+    """The real tensors a trace knows, grouped by the buffer they view, and which of them
+    the call changed (see the module docstring). Made at the trace's first write."""
+
+    __slots__ = ("trace", "groups", "changed", "proxies")
+
+    def __init__(self, trace):
+        self.trace = trace
+        self.groups: dict[int, tuple[object, list[Tensor]]] = {}  # id of a buffer -> (buffer, tensors)
+        self.changed: dict[int, Tensor] = {}  # tensors whose value the call changed, by id
+        # Each argument's stand-in, by the argument's id (every argument is known by now).
+        self.proxies = {id(tensor): proxy for tensor, proxy, _ in trace.arguments}
+        for tensor, _ in trace.captured.values():
+            self._group(tensor)
+
+    def written(self, target: Tensor, result: Tensor) -> None:
+        """`target` (a real tensor) now holds `result`: the argument's stand-in reads it,
+        and so does every other known tensor where it shares memory with `target`."""
+        proxy = self.proxies.get(id(target))
+        if proxy is not None and proxy._value is not result._value:
+            # Written as a captured tensor (an optimizer's parameter) and passed as an argument.
+            proxy._value = result._value
+            if result._requires_grad:
+                proxy._requires_grad = True
+                proxy._grad_fn = result._grad_fn
+        self.changed[id(target)] = target
+        for other in list(self._group(target)):
+            if other is not target:
+                self._refresh(other, [target])
+
+    def captured(self, tensor: Tensor) -> None:
+        """`tensor` was just captured: it reads what the call wrote into its memory."""
+        group = self._group(tensor)
+        sources = [t for t in group if t is not tensor and id(t) in self.changed]
+        if sources:
+            self._refresh(tensor, sources)
+
+    def _group(self, tensor: Tensor) -> list[Tensor]:
+        """The known tensors viewing `tensor`'s buffer, with `tensor` among them."""
+        buffer = owner(tensor._data)
+        entry = self.groups.get(id(buffer))
+        if entry is None:
+            entry = self.groups[id(buffer)] = (buffer, [])  # (the buffer kept: its id stays unique)
+        group = entry[1]
+        if not any(t is tensor for t in group):
+            group.append(tensor)
+        return group
+
+    def _current(self, tensor: Tensor) -> Tensor:
+        """The tensor whose value is `tensor`'s current value in the trace (an argument's
+        stand-in; a captured tensor reads its override)."""
+        return self.proxies.get(id(tensor), tensor)
+
+    def _refresh(self, reader: Tensor, sources: list[Tensor]) -> None:
+        """Give `reader` the elements it shares with each of `sources` (changed tensors,
+        holding the current contents of their memory)."""
+        current = self._current(reader)
+        leaf = current._requires_grad and current._grad_fn is None and reader._grad_fn is None
+        new = current
+        # A leaf's memory changed behind autograd's back (as an optimizer step changes it):
+        # it stays a leaf, as in eager execution (`CompileTrace.leaf_update` below).
+        with no_grad() if leaf else contextlib.nullcontext():
+            for source in sources:
+                found = _positions(reader._data, source._data)
+                if found is not None:
+                    new = _overlaid(new, self._current(source), *found)
+        if new is current:
+            return  # nothing shared
+        trace = self.trace
+        if leaf:
+            new = trace.leaf_update(current, new, fresh=all(new is not self._current(s) for s in sources))
+        elif current._requires_grad and not new._requires_grad:
+            raise RuntimeError(
+                f"compiled function: an in-place write changes elements of a tensor of shape "
+                f"{list(reader.shape)} that shares memory with the written tensor and is part of an "
+                "autograd graph (it requires grad and is not a leaf); the compiled call cannot "
+                "rebase its graph. Pass a clone() of one of them, or call the function eagerly.")
+        if current is not reader:
+            current._value = new._value
+        if new._requires_grad and not leaf:
+            current._requires_grad = True
+            current._grad_fn = new._grad_fn
+            current._value = new._value
+        trace.overrides[id(reader)] = (reader, new._value)
+        if id(reader) in trace.writes:  # (its value written back at the end is this one)
+            trace.writes[id(reader)] = (reader, new)
+        self.changed[id(reader)] = reader
+        if all(reader._version_counter is not s._version_counter for s in sources):
+            reader._version_counter.value += 1  # traced views of it taken before now are stale
+
+
+def _overlaid(current: Tensor, source: Tensor, positions: np.ndarray, hit: np.ndarray | None) -> Tensor:
+    """`current` with the elements `hit` (None: all) taken from `source` at `positions`
+    (indices into the flattened `source`, one per element of `current`)."""
+    if hit is None and positions.size == source._type.numel and _in_order(positions):
+        return shape.reshape(source, current.shape)  # the same memory viewed in the same order
+    taken = indexing.index(shape.reshape(source, (-1,)), (_constant(positions),), 0)
+    return taken if hit is None else arith.where(_constant(hit), taken, current)
+
+
+def _in_order(positions: np.ndarray) -> bool:
+    return bool((positions.ravel() == np.arange(positions.size)).all())
+
+
+def _constant(array: np.ndarray) -> Tensor:
+    return Tensor._make(array, TensorType(array.shape, types.from_numpy(array.dtype)))
+
+
+def _positions(reader: np.ndarray, written: np.ndarray) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """Where the elements of `reader` lie in `written`, by address: per element of
+    `reader`, the index into the flattened `written` of the element at the same address,
+    and whether there is one (None: for every element); None when they share no element."""
+    if not reader.size or not written.size or not _bounds_meet(reader, written):
+        return None
+    itemsize = written.itemsize
+    if reader.dtype != written.dtype or _misaligned(reader, itemsize) != _misaligned(written, itemsize) or any(
+            s % itemsize for s in (*reader.strides, *written.strides)):
+        if not np.shares_memory(reader, written):
+            return None
+        raise RuntimeError(
+            f"compiled function: an in-place write to a {written.dtype} tensor of shape {list(written.shape)} "
+            f"changes part of the elements of a {reader.dtype} tensor of shape {list(reader.shape)} that "
+            "views the same memory with another dtype or element alignment; this is not supported "
+            "inside a compiled function. Pass a clone() of one of them.")
+    addresses = _addresses(written).ravel()
+    order = np.argsort(addresses, kind="stable")
+    ordered = addresses[order]
+    if (ordered[1:] == ordered[:-1]).any():
+        raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
+    wanted = _addresses(reader)
+    slots = np.minimum(np.searchsorted(ordered, wanted), ordered.size - 1)
+    hit = ordered[slots] == wanted
+    if not hit.any():
+        return None
+    positions = np.where(hit, order[slots], 0).astype(np.int64)
+    return positions, (None if hit.all() else hit)
+
+
+def _addresses(array: np.ndarray) -> np.ndarray:
+    """The address of each element of `array` (int64, in its shape)."""
+    addresses = np.full(array.shape, array.__array_interface__["data"][0], dtype=np.int64)
+    for axis, (n, stride) in enumerate(zip(array.shape, array.strides)):
+        if n > 1 and stride:
+            steps = np.arange(n, dtype=np.int64) * stride
+            addresses += steps.reshape((n,) + (1,) * (array.ndim - axis - 1))
+    return addresses
+
+
+def _bounds(array: np.ndarray) -> tuple[int, int]:
+    """The first byte of `array`'s memory and the byte after its last."""
+    low = high = array.__array_interface__["data"][0]
+    for n, stride in zip(array.shape, array.strides):
+        if stride > 0:
+            high += (n - 1) * stride
+        else:
+            low += (n - 1) * stride
+    return low, high + array.itemsize
+
+
+def _bounds_meet(a: np.ndarray, b: np.ndarray) -> bool:
+    low_a, high_a = _bounds(a)
+    low_b, high_b = _bounds(b)
+    return low_a < high_b and low_b < high_a
+
+
+def _misaligned(array: np.ndarray, itemsize: int) -> int:
+    return array.__array_interface__["data"][0] % itemsize
