@@ -27,13 +27,13 @@ import contextlib
 
 import numpy as np
 
-from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.autograd.grad_mode import MODE, no_grad
 from tracegrad.compile_key import owner
 from tracegrad.functional import arith, shape
 from tracegrad.ir import types
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import indexing
-from tracegrad.tensor import Tensor
+from tracegrad.tensor import Tensor, lazy_tensor
 
 # As eager execution says it (`tensor_methods._apply_inplace`), and PyTorch.
 OVERLAPPING_WRITE_MESSAGE = (
@@ -62,14 +62,19 @@ class SharedMemory:
         proxy = self.proxies.get(id(target))
         if proxy is not None and proxy._value is not result._value:
             # Written as a captured tensor (an optimizer's parameter) and passed as an argument.
+            self.trace.note_update(proxy)
             proxy._value = result._value
             if result._requires_grad:
                 proxy._requires_grad = True
                 proxy._grad_fn = result._grad_fn
         self.changed[id(target)] = target
-        for other in list(self._group(target)):
-            if other is not target:
-                self._refresh(other, [target])
+        group = self._group(target)
+        if len(group) > 1:
+            if _self_overlapping(target._data):  # (eager execution refuses it as not writeable)
+                raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
+            for other in list(group):
+                if other is not target:
+                    self._refresh(other, [target])
 
     def captured(self, tensor: Tensor) -> None:
         """`tensor` was just captured: it reads what the call wrote into its memory."""
@@ -118,6 +123,7 @@ class SharedMemory:
                 f"{list(reader.shape)} that shares memory with the written tensor and is part of an "
                 "autograd graph (it requires grad and is not a leaf); the compiled call cannot "
                 "rebase its graph. Pass a clone() of one of them, or call the function eagerly.")
+        trace.note_update(current)
         if current is not reader:
             current._value = new._value
         if new._requires_grad and not leaf:
@@ -136,9 +142,19 @@ def _overlaid(current: Tensor, source: Tensor, positions: np.ndarray, hit: np.nd
     """`current` with the elements `hit` (None: all) taken from `source` at `positions`
     (indices into the flattened `source`, one per element of `current`)."""
     if hit is None and positions.size == source._type.numel and _in_order(positions):
-        return shape.reshape(source, current.shape)  # the same memory viewed in the same order
+        # The same memory viewed in the same order. (Not a view of `source` that goes
+        # stale when `source` is updated: the value `source` holds now.)
+        return _unviewed(shape.reshape(source, current.shape))
     taken = indexing.index(shape.reshape(source, (-1,)), (_constant(positions),), 0)
     return taken if hit is None else arith.where(_constant(hit), taken, current)
+
+
+def _unviewed(tensor: Tensor) -> Tensor:
+    if tensor._base is None:
+        return tensor
+    plain = lazy_tensor(tensor._value, tensor._type, MODE.tracer)
+    plain._requires_grad, plain._grad_fn = tensor._requires_grad, tensor._grad_fn
+    return plain
 
 
 def _in_order(positions: np.ndarray) -> bool:
@@ -166,10 +182,8 @@ def _positions(reader: np.ndarray, written: np.ndarray) -> tuple[np.ndarray, np.
             "views the same memory with another dtype or element alignment; this is not supported "
             "inside a compiled function. Pass a clone() of one of them.")
     addresses = _addresses(written).ravel()
-    order = np.argsort(addresses, kind="stable")
+    order = np.argsort(addresses, kind="stable")  # (of elements at one address, the first)
     ordered = addresses[order]
-    if (ordered[1:] == ordered[:-1]).any():
-        raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
     wanted = _addresses(reader)
     slots = np.minimum(np.searchsorted(ordered, wanted), ordered.size - 1)
     hit = ordered[slots] == wanted
@@ -177,6 +191,20 @@ def _positions(reader: np.ndarray, written: np.ndarray) -> tuple[np.ndarray, np.
         return None
     positions = np.where(hit, order[slots], 0).astype(np.int64)
     return positions, (None if hit.all() else hit)
+
+
+def _self_overlapping(array: np.ndarray) -> bool:
+    """Whether two elements of `array` lie at one address (an expanded or strided view)."""
+    if array.flags.c_contiguous or array.flags.f_contiguous:
+        return False
+    if any(n > 1 and not stride for n, stride in zip(array.shape, array.strides)):
+        return True
+    return _has_repeated_address(array)
+
+
+def _has_repeated_address(array: np.ndarray) -> bool:
+    addresses = np.sort(_addresses(array).ravel())
+    return bool((addresses[1:] == addresses[:-1]).any())
 
 
 def _addresses(array: np.ndarray) -> np.ndarray:

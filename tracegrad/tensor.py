@@ -121,8 +121,13 @@ class Tensor:
         # real view shares its base's memory: only its recorded graph can be stale (an
         # in-place update with grad: the history). (`dispatch._share_storage` records which.)
         counter = self._version_counter
-        if self._view_history != (counter.value if self._data is None else counter.history):
-            raise RuntimeError(STALE_VIEW_MESSAGE)
+        if self._data is not None:
+            if self._view_history != counter.history:
+                raise RuntimeError(STALE_VIEW_MESSAGE)
+        elif self._view_history != counter.value:
+            tracer = MODE.tracer
+            if tracer is None or not tracer.refresh_view(self):
+                raise RuntimeError(STALE_VIEW_MESSAGE)
 
     # --- metadata ---------------------------------------------------------------------
 

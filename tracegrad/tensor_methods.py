@@ -177,6 +177,7 @@ def _apply_traced_inplace(self: Tensor, result: Tensor, name: str, fresh: bool =
         # A leaf updated without grad (an optimizer step): later ops of the trace read the
         # new value but must still send gradients to the leaf's .grad.
         result = tracer.leaf_update(self, result, fresh)
+    tracer.note_update(self)
     if self._data is None:
         self._value = result._value
         tracer.rebind(self, result)

@@ -62,6 +62,14 @@ class Tracer:
     def rebind(self, tensor, result) -> None:
         """Called when an in-place op gives a lazy tensor a new value."""
 
+    def refresh_view(self, view) -> bool:
+        """Bring a lazy view whose base changed since it was taken up to date, if this
+        tracer can (`CompileTrace.refresh_view`); False: it is stale."""
+        return False
+
+    def note_update(self, tensor) -> None:
+        """Called before an in-place op gives `tensor` (not a view) its new value."""
+
     def leaf_update(self, leaf, result, fresh: bool = False):
         """The tensor to give `leaf` (a leaf that requires grad) as its new value `result`,
         computed without grad (see `CompileTrace.leaf_update`); here `result` itself."""

@@ -179,10 +179,14 @@ def _share_storage(source, view) -> None:
     if source._data is not None:
         if view._data is None:
             # A traced view of a real tensor: a compile trace may write the tensor (then the
-            # view is stale) or the view (which must reach the tensor); other traces never do.
-            if not MODE.tracer.writes_real_tensors:
-                return
-        elif not np.may_share_memory(source._data, view._data):
+            # view is stale) or the view (which must reach the tensor); other traces never
+            # do. Its base is that tensor, whose values the trace follows (not its own base).
+            if MODE.tracer.writes_real_tensors:
+                counter = view._version_counter = source._version_counter
+                view._view_history = counter.value
+                view._base = source
+            return
+        if not np.may_share_memory(source._data, view._data):
             return
     counter = view._version_counter = source._version_counter
     view._view_history = counter.history if view._data is not None else counter.value
