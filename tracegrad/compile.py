@@ -25,7 +25,7 @@ from tracegrad.compile_alias import OVERLAPPING_WRITE_MESSAGE, SharedMemory
 from tracegrad.autograd.grad_mode import MODE, no_grad
 from tracegrad.ir.autodiff import FREED
 from tracegrad.codegen.program import Program, build_program
-from tracegrad.compile_key import KeyedGraph, alias_pattern, structural_key
+from tracegrad.compile_key import KeyedGraph, alias_pattern, owner, structural_key
 from tracegrad.ir.graph import Graph, Node, Value, user_location
 from tracegrad.naming import ArgumentNames, bound_module
 from tracegrad.ir.passes import optimize
@@ -102,8 +102,10 @@ class CompileTrace(Tracer):
                     value.leaf = weakref.ref(tensor)
             entry = (tensor, value)
             self.captured[id(tensor)] = entry
-            if self.memory is not None:  # it may share memory with a tensor written earlier
-                self.memory.captured(tensor)
+            memory = self.memory
+            if memory is not None:  # it may share memory with a tensor written earlier
+                array = tensor._data
+                memory.captured(self, tensor, array if array.base is None else owner(array))
                 override = self.overrides.get(id(tensor))
                 if override is not None:
                     return override[1]
@@ -192,9 +194,18 @@ class CompileTrace(Tracer):
         return fresh_value
 
     def note_update(self, tensor) -> None:
-        value = tensor._value if tensor._data is None else self.lookup(tensor)
-        if value is not None:  # (a real tensor not read yet has no view in the trace)
-            self.former_values.setdefault(id(tensor), (tensor, []))[1].append(value)
+        if tensor._data is None:
+            value = tensor._value
+        else:  # (the value a real tensor was captured as is one too: `view_now` reads it)
+            entry = self.overrides.get(id(tensor))
+            if entry is None:
+                return
+            value = entry[1]
+        former = self.former_values.get(id(tensor))
+        if former is None:
+            self.former_values[id(tensor)] = (tensor, [value])
+        else:
+            former[1].append(value)
 
     def view_now(self, view: Tensor) -> tuple[Value, bool] | None:
         """For a lazy view whose base may have changed since the view was taken: the value
@@ -204,7 +215,9 @@ class CompileTrace(Tracer):
         are not found. Call with the trace active."""
         base = view._base
         current = base._value if base._data is None else self.lookup(base)
-        former = self.former_values.get(id(base), (None, ()))[1]
+        former = list(self.former_values.get(id(base), (None, ()))[1])
+        if base._data is not None and id(base) in self.captured:
+            former.append(self.captured[id(base)][1])
         chain: list[Node] = []
         value = view._value
         while value != current and not any(value == old for old in former):
@@ -246,7 +259,7 @@ class CompileTrace(Tracer):
         self.writes[id(target)] = (target, result)
         if self.memory is None:
             self.memory = SharedMemory(self)
-        self.memory.written(target, result)
+        self.memory.written(self, target, result)
 
     def realize(self, tensor) -> np.ndarray:
         """Run the part of the graph `tensor` depends on, now."""

@@ -43,55 +43,80 @@ OVERLAPPING_WRITE_MESSAGE = (
 
 class SharedMemory:
     """The real tensors a trace knows, grouped by the buffer they view, and which of them
-    the call changed (see the module docstring). Made at the trace's first write."""
+    the call changed (see the module docstring). Made at the trace's first write, from the
+    tensors captured until then; the trace adds each tensor it captures after."""
 
-    __slots__ = ("trace", "groups", "changed", "proxies")
+    __slots__ = ("groups", "changed", "proxies")
 
     def __init__(self, trace):
-        self.trace = trace
-        self.groups: dict[int, tuple[object, list[Tensor]]] = {}  # id of a buffer -> (buffer, tensors)
+        # (The trace is passed to each method, not kept: the trace holds this object.)
+        # id of a buffer -> (the buffer, kept so that its id stays unique; the tensor viewing
+        # it, or a list of the tensors when several do).
+        self.groups: dict[int, tuple[object, object]] = {}
         self.changed: dict[int, Tensor] = {}  # tensors whose value the call changed, by id
         # Each argument's stand-in, by the argument's id (every argument is known by now).
         self.proxies = {id(tensor): proxy for tensor, proxy, _ in trace.arguments}
+        groups = self.groups
         for tensor, _ in trace.captured.values():
-            self._group(tensor)
+            array = tensor._data
+            buffer = array if array.base is None else owner(array)
+            entry = groups.get(id(buffer))
+            if entry is None:
+                groups[id(buffer)] = (buffer, tensor)
+            elif entry[1] is not tensor:
+                self._group(tensor)
 
-    def written(self, target: Tensor, result: Tensor) -> None:
+    def written(self, trace, target: Tensor, result: Tensor) -> None:
         """`target` (a real tensor) now holds `result`: the argument's stand-in reads it,
         and so does every other known tensor where it shares memory with `target`."""
         proxy = self.proxies.get(id(target))
         if proxy is not None and proxy._value is not result._value:
             # Written as a captured tensor (an optimizer's parameter) and passed as an argument.
-            self.trace.note_update(proxy)
+            trace.note_update(proxy)
             proxy._value = result._value
             if result._requires_grad:
                 proxy._requires_grad = True
                 proxy._grad_fn = result._grad_fn
-        self.changed[id(target)] = target
         group = self._group(target)
-        if len(group) > 1:
+        self.changed[id(target)] = target
+        if group is not target:  # (another tensor views its buffer)
             if _self_overlapping(target._data):  # (eager execution refuses it as not writeable)
                 raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
             for other in list(group):
                 if other is not target:
-                    self._refresh(other, [target])
+                    self._refresh(trace, other, [target])
 
-    def captured(self, tensor: Tensor) -> None:
-        """`tensor` was just captured: it reads what the call wrote into its memory."""
+    def captured(self, trace, tensor: Tensor, buffer) -> None:
+        """`tensor` (viewing `buffer`) was just captured: it reads what the call wrote into
+        its memory."""
+        entry = self.groups.get(id(buffer))
+        if entry is None:
+            self.groups[id(buffer)] = (buffer, tensor)
+            return
         group = self._group(tensor)
         sources = [t for t in group if t is not tensor and id(t) in self.changed]
         if sources:
-            self._refresh(tensor, sources)
+            self._refresh(trace, tensor, sources)
 
-    def _group(self, tensor: Tensor) -> list[Tensor]:
-        """The known tensors viewing `tensor`'s buffer, with `tensor` among them."""
-        buffer = owner(tensor._data)
+    def _group(self, tensor: Tensor):
+        """The known tensors viewing `tensor`'s buffer: `tensor` alone, or a list of them
+        with `tensor` among them."""
+        array = tensor._data
+        buffer = array if array.base is None else owner(array)
         entry = self.groups.get(id(buffer))
         if entry is None:
-            entry = self.groups[id(buffer)] = (buffer, [])  # (the buffer kept: its id stays unique)
+            self.groups[id(buffer)] = (buffer, tensor)
+            return tensor
         group = entry[1]
-        if not any(t is tensor for t in group):
-            group.append(tensor)
+        if group is tensor:
+            return group
+        if group.__class__ is not list:
+            group = [group]
+            self.groups[id(buffer)] = (buffer, group)
+        for known in group:
+            if known is tensor:
+                return group
+        group.append(tensor)
         return group
 
     def _current(self, tensor: Tensor) -> Tensor:
@@ -99,7 +124,7 @@ class SharedMemory:
         stand-in; a captured tensor reads its override)."""
         return self.proxies.get(id(tensor), tensor)
 
-    def _refresh(self, reader: Tensor, sources: list[Tensor]) -> None:
+    def _refresh(self, trace, reader: Tensor, sources: list[Tensor]) -> None:
         """Give `reader` the elements it shares with each of `sources` (changed tensors,
         holding the current contents of their memory)."""
         current = self._current(reader)
@@ -114,7 +139,6 @@ class SharedMemory:
                     new = _overlaid(new, self._current(source), *found)
         if new is current:
             return  # nothing shared
-        trace = self.trace
         if leaf:
             new = trace.leaf_update(current, new, fresh=all(new is not self._current(s) for s in sources))
         elif current._requires_grad and not new._requires_grad:
