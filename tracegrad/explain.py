@@ -98,11 +98,10 @@ class KernelInfo:
         seconds = getattr(self.step, "compile_seconds", None)
         if seconds is None:
             return ""
-        if getattr(self.step, "from_disk", False):
-            return f"loaded from the disk cache in {_milliseconds(seconds)}"
+        how = "loaded from the disk cache" if getattr(self.step, "from_disk", False) else "compiled"
         if self.fresh:
-            return f"compiled in {_milliseconds(seconds)}"
-        return f"from the cache (compiled earlier in {_milliseconds(seconds)})"
+            return f"{how} in {_milliseconds(seconds)}"
+        return f"from the cache ({how} earlier in {_milliseconds(seconds)})"
 
     def __str__(self) -> str:
         if not self.is_llvm:
