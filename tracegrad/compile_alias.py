@@ -83,8 +83,8 @@ class SharedMemory:
             if _self_overlapping(target._data):  # (eager execution refuses it as not writeable)
                 raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
             for other in list(group):
-                if other is not target:
-                    self._refresh(trace, other, [target])
+                if other is not target:  # (`result`: the stand-in's flags are set after this)
+                    self._refresh(trace, other, [(target, result)])
 
     def captured(self, trace, tensor: Tensor, buffer) -> None:
         """`tensor` (viewing `buffer`) was just captured: it reads what the call wrote into
@@ -94,7 +94,7 @@ class SharedMemory:
             self.groups[id(buffer)] = (buffer, tensor)
             return
         group = self._group(tensor)
-        sources = [t for t in group if t is not tensor and id(t) in self.changed]
+        sources = [(t, self._current(t)) for t in group if t is not tensor and id(t) in self.changed]
         if sources:
             self._refresh(trace, tensor, sources)
 
@@ -124,23 +124,23 @@ class SharedMemory:
         stand-in; a captured tensor reads its override)."""
         return self.proxies.get(id(tensor), tensor)
 
-    def _refresh(self, trace, reader: Tensor, sources: list[Tensor]) -> None:
-        """Give `reader` the elements it shares with each of `sources` (changed tensors,
-        holding the current contents of their memory)."""
+    def _refresh(self, trace, reader: Tensor, sources: list[tuple[Tensor, Tensor]]) -> None:
+        """Give `reader` the elements it shares with each of `sources`: (a changed tensor,
+        the tensor of its current value, which holds the current contents of its memory)."""
         current = self._current(reader)
         leaf = current._requires_grad and current._grad_fn is None and reader._grad_fn is None
         new = current
         # A leaf's memory changed behind autograd's back (as an optimizer step changes it):
         # it stays a leaf, as in eager execution (`CompileTrace.leaf_update` below).
         with no_grad() if leaf else contextlib.nullcontext():
-            for source in sources:
+            for source, value in sources:
                 found = _positions(reader._data, source._data)
                 if found is not None:
-                    new = _overlaid(new, self._current(source), *found)
+                    new = _overlaid(new, value, *found)
         if new is current:
             return  # nothing shared
         if leaf:
-            new = trace.leaf_update(current, new, fresh=all(new is not self._current(s) for s in sources))
+            new = trace.leaf_update(current, new, fresh=all(new is not value for _, value in sources))
         elif current._requires_grad and not new._requires_grad:
             raise RuntimeError(
                 f"compiled function: an in-place write changes elements of a tensor of shape "
@@ -158,7 +158,7 @@ class SharedMemory:
         if id(reader) in trace.writes:  # (its value written back at the end is this one)
             trace.writes[id(reader)] = (reader, new)
         self.changed[id(reader)] = reader
-        if all(reader._version_counter is not s._version_counter for s in sources):
+        if all(reader._version_counter is not s._version_counter for s, _ in sources):
             reader._version_counter.value += 1  # traced views of it taken before now are stale
 
 

@@ -182,7 +182,8 @@ def call_finished(trace) -> None:
     warnings.warn(
         f"tracegrad: compiled function {name!r} has recompiled {recompiles} times (more than "
         f"{limit}). What keeps changing: {changing}. Each new shape, dtype or branch compiles "
-        "a new program; keep them fixed (for example, pad batches to one size), or raise the "
+        "a new program (from now on, only when it runs a second time: once, it runs "
+        "interpreted); keep them fixed (for example, pad batches to one size), or raise the "
         "limit with tg.compile(fn, recompile_limit=N).", RecompileWarning, stacklevel=_user_stacklevel())
 
 

@@ -177,7 +177,12 @@ class GraphReport:
                                "the optimized graph (did the code generator change its plan?)")
         fresh = not self.event.hit
         self._items = items  # KernelInfo names the kernels in place (for to_dot)
-        return [KernelInfo(step, item, names, fresh) for step, item in zip(steps, items)]
+        infos = [KernelInfo(step, item, names, fresh) for step, item in zip(steps, items)]
+        if self.event.program.interpreted:
+            for info in infos:
+                info.why = ("interpreted: past its recompile limit, the function compiles a new graph "
+                            "when it runs again")
+        return infos
 
     def status(self) -> str:
         if self.event.hit:

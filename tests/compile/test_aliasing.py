@@ -246,3 +246,94 @@ def test_write_changing_memory_viewed_with_another_dtype_raises_when_compiled():
     with pytest.raises(RuntimeError, match="views the same memory with another dtype"):
         tg.compile(_add_then_read)(floats, ints)
     np.testing.assert_array_equal(memory, np.zeros(4))
+
+
+def test_gradient_through_a_write_read_through_an_alias_is_pytorchs():
+    torch = pytest.importorskip("torch")
+
+    def add_then_square(a, b, w):
+        a.add_(w * 2)
+        (b * b).sum().backward()
+        return b * 1
+
+    start, weights = np.arange(6.0).reshape(2, 3) / 3 + 1, np.array([1.5, -2.0, 0.5])
+    compiled = tg.compile(add_then_square)
+    x_t, w_t = torch.tensor(start.copy()), torch.tensor(weights.copy(), requires_grad=True)
+    expected = add_then_square(x_t, x_t.T, w_t).detach().numpy()
+    for _ in range(3):
+        x, w = tg.from_numpy(start.copy()), tg.tensor(weights.copy(), requires_grad=True)
+        np.testing.assert_allclose(compiled(x, x.T, w).detach().numpy(), expected, rtol=1e-12)
+        np.testing.assert_allclose(w.grad.numpy(), w_t.grad.numpy(), rtol=1e-12)
+        np.testing.assert_array_equal(x.numpy(), x_t.detach().numpy())
+
+
+# --- random programs over views of one buffer ---------------------------------------------------
+
+_VIEWS = [lambda x: x, lambda x: x.T, lambda x: x[0:2], lambda x: x[1:3], lambda x: x.reshape(-1),
+          lambda x: x.detach(), lambda x: x[:, 1:], lambda x: x[::2], lambda x: x[1], lambda x: x.T.detach(),
+          lambda x: x[:, ::2].T, lambda x: x[0:1].expand(3, 4), lambda x: x.reshape(2, 6)[1]]
+
+
+_WRITES = [lambda t, c: t.add_(c), lambda t, c: t.mul_(c), lambda t, c: t.zero_(),
+           lambda t, c: t.__setitem__(0, c), lambda t, c: t.copy_(t * 0 + c), lambda t, c: t.clamp_(max=c + 3)]
+
+
+def _random_program(rng, n_tensors):
+    """Writes (add_, mul_, zero_, setitem, copy_, clamp_), reads, views taken and read later,
+    over `n_tensors` tensors; some passed as arguments, the others captured."""
+    steps = []
+    for _ in range(int(rng.integers(2, 8))):
+        kind = str(rng.choice(["write", "read", "view", "read view"]))
+        steps.append((kind, int(rng.integers(n_tensors)), int(rng.integers(6)), float(rng.integers(1, 4))))
+    keep_view = bool(rng.integers(2))
+
+    def program(captured, *args):
+        tensors, sums, views = list(args) + list(captured), [], []
+        for kind, i, op, c in steps:
+            t = tensors[i]
+            if kind == "write":
+                _WRITES[op](t, c)
+            elif kind == "read":
+                sums.append((t * 1).sum())
+            elif kind == "view":
+                views.append(t.reshape(-1))
+            elif views:
+                sums.append((views[-1] * 1).sum())
+        result = tg.stack(sums) if sums else None
+        return (result, views[-1]) if keep_view and views else result
+    return program
+
+
+def _outcome(fn, views, clones, n_arguments, call):
+    base = _base(call)
+    tensors = [_VIEWS[v](base) for v in views]
+    tensors = [t.clone() if c else t for t, c in zip(tensors, clones)]
+    try:
+        result = fn(tensors[n_arguments:], *tensors[:n_arguments])
+    except RuntimeError as error:
+        return type(error).__name__
+    return _snapshot(result if not isinstance(result, tuple) else tuple(r for r in result if r is not None),
+                     base, *tensors)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_programs_over_views_of_one_buffer_match_eager_when_compiled(seed):
+    rng = np.random.default_rng(seed)
+    n_arguments, n_captured = int(rng.integers(1, 4)), int(rng.integers(0, 3))
+    program = _random_program(rng, n_arguments + n_captured)
+    cases = [([int(rng.integers(len(_VIEWS))) for _ in range(n_arguments + n_captured)],
+              [bool(rng.integers(3) == 0) for _ in range(n_arguments + n_captured)]) for _ in range(3)]
+    state = {}
+    compiled = tg.compile(lambda *args: program(state["captured"], *args))
+    for call in range(6):  # (each aliasing pattern twice: a cache hit after a miss)
+        views, clones = cases[call % 3]
+        expected = _outcome(program, views, clones, n_arguments, call)
+
+        def run(*args):
+            state["captured"] = args[0]
+            return compiled(*args[1:])
+        got = _outcome(run, views, clones, n_arguments, call)
+        assert type(got) is type(expected) and (isinstance(got, str) and got == expected or len(got) == len(expected))
+        if not isinstance(got, str):
+            for g, e in zip(got, expected):
+                np.testing.assert_array_equal(g, e, err_msg=f"call {call}")
