@@ -366,7 +366,8 @@ def _add_object(key: str, symbol: str, obj: bytes) -> Code:
                 code = Code(engine.get_function_address(symbol), symbol, len(obj))
                 _pinned[symbol] = code  # (MCJIT cannot give code back)
                 pages = None
-            weakref.finalize(code, _let_go, symbol, pages)
+            # (Not at exit: a worker thread may still be running the code; the OS frees it.)
+            weakref.finalize(code, _let_go, symbol, pages).atexit = False
             _loaded[symbol] = code
             _stored_under[symbol] = key
         _name_key(key, symbol)
