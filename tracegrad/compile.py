@@ -21,6 +21,7 @@ import weakref
 import numpy as np
 
 from tracegrad import compile_composite, compile_events, compile_replay, inspect_log, memory
+from tracegrad import compile_alias
 from tracegrad.compile_alias import OVERLAPPING_WRITE_MESSAGE, SharedMemory
 from tracegrad.autograd import traced_backward
 from tracegrad.autograd.grad_mode import MODE, no_grad
@@ -32,8 +33,7 @@ from tracegrad.naming import ArgumentNames, bound_module
 from tracegrad.ir.passes import optimize
 from tracegrad.ir.tracer import Tracer
 from tracegrad.ops import elementwise
-from tracegrad.ops.dispatch import NO_ATTRS, bind
-from tracegrad.ops.primitive import MOVEMENT
+from tracegrad.ops.dispatch import NO_ATTRS
 from tracegrad.tensor import Tensor, lazy_tensor, owned_array
 
 
@@ -208,50 +208,8 @@ class CompileTrace(Tracer):
         else:
             former[1].append(value)
 
-    def view_now(self, view: Tensor) -> tuple[Value, bool] | None:
-        """For a lazy view whose base may have changed since the view was taken: the value
-        the view holds in eager execution now, and whether eager execution copied (a
-        reshape of a strided array: then the values as taken). A view's ops are replayed
-        on the base's current value (an eager view shows the update). None when its ops
-        are not found. Call with the trace active."""
-        base = view._base
-        current = base._value if base._data is None else self.lookup(base)
-        former = list(self.former_values.get(id(base), (None, ()))[1])
-        if base._data is not None and id(base) in self.captured:
-            former.append(self.captured[id(base)][1])
-        chain: list[Node] = []
-        value = view._value
-        while value != current and not any(value == old for old in former):
-            node = value.node
-            if node is None or node.op.kind != MOVEMENT or len(node.inputs) != 1:
-                return None
-            chain.append(node)
-            value = node.inputs[0]
-        if not _eager_view(base, chain, self.proxies):
-            return view._value, True
-        if value == current:  # (its memory was written through another tensor: not its own)
-            return view._value, False
-        self.diverge()  # (not a recorded op: the graph goes on as this call's own)
-        with no_grad():
-            replayed = base
-            for node in reversed(chain):
-                replayed = bind(node.op, (replayed,), node.attrs)
-        return replayed._value, False
-
     def refresh_view(self, view: Tensor) -> bool:
-        """Bring a stale lazy view up to date as eager execution would see it (see
-        `view_now`); False when it cannot be: its graph would be its base's old one."""
-        found = self.view_now(view)
-        if found is None or (found[0] is not view._value and view._requires_grad):
-            return False
-        value, copied = found
-        counter = view._version_counter
-        if copied:  # not a view of the base in eager execution
-            view._base = None
-            counter = view._version_counter = type(counter)()
-        view._value = value
-        view._view_history = counter.value
-        return True
+        return compile_alias.refresh_view(self, view)
 
     def write(self, target: Tensor, result: Tensor) -> None:
         if not target._data.flags.writeable:  # (an expanded view: as eager execution refuses it)
@@ -635,7 +593,7 @@ def _finish(trace: CompileTrace) -> None:
     alive_values = [t._value for t in alive]
     for i, t in enumerate(alive):
         if t._base is not None and t._view_history != t._version_counter.value:
-            alive_values[i] = _current_view(trace, t)
+            alive_values[i] = compile_alias.current_view(trace, t)
     replay = trace.replay
     writes = [(target, result._value) for target, result in pending.values()] if pending else []
     if replay is not None and _finish_followed(trace, replay.recording, alive, alive_values, writes):
@@ -675,33 +633,6 @@ def _finish(trace: CompileTrace) -> None:
         replay.recording.finish = (alive_values, [v for _, v in writes], graph, slots, write_slots, position,
                                    donations, key, program)
     trace.compiled._remember(trace, alive)
-
-
-def _current_view(trace: CompileTrace, view: Tensor) -> Value:
-    """The value to give a view kept past the call whose base was updated in place since it
-    was taken (its own value stays its autograd identity, as an eager view's grad_fn)."""
-    with trace:
-        found = trace.view_now(view)
-    if found is None:
-        view._check_view_is_current()  # (raises)
-    return found[0]
-
-
-def _eager_view(base: Tensor, chain: list[Node], proxies: dict) -> bool:
-    """Whether eager execution of the movement ops `chain` (last first) on `base` makes a
-    view of its memory (a reshape of a strided array copies), decided as eager execution
-    decides it: on the real array (a real tensor's, an argument's), or for a traced tensor
-    a new contiguous one (its layout in eager execution is not known here)."""
-    array = base._data
-    if array is None:
-        real = proxies.get(id(base))
-        array = real._data if real is not None else np.empty(base._type.shape, base._type.dtype.np)
-    for node in reversed(chain):
-        result = node.op.impl(array, **node.attrs)
-        if not np.may_share_memory(result, array):
-            return False
-        array = result
-    return True
 
 
 def _slot(value: Value, position: dict, inputs: list[Value]) -> int:

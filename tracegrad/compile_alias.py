@@ -19,6 +19,11 @@ tensor the call changed holds the current contents of its memory, and the values
 back at the end agree wherever they overlap. The graph says which elements overlap (the
 positions are data, the ops are structure), and the cache key says which inputs share a
 buffer, so a call with other aliasing never runs this call's program.
+
+A lazy view holds the values its base had when it was taken. When the base is updated in
+place since, and the view is read again or kept past the call, `view_now` gives it what
+eager execution's view holds: its view ops replayed on the base's current value, or, where
+eager execution copied instead of viewing (a reshape of a strided array), the values taken.
 """
 
 from __future__ import annotations
@@ -31,8 +36,11 @@ from tracegrad.autograd.grad_mode import MODE, no_grad
 from tracegrad.compile_key import owner
 from tracegrad.functional import arith, shape
 from tracegrad.ir import types
+from tracegrad.ir.graph import Node, Value
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import indexing
+from tracegrad.ops.dispatch import bind
+from tracegrad.ops.primitive import MOVEMENT
 from tracegrad.tensor import Tensor, lazy_tensor
 
 # As eager execution says it (`tensor_methods._apply_inplace`), and PyTorch.
@@ -160,6 +168,86 @@ class SharedMemory:
         self.changed[id(reader)] = reader
         if all(reader._version_counter is not s._version_counter for s, _ in sources):
             reader._version_counter.value += 1  # traced views of it taken before now are stale
+
+
+# --- views older than their base ---------------------------------------------------------
+
+
+def refresh_view(trace, view: Tensor) -> bool:
+    """Bring a stale lazy view up to date as eager execution would see it (`view_now`);
+    False when it cannot be: its graph would be its base's old one."""
+    found = view_now(trace, view)
+    if found is None or (found[0] is not view._value and view._requires_grad):
+        return False
+    value, copied = found
+    counter = view._version_counter
+    if copied:  # not a view of the base in eager execution
+        view._base = None
+        counter = view._version_counter = type(counter)()
+    view._value = value
+    view._view_history = counter.value
+    return True
+
+
+def current_view(trace, view: Tensor) -> Value:
+    """The value to give a view kept past the call whose base was updated in place since it
+    was taken (its own value stays its autograd identity, as an eager view's grad_fn)."""
+    with trace:
+        found = view_now(trace, view)
+    if found is None:
+        view._check_view_is_current()  # (raises)
+    return found[0]
+
+
+def view_now(trace, view: Tensor) -> tuple[Value, bool] | None:
+    """For a lazy view whose base may have changed since the view was taken: the value the
+    view holds in eager execution now, and whether eager execution copied (a reshape of a
+    strided array: then the values as taken). A view's ops are replayed on the base's
+    current value (an eager view shows the update). None when its ops are not found (among
+    the values the base held: `CompileTrace.note_update`). Call with the trace active."""
+    base = view._base
+    current = base._value if base._data is None else trace.lookup(base)
+    former = list(trace.former_values.get(id(base), (None, ()))[1])
+    if base._data is not None and id(base) in trace.captured:
+        former.append(trace.captured[id(base)][1])
+    chain: list[Node] = []
+    value = view._value
+    while value != current and not any(value == old for old in former):
+        node = value.node
+        if node is None or node.op.kind != MOVEMENT or len(node.inputs) != 1:
+            return None
+        chain.append(node)
+        value = node.inputs[0]
+    if not _eager_view(base, chain, trace.proxies):
+        return view._value, True
+    if value == current:  # (its memory was written through another tensor: not its own)
+        return view._value, False
+    trace.diverge()  # (not a recorded op: the graph goes on as this call's own)
+    with no_grad():
+        replayed = base
+        for node in reversed(chain):
+            replayed = bind(node.op, (replayed,), node.attrs)
+    return replayed._value, False
+
+
+def _eager_view(base: Tensor, chain: list[Node], proxies: dict) -> bool:
+    """Whether eager execution of the movement ops `chain` (last first) on `base` makes a
+    view of its memory (a reshape of a strided array copies), decided as eager execution
+    decides it: on the real array (a real tensor's, an argument's), or for a traced tensor
+    a new contiguous one (its layout in eager execution is not known here)."""
+    array = base._data
+    if array is None:
+        real = proxies.get(id(base))
+        array = real._data if real is not None else np.empty(base._type.shape, base._type.dtype.np)
+    for node in reversed(chain):
+        result = node.op.impl(array, **node.attrs)
+        if not np.may_share_memory(result, array):
+            return False
+        array = result
+    return True
+
+
+# --- new values by address ------------------------------------------------------------------
 
 
 def _overlaid(current: Tensor, source: Tensor, positions: np.ndarray, hit: np.ndarray | None) -> Tensor:
