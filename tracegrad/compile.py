@@ -23,12 +23,15 @@ import weakref
 
 import numpy as np
 
-from tracegrad import compile_composite, compile_events, compile_replay, inspect_log
+from tracegrad import compile_composite, compile_events, compile_replay, inspect_log, memory
+from tracegrad import compile_alias
+from tracegrad.compile_alias import OVERLAPPING_WRITE_MESSAGE, SharedMemory
+from tracegrad.autograd import traced_backward
 from tracegrad.compile_undo import UndoLog, index_checks_come_first, index_inputs_checked
 from tracegrad.autograd.grad_mode import MODE, no_grad
 from tracegrad.ir.autodiff import FREED
 from tracegrad.codegen.program import Program, build_program
-from tracegrad.compile_key import KeyedGraph, alias_pattern, structural_key
+from tracegrad.compile_key import KeyedGraph, alias_pattern, owner, structural_key
 from tracegrad.ir.graph import Graph, Node, Value, user_location
 from tracegrad.naming import ArgumentNames, bound_module
 from tracegrad.ir.passes import optimize
@@ -44,6 +47,7 @@ class CompileTrace(Tracer):
     realize any traced value on demand."""
 
     replays_backward = True  # backward() inside the trace may replay a template (traced_backward)
+    writes_real_tensors = True
 
     def __init__(self, compiled: CompiledFunction, name: str, recording: compile_replay.Recording | None = None):
         super().__init__(KeyedGraph(name=name) if recording is None else recording.graph)
@@ -53,6 +57,10 @@ class CompileTrace(Tracer):
         self.backward_steps: list[tuple] = []  # (node position, BackwardStep or None) per backward
         self.created: list[weakref.ref] = []
         self.writes: dict[int, tuple[Tensor, Tensor]] = {}
+        self.memory: SharedMemory | None = None  # from the first write on (see compile_alias)
+        # Per tensor updated in place (by id): (the tensor, the values it held before), for
+        # a view of it kept past the call (`current_view`).
+        self.former_values: dict[int, tuple[Tensor, list[Value]]] = {}
         self.realized: dict[Value, np.ndarray] = {}
         self.realization_count = 0
         self.proxies: dict[int, Tensor] = {}
@@ -108,6 +116,13 @@ class CompileTrace(Tracer):
                 self.histories = True
             entry = (tensor, value)
             self.captured[id(tensor)] = entry
+            memory = self.memory
+            if memory is not None:  # it may share memory with a tensor written earlier
+                array = tensor._data
+                memory.captured(self, tensor, array if array.base is None else owner(array))
+                override = self.overrides.get(id(tensor))
+                if override is not None:
+                    return override[1]
         return entry[1]
 
     def lookup(self, tensor) -> Value | None:
@@ -206,15 +221,38 @@ class CompileTrace(Tracer):
         self.leaf_updates = True  # as `leaf_update`: a traced value is a leaf (no templates)
         return super().lazy_leaf(tensor)
 
+    def note_update(self, tensor) -> None:
+        if tensor._data is None:
+            value = tensor._value
+        else:  # (the value a real tensor was captured as is one too: `view_now` reads it)
+            entry = self.overrides.get(id(tensor))
+            if entry is None:
+                return
+            value = entry[1]
+        former = self.former_values.get(id(tensor))
+        if former is None:
+            self.former_values[id(tensor)] = (tensor, [value])
+        else:
+            former[1].append(value)
+
+    def refresh_view(self, view: Tensor) -> bool:
+        return compile_alias.refresh_view(self, view)
+
     def write(self, target: Tensor, result: Tensor) -> None:
         """`target` (a real tensor) gets `result`'s value when the call ends; its version
         counter is bumped once now (`_apply_traced_inplace`)."""
+        if not target._data.flags.writeable:  # (an expanded view: as eager execution refuses it)
+            raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
+        if self.memory is None:
+            self.memory = SharedMemory(self)
+        self.memory.check_write(target)  # (before anything of the write is recorded)
         undo = self.undo
         undo.bumped.append(target._version_counter)
         if result._requires_grad:  # it takes the result's history (`_apply_traced_inplace`)
             undo.note_history(target)
         self.overrides[id(target)] = (target, result._value)
         self.writes[id(target)] = (target, result)
+        self.memory.written(self, target, result)
 
     def realize(self, tensor) -> np.ndarray:
         """Run the part of the graph `tensor` depends on, now."""
@@ -293,11 +331,28 @@ class CacheInfo:
                 f"kernels={self.kernels}, compile_time={self.compile_time:.3f}s)")
 
 
+# The programs a compiled function keeps, in bytes as `Program.nbytes` estimates them (its
+# steps and their kernels' machine code) plus its key and graph (`_KEY_PART_BYTES` a key
+# part): beyond it the least recently run are dropped, and the machine code of their
+# kernels given back once no other program runs it (`llvm.Code`). Per function with
+# `tg.compile(fn, cache_size=N)`.
+DEFAULT_CACHE_SIZE = 32 * 2**20
+_KEY_PART_BYTES = 512
+# Once it keeps evicting, the cache drops down to this share of its size (not one program per miss).
+_EVICT_TO = 0.75
+
+
 class CompiledFunction:
-    def __init__(self, fn, builder=None, recompile_limit: int | None = None):
+    def __init__(self, fn, builder=None, recompile_limit: int | None = None, cache_size: int | None = None):
         functools.update_wrapper(self, fn)
         self.fn = fn
+        # key -> program. After `recompile_limit` graphs (`compile_events.RECOMPILE_LIMIT`),
+        # a new graph first runs as an interpreted program (NumPy steps: no code generation,
+        # whose cost a graph run once never repays) and gets its kernels when it runs again.
         self._programs: dict[tuple, Program] = {}
+        self._cache_size = DEFAULT_CACHE_SIZE if cache_size is None else int(cache_size)
+        self._cache_bytes = 0
+        self._compile_limit = compile_events.RECOMPILE_LIMIT if recompile_limit is None else recompile_limit
         self._recent: dict[int, tuple[tuple, Program]] = {}  # see _program
         self._recordings: list[compile_replay.Recording] = []  # most recent first
         self._lock = threading.Lock()
@@ -314,13 +369,22 @@ class CompiledFunction:
         return CacheInfo(self._hits, self._misses, len(self._programs), kernels, self._compile_time)
 
     def cache_clear(self) -> None:
+        """Drop every program, recording and cache statistic of this function (the machine
+        code of kernels no other program runs is given back), and the traced-backward
+        templates (`autograd.traced_backward`, shared by every compiled function: recorded
+        again by the next backward that needs one)."""
         with self._lock:
             self._programs.clear()
             self._recent.clear()
             self._recordings.clear()
             self._hits = self._misses = 0
+            self._cache_bytes = 0
             self._compile_time = 0.0
         self._inspect.clear()
+        traced_backward.clear()
+        from tracegrad.codegen import llvm  # (loaded once code was made: not at import)
+        llvm.release_unused()
+        memory.release_free_memory()
 
     def _program(self, graph: Graph, inputs: list[np.ndarray], trace: CompileTrace | None = None,
                  key: tuple | None = None, donations: tuple = ()) -> Program:
@@ -340,24 +404,76 @@ class CompiledFunction:
                     self._recent[len(key)] = (key, program)
             if program is not None:
                 self._hits += 1
+                program.last_use = self._hits
         if program is not None:
+            if program.interpreted:
+                self._compile_interpreted(program, graph, key, donations)
             compile_events.record_hit(trace, graph, key, program)
             return program
         start = time.perf_counter()
-        pruned, feeds = _prune(graph)
-        if feeds is not None:  # donated inputs by their index in the pruned graph
-            kept = {i: k for k, i in enumerate(feeds)}
-            donations = tuple((j, kept[i]) for j, i in donations if i in kept)
-        program = (self._builder(optimize(pruned), donations=donations) if donations
-                   else self._builder(optimize(pruned)))
-        program.feeds = feeds
+        program = self._build(graph, donations, interpret=self._misses >= self._compile_limit)
         seconds = time.perf_counter() - start
         with self._lock:
             self._misses += 1
             self._compile_time += seconds
-            self._programs.setdefault(key, program)
+            program.last_use = self._hits
+            if self._programs.setdefault(key, program) is program:
+                self._cache_bytes += _cached_bytes(program, key)
+                if self._cache_bytes > self._cache_size:
+                    self._evict(keep=key)
         compile_events.record_miss(self, trace, graph, key, program, seconds)
         return program
+
+    def _build(self, graph: Graph, donations: tuple, interpret: bool = False) -> Program:
+        """The program of `graph`: pruned, optimized, with kernels (or, `interpret`ed, every
+        op a NumPy step, when the builder is the usual one)."""
+        pruned, feeds = _prune(graph)
+        if feeds is not None:  # donated inputs by their index in the pruned graph
+            kept = {i: k for k, i in enumerate(feeds)}
+            donations = tuple((j, kept[i]) for j, i in donations if i in kept)
+        if interpret and self._builder is build_program:
+            program = build_program(optimize(pruned), fuse=False)
+            program.interpreted = True
+        else:
+            program = (self._builder(optimize(pruned), donations=donations) if donations
+                       else self._builder(optimize(pruned)))
+        program.feeds = feeds
+        return program
+
+    def _compile_interpreted(self, program: Program, graph: Graph, key: tuple, donations: tuple) -> None:
+        """Give an interpreted program, run again, its kernels: it becomes the compiled
+        program in place (recordings and the cache hold that same object)."""
+        start = time.perf_counter()
+        compiled = self._build(graph, donations)
+        seconds = time.perf_counter() - start
+        with self._lock:
+            if not program.interpreted:
+                return  # (another thread did it meanwhile)
+            before = _cached_bytes(program, key)
+            last_use = program.last_use
+            program.__dict__ = compiled.__dict__  # (a concurrent run keeps the plan it started with)
+            program.last_use = last_use
+            self._compile_time += seconds
+            if self._programs.get(key) is program:
+                self._cache_bytes += _cached_bytes(program, key) - before
+                if self._cache_bytes > self._cache_size:
+                    self._evict(keep=key)
+
+    def _evict(self, keep: tuple) -> None:
+        """Drop the least recently run programs (not `keep`'s) until the cache is down to
+        `_EVICT_TO` of its size. With `_lock` held."""
+        target = self._cache_size * _EVICT_TO
+        for key, program in sorted(self._programs.items(), key=lambda item: item[1].last_use):
+            if self._cache_bytes <= target:
+                break
+            if key == keep:
+                continue
+            del self._programs[key]
+            self._cache_bytes -= _cached_bytes(program, key)
+            recent = self._recent.get(len(key))
+            if recent is not None and recent[1] is program:
+                del self._recent[len(key)]
+            self._inspect.forget(key)
 
     def _run(self, graph: Graph, inputs: list[np.ndarray], trace: CompileTrace | None = None,
              key: tuple | None = None, donations: tuple = ()) -> list[np.ndarray]:
@@ -371,6 +487,9 @@ class CompiledFunction:
         """Run `program`, found for `graph` without a lookup (`_finish`), counted as a hit."""
         with self._lock:
             self._hits += 1
+            program.last_use = self._hits
+        if program.interpreted:
+            self._compile_interpreted(program, graph, key, _donations_in(key))
         if inspect_log.ACTIVE:  # (the event serves the log; a call that explains does not follow)
             compile_events.record_hit(trace, graph, key, program)
         return program.run([inputs[i] for i in program.feeds] if program.feeds is not None else inputs)
@@ -492,6 +611,12 @@ def _feed(value: Value, tensor: Tensor) -> None:
             value.origin = tensor._autograd_value()
 
 
+def _cached_bytes(program: Program, key: tuple) -> int:
+    """What keeping `program` under `key` takes: the program, its key and the graph its
+    origin keeps (`compile_events`), estimated."""
+    return program.nbytes + _KEY_PART_BYTES * len(key)
+
+
 def _graph_name(fn) -> str:
     module = bound_module(fn)
     if module is not None:
@@ -538,8 +663,11 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
     if trace.replay is not None and not trace.replay.finished:
         trace.diverge()  # the call did less than the recorded one
     pending = trace.writes
+    # (An argument whose value changed because a write shared its memory is written back
+    # by that write: compile_alias.)
+    refreshed = trace.memory.changed if trace.memory is not None else ()
     for tensor, proxy, value in trace.arguments:
-        if proxy._value is not value and id(tensor) not in pending:
+        if proxy._value is not value and id(tensor) not in pending and id(tensor) not in refreshed:
             pending[id(tensor)] = (tensor, proxy)  # an in-place op rebound the stand-in
     rebased = _rebased(pending) if pending else ()
     alive = trace.live_lazy_tensors()
@@ -555,6 +683,9 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
         else:
             trace.replay.unsaved.clear()
     alive_values = [t._value for t in alive]
+    for i, t in enumerate(alive):
+        if t._base is not None and t._view_history != t._version_counter.value:
+            alive_values[i] = compile_alias.current_view(trace, t)
     replay = trace.replay
     writes = [(target, result._value) for target, result in pending.values()] if pending else []
     if replay is not None and not failed and _finish_followed(trace, replay.recording, alive, alive_values, writes):
@@ -657,6 +788,8 @@ def _deliver(alive: list[Tensor], slots: list[int], writes: list, write_slots: l
         t._data = owned_array(np.asarray(arrays[slot])) if slot >= 0 else np.asarray(inputs[-slot - 1])
         if t._grad_fn is None:
             t._value = None
+        if t._base is not None:  # now real: its graph is as current as its base's
+            t._view_history = t._version_counter.history
     for (target, _), slot in zip(writes, write_slots):
         array = arrays[slot] if slot >= 0 else inputs[-slot - 1]
         if array is not target._data:  # else the program wrote it in place (a donation)
@@ -715,6 +848,11 @@ def key_with_donations(key: tuple, donations: tuple) -> tuple:
     return (*key[:-2], key[-2] + tuple(("write", j, i) for j, i in donations), key[-1])
 
 
+def _donations_in(key: tuple) -> tuple:
+    """The donations `key_with_donations` put in `key`."""
+    return tuple((entry[1], entry[2]) for entry in key[-2] if entry.__class__ is tuple)
+
+
 def _donations(writes: list, position: dict, inputs: list[np.ndarray], aliasing: tuple) -> tuple:
     """(output position, input index) pairs: a written tensor's new value, and the graph
     input holding the tensor's current buffer, which the program may write the value into
@@ -767,6 +905,9 @@ class CompiledModule:
 
     def cache_info(self) -> CacheInfo:
         return self._compiled.cache_info()
+
+    def cache_clear(self) -> None:
+        self._compiled.cache_clear()
 
     def explain(self, *args, **kwargs):
         return self._compiled.explain(*args, **kwargs)

@@ -298,6 +298,8 @@ def jump(replay, tracer, function, args: tuple, kwargs: dict):
         for t in tensors:  # (as `bind` checks each view it reads)
             if t._base is not None and (record.grad_enabled or t._data is None):
                 t._check_view_is_current()
+        if tracer.replay is not replay:  # (a stale view brought up to date diverged)
+            return None
     return _take(replay, tracer, record, tensors)
 
 

@@ -12,6 +12,7 @@ else a changed attribute, wiring, outputs or aliasing of inputs.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import sys
 import threading
@@ -24,6 +25,8 @@ from tracegrad.ir.types import TensorType, from_name
 # A compiled function warns (once) after recompiling more than this many times; change
 # it here for every function, or per function with `tg.compile(fn, recompile_limit=N)`.
 RECOMPILE_LIMIT = 8
+# A miss is explained against the nearest of this many most recently cached keys.
+EXPLAINED_AGAINST = 64
 
 
 class RecompileWarning(UserWarning):
@@ -113,6 +116,11 @@ class InspectState:
         with self.lock:
             self.origins.clear()
 
+    def forget(self, key: tuple) -> None:
+        """Drop the origin of a key whose program the cache dropped."""
+        with self.lock:
+            self.origins.pop(key, None)
+
 
 def record_hit(trace, graph, key: tuple, program) -> None:
     if trace is None:
@@ -134,7 +142,9 @@ def record_miss(compiled, trace, graph, key: tuple, program, seconds: float) -> 
     names = value_names(graph)
     input_names = [names[v] for v in graph.inputs]
     with state.lock:
-        candidates = list(state.origins.items())
+        # (The most recent: a miss explained against thousands of shapes would cost more
+        # than the miss.)
+        candidates = list(itertools.islice(reversed(state.origins.items()), EXPLAINED_AGAINST))
         state.origins[key] = _Origin(graph, input_names)
         first_call = state.calls == 0
     event = CacheEvent(graph, key, program, miss_reason(graph, key, candidates, names, first_call), seconds)
@@ -172,7 +182,8 @@ def call_finished(trace) -> None:
     warnings.warn(
         f"tracegrad: compiled function {name!r} has recompiled {recompiles} times (more than "
         f"{limit}). What keeps changing: {changing}. Each new shape, dtype or branch compiles "
-        "a new program; keep them fixed (for example, pad batches to one size), or raise the "
+        "a new program (from now on, only when it runs a second time: once, it runs "
+        "interpreted); keep them fixed (for example, pad batches to one size), or raise the "
         "limit with tg.compile(fn, recompile_limit=N).", RecompileWarning, stacklevel=_user_stacklevel())
 
 

@@ -51,15 +51,15 @@ def alias_pattern(arrays: list[np.ndarray]) -> tuple:
     try:
         for i, a in enumerate(arrays):
             if a.base is not None:  # a view (most inputs are not: one attribute read)
-                a = _owner(a)
+                a = owner(a)
             pattern.append(owners.setdefault(id(a), i))
     except AttributeError:  # not an ndarray nor a NumPy scalar: its own base
         owners.clear()
-        pattern = [owners.setdefault(id(_owner(a)), i) for i, a in enumerate(arrays)]
+        pattern = [owners.setdefault(id(owner(a)), i) for i, a in enumerate(arrays)]
     return tuple(pattern)
 
 
-def _owner(array):
+def owner(array):
     """The array whose memory `array` views (`array` itself if it is not a view)."""
     while isinstance(array, np.ndarray) and array.base is not None:
         array = array.base

@@ -298,6 +298,8 @@ class Replay:
             k += 1
             if t._base is not None and (grad_enabled or t._data is None):
                 t._check_view_is_current()
+                if tracer.replay is not self:  # (a stale view brought up to date diverged)
+                    return None
             if t._volatile:
                 volatile = True
             if t._requires_grad:

@@ -98,11 +98,10 @@ class KernelInfo:
         seconds = getattr(self.step, "compile_seconds", None)
         if seconds is None:
             return ""
-        if getattr(self.step, "from_disk", False):
-            return f"loaded from the disk cache in {_milliseconds(seconds)}"
+        how = "loaded from the disk cache" if getattr(self.step, "from_disk", False) else "compiled"
         if self.fresh:
-            return f"compiled in {_milliseconds(seconds)}"
-        return f"from the cache (compiled earlier in {_milliseconds(seconds)})"
+            return f"{how} in {_milliseconds(seconds)}"
+        return f"from the cache ({how} earlier in {_milliseconds(seconds)})"
 
     def __str__(self) -> str:
         if not self.is_llvm:
@@ -178,7 +177,12 @@ class GraphReport:
                                "the optimized graph (did the code generator change its plan?)")
         fresh = not self.event.hit
         self._items = items  # KernelInfo names the kernels in place (for to_dot)
-        return [KernelInfo(step, item, names, fresh) for step, item in zip(steps, items)]
+        infos = [KernelInfo(step, item, names, fresh) for step, item in zip(steps, items)]
+        if self.event.program.interpreted:
+            for info in infos:
+                info.why = ("interpreted: past its recompile limit, the function compiles a new graph "
+                            "when it runs again")
+        return infos
 
     def status(self) -> str:
         if self.event.hit:

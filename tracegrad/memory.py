@@ -47,3 +47,16 @@ def tune_allocator() -> bool:
     mallopt.restype = ctypes.c_int
     tuned = bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
     return tuned
+
+
+def release_free_memory() -> None:
+    """Hand the heap's free pages back to the OS now (glibc's `malloc_trim`), which the
+    tuning above otherwise keeps for reuse: after a cache was dropped (`cache_clear`)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return  # not glibc
+    trim.argtypes = (ctypes.c_size_t,)
+    trim(0)

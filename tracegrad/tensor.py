@@ -116,8 +116,18 @@ class Tensor:
         return self._value
 
     def _check_view_is_current(self) -> None:
-        if self._view_history != self._version_counter.history:
-            raise RuntimeError(STALE_VIEW_MESSAGE)
+        # A lazy view (inside a trace) holds values computed from its base when it was
+        # taken: any in-place update of the base since (the version) makes them stale. A
+        # real view shares its base's memory: only its recorded graph can be stale (an
+        # in-place update with grad: the history). (`dispatch._share_storage` records which.)
+        counter = self._version_counter
+        if self._data is not None:
+            if self._view_history != counter.history:
+                raise RuntimeError(STALE_VIEW_MESSAGE)
+        elif self._view_history != counter.value:
+            tracer = MODE.tracer
+            if tracer is None or not tracer.refresh_view(self):
+                raise RuntimeError(STALE_VIEW_MESSAGE)
 
     # --- metadata ---------------------------------------------------------------------
 

@@ -125,13 +125,9 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False, replac
         # copy_): it stays in the graph, and its old history gets a zero gradient, as in PyTorch.
         result = F.where(ew.full(self.shape, True, types.bool_), result, self)
     if result._data is None:
-        return _apply_traced_inplace(self, result, fresh)
-    base = self._base
-    tracks_grad = result._requires_grad or self._requires_grad
-    if base is not None and base._requires_grad and base._grad_fn is None and MODE.grad_enabled:
-        raise RuntimeError("a view of a " + LEAF_INPLACE_MESSAGE[2:])
-    if base is not None and (tracks_grad or base._requires_grad) and MODE.grad_enabled:
-        raise RuntimeError(VIEW_INPLACE_MESSAGE.format(op=name))
+        return _apply_traced_inplace(self, result, name, fresh)
+    if self._base is not None:
+        _check_view_update(self, result, name)
     saved = _saved_self(self, result._grad_fn)
     if saved is not None:  # keep the pre-update data for it
         saved.data = saved.data.copy()
@@ -153,10 +149,24 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False, replac
     return self
 
 
-def _apply_traced_inplace(self: Tensor, result: Tensor, fresh: bool = False) -> Tensor:
+def _check_view_update(self: Tensor, result: Tensor, name: str) -> None:
+    """Refuse an in-place update of a view that autograd cannot follow (as PyTorch)."""
+    base = self._base
+    if not MODE.grad_enabled:
+        return
+    if base._requires_grad and base._grad_fn is None:
+        raise RuntimeError("a view of a " + LEAF_INPLACE_MESSAGE[2:])
+    if result._requires_grad or self._requires_grad or base._requires_grad:
+        raise RuntimeError(VIEW_INPLACE_MESSAGE.format(op=name))
+
+
+def _apply_traced_inplace(self: Tensor, result: Tensor, name: str, fresh: bool = False) -> Tensor:
     """Inside a trace an in-place op rebinds `self` to the new IR value; a real tensor's
-    buffer is written when the traced graph runs (the tracer records the write)."""
-    if self._base is not None:
+    buffer is written when the traced graph runs (the tracer records the write, and gives
+    tensors sharing its memory their new values: compile_alias)."""
+    if self._base is not None and self._data is not None:
+        _check_view_update(self, result, name)  # (a real view: its buffer is its base's memory)
+    elif self._base is not None:
         raise RuntimeError(
             "in-place update of a view inside a compiled function is not supported: the update "
             "would not reach the tensor it views. Write to the base tensor instead (for example "
@@ -169,14 +179,15 @@ def _apply_traced_inplace(self: Tensor, result: Tensor, fresh: bool = False) -> 
         # the trace read the new value but must still send gradients where they went
         # before (a leaf's .grad, or the tensor's history), as in eager execution.
         result = tracer.leaf_update(self, result, fresh)
+    tracer.note_update(self)
     if self._data is None:
         self._value = result._value
         tracer.rebind(self, result)
     else:
         tracer.write(self, result)
-    self._version_counter.value += 1
-    self._version_counter.history += 1  # traced views taken before now are stale
+    self._version_counter.value += 1  # (traced views taken before now are stale: their version)
     if result._requires_grad:
+        self._version_counter.history += 1  # as in eager: views taken before now have a stale grad_fn
         self._grad_fn = result._grad_fn
         self._value = result._value
         self._requires_grad = True

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -64,6 +65,60 @@ def test_entry_under_another_key_is_not_loaded(cache_dir):
     assert cache.load(other, HOST) is None
 
 
+def _load_within(key, seconds=10.0):
+    """`cache.load(key)` run in a thread: (whether it returned within `seconds`, its result)."""
+    found = []
+    reader = threading.Thread(target=lambda: found.append(cache.load(key, HOST)), daemon=True)
+    reader.start()
+    reader.join(seconds)
+    return not reader.is_alive(), (found[0] if found else None)
+
+
+def _unblock(fifo):
+    """Let a reader blocked opening `fifo` go (the old behaviour): open its write end."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_an_entry_that_is_a_fifo_is_not_read_and_does_not_block(cache_dir):
+    key = cache.kernel_key("ir", HOST)
+    path = _entry_path(cache_dir, key)
+    os.makedirs(os.path.dirname(path))
+    os.mkfifo(path)
+    try:
+        assert _load_within(key) == (True, None)
+    finally:
+        _unblock(path)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_an_entry_that_links_to_a_fifo_or_is_a_directory_is_not_read(cache_dir):
+    fifo_key, directory_key = cache.kernel_key("ir", HOST), cache.kernel_key("other ir", HOST)
+    fifo = str(cache_dir / "elsewhere.fifo")
+    os.mkfifo(fifo)
+    link = _entry_path(cache_dir, fifo_key)
+    os.makedirs(os.path.dirname(link))
+    os.symlink(fifo, link)
+    os.makedirs(_entry_path(cache_dir, directory_key))
+    try:
+        assert _load_within(fifo_key) == (True, None)
+        assert _load_within(directory_key) == (True, None)
+    finally:
+        _unblock(fifo)
+
+
+def test_an_entry_that_links_to_a_valid_entry_is_read(cache_dir):
+    key, other = cache.kernel_key("ir", HOST), cache.kernel_key("other ir", HOST)
+    cache.store(key, HOST, b"object code")
+    os.makedirs(os.path.dirname(_entry_path(cache_dir, other)), exist_ok=True)
+    os.symlink(_entry_path(cache_dir, key), _entry_path(cache_dir, other))
+    assert cache.load(key, HOST) == b"object code"
+    assert cache.load(other, HOST) is None  # (its header names the other key)
+
+
 def test_cache_off_writes_nothing(cache_dir, monkeypatch):
     monkeypatch.setenv("TRACEGRAD_CACHE", "0")
     key = cache.kernel_key("ir", HOST)
@@ -85,11 +140,11 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
-def _run_program(directory) -> tuple[int, int]:
+def _run_program(directory, timeout=None) -> tuple[int, int]:
     env = dict(os.environ, TRACEGRAD_CACHE_DIR=str(directory))
     env.pop("TRACEGRAD_CACHE", None)
     out = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True,
-                         check=True).stdout
+                         check=True, timeout=timeout).stdout
     loaded, kernels = map(int, out.split())
     return loaded, kernels
 
@@ -111,3 +166,20 @@ def test_corrupt_entry_is_rebuilt_and_results_stay_right(tmp_path):
     assert loaded == 0
     loaded, kernels = _run_program(tmp_path)  # the rebuilt entries are valid again
     assert loaded == kernels
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_a_process_whose_cache_entries_are_fifos_compiles_anew_without_hanging(tmp_path):
+    _run_program(tmp_path)
+    entries = [os.path.join(root, name) for root, _, names in os.walk(tmp_path) for name in names]
+    assert entries  # (the kernels and the host's description)
+    for path in entries:
+        os.remove(path)
+        os.mkfifo(path)
+    try:
+        loaded, kernels = _run_program(tmp_path, timeout=60)  # (before the fix: blocked in open)
+    finally:
+        for path in entries:
+            _unblock(path)
+    assert loaded == 0
+    assert _run_program(tmp_path, timeout=60)[0] == kernels  # (each FIFO replaced by a valid entry)

@@ -348,9 +348,6 @@ def test_backward_through_a_leaf_passed_twice_accumulates_both_uses():
     np.testing.assert_allclose(x_c.grad.numpy(), x_e.grad.numpy(), rtol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="arguments sharing memory (x and x.T) become independent "
-                   "graph inputs: an in-place update through one is not seen through the other "
-                   "(compiled gives [3, 12], eager [6, 24])")
 def test_in_place_update_of_an_argument_is_seen_through_an_aliasing_argument():
     def f(a, b):
         a.mul_(2)

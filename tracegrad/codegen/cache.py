@@ -6,7 +6,8 @@ built from. A file holds a magic tag, the SHA-256 of its payload, and the payloa
 header and the object code). A truncated, corrupt or foreign file fails verification and
 is rebuilt; files are written to a temporary name and renamed, so concurrent writers never
 expose a partial file. Nothing is unpickled; object code is loaded only after its checksum
-and header match.
+and header match. Only a regular file is read: an entry that is a FIFO, a device, a
+directory (or a link to one) counts as absent, and opening it cannot block (`_read`).
 
 `TRACEGRAD_CACHE_DIR` moves the cache (default: `$XDG_CACHE_HOME/tracegrad` or
 `~/.cache/tracegrad`); `TRACEGRAD_CACHE=0` turns it off.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 
 MAGIC = b"TGOBJ1\n"
@@ -45,12 +47,8 @@ def load(key: str, host: str) -> bytes | None:
     directory = cache_dir()
     if directory is None:
         return None
-    try:
-        with open(_path(directory, key), "rb") as f:
-            blob = f.read()
-    except OSError:
-        return None
-    if not blob.startswith(MAGIC) or len(blob) < len(MAGIC) + 32:
+    blob = _read(_path(directory, key))
+    if blob is None or not blob.startswith(MAGIC) or len(blob) < len(MAGIC) + 32:
         return None
     digest, payload = blob[len(MAGIC):len(MAGIC) + 32], blob[len(MAGIC) + 32:]
     if hashlib.sha256(payload).digest() != digest:
@@ -65,6 +63,27 @@ def load(key: str, host: str) -> bytes | None:
     if header != {"key": key, "host": host, "size": len(obj)}:
         return None
     return obj
+
+
+def _read(path: str) -> bytes | None:
+    """The contents of `path` if it is a regular file (following links), else None. Opened
+    without blocking (a FIFO's open would wait for a writer) and checked on the open file,
+    so the file read is the file checked."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb") as f:
+            fd = -1  # (closed with f)
+            return f.read()
+    except OSError:
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def store(key: str, host: str, obj: bytes) -> None:

@@ -160,6 +160,7 @@ def _own_workspaces(dtype: np.dtype, count: int) -> list[_Workspace]:
 
 
 _plans: dict[tuple, tuple] = {}
+PLANS_KEPT = 4096  # plans are cheap to work out again: past this many (shapes), start over
 
 
 def _plan(m: int, n: int, k: int, dtype: np.dtype, threads: int, split_n: bool | None = None) -> tuple:
@@ -184,7 +185,10 @@ def _plan(m: int, n: int, k: int, dtype: np.dtype, threads: int, split_n: bool |
             split_n = n > m
         side, tile = (n, cols) if split_n else (m, rows)
         chunk = side if threads == 1 else max(tile, _round_up(-(-side // (threads * CHUNKS_PER_THREAD)), tile))
-        plan = _plans[key] = (m, n, k, kc, mc, nc, -(-side // chunk), chunk, int(split_n))
+        plan = (m, n, k, kc, mc, nc, -(-side // chunk), chunk, int(split_n))
+        if len(_plans) >= PLANS_KEPT:
+            _plans.clear()
+        _plans[key] = plan
     return plan
 
 

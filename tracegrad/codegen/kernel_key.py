@@ -148,16 +148,18 @@ def _attr_text(value) -> str:
 
 
 def compile_described(kernel, purpose: str, build: Callable, small: bool = False,
-                      strength_reduction: bool = True) -> tuple[int, str, bool, str | None]:
+                      strength_reduction: bool = True) -> tuple[object, str, bool, str | None]:
     """Compile the one-function module `build()` makes for `kernel` (a function named
     "kernel"), or find it in memory or the disk cache by the kernel's description (by its
     IR when it has none). `small` as in `llvm.optimize`, `strength_reduction` as in
-    `llvm.emit_object`. Returns (address, symbol, loaded_from_disk, description)."""
-    from tracegrad.codegen.llvm import compile_kernel_keyed
+    `llvm.emit_object`. Returns (its `llvm.Code`, which the caller holds while it may call
+    the kernel; symbol, loaded_from_disk, description)."""
+    from tracegrad.codegen.llvm import compile_kernel_held
     description = kernel_description(kernel, purpose)
     if description is not None and checking():
         check_unique(description, str(build()))
-    return (*compile_kernel_keyed(description, "kernel", build, small, strength_reduction), description)
+    code, from_disk = compile_kernel_held(description, "kernel", build, small, strength_reduction)
+    return code, code.symbol, from_disk, description
 
 
 _checked: dict[str, str] = {}

@@ -501,9 +501,10 @@ class KernelStep:
         # built with constant loop bounds (see build_llvm) and never split later.
         self.whole = self.elements < threads.MIN_PARALLEL_ELEMENTS
         small = self.elements <= SMALL_KERNEL_ELEMENTS
-        address, self.symbol, self.from_disk, self.description = kernel_key.compile_described(
+        self.code, self.symbol, self.from_disk, self.description = kernel_key.compile_described(
             kernel, "whole kernel" if self.whole else "kernel", lambda: self.module,
             small=small, strength_reduction=not small)
+        address = self.code.address  # (valid while the step holds `code`)
         self.function = KERNEL_SIGNATURE(address)
         # A small kernel, always one call over its whole range, is called through
         # `fastcall` (its buffers straight from Python, no ctypes conversions; None where
@@ -533,7 +534,7 @@ class KernelStep:
         self.folded = folded_reductions(kernel)
         self.folded_positions = [kernel.results.index(node.output(0)) for node in self.folded]
         self.folded_elements = sum(int(np.prod(node.out_types[0].shape)) for node in self.folded)
-        self._combine = None
+        self._combine = self._combine_code = None
         if self.folded and self.chunk_count() > 1:
             self.combine_function()  # compiled now rather than inside the first call
         self.compile_seconds = time.perf_counter() - start  # shown by fn.explain()
@@ -567,9 +568,9 @@ class KernelStep:
     def combine_function(self):
         """The kernel adding one chunk's partial folded results into another's."""
         if self._combine is None:
-            address, _, _, _ = kernel_key.compile_described(
+            self._combine_code, _, _, _ = kernel_key.compile_described(
                 self.kernel, "combine", lambda: build_combine_llvm(self.folded, "kernel"))
-            self._combine = KERNEL_SIGNATURE(address)
+            self._combine = KERNEL_SIGNATURE(self._combine_code.address)
         return self._combine
 
     def run(self, slots: list, pool: dict | None = None) -> None:

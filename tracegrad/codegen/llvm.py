@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import weakref
 from collections.abc import Callable
 
 from llvmlite import ir
@@ -168,36 +169,94 @@ def _variant(small: bool, strength_reduction: bool) -> str:
     return (" small" if small else "") + ("" if strength_reduction else " no-lsr")
 
 
-# symbol -> its address in the engine. A symbol is named after the hash of the kernel's IR
-# (and how it was compiled), so kernels whose descriptions differ but whose code is the same
+class Code:
+    """A kernel's machine code in memory, at `address`. Whoever calls the kernel holds its
+    `Code` (a program's step holds those of its kernels): code `objload` placed is given
+    back (its pages unmapped) once no `Code` of it is left, so an evicted program's
+    kernels do not stay in memory. Kernels that live as long as the process (the GEMMs,
+    trampolines: `compile_kernel_keyed`) and code in the MCJIT engine (which cannot give
+    code back) are pinned."""
+
+    __slots__ = ("address", "symbol", "size", "__weakref__")
+
+    def __init__(self, address: int, symbol: str, size: int):
+        self.address = address
+        self.symbol = symbol
+        self.size = size  # bytes of memory it takes
+
+
+# symbol -> its code, while held. A symbol is named after the hash of the kernel's IR (and
+# how it was compiled), so kernels whose descriptions differ but whose code is the same
 # (epilogue tiles differing only in their row count) are compiled and loaded once.
-_loaded: dict[str, int] = {}
-# cache key -> (address, symbol) of a kernel found or compiled under that key.
-_keyed: dict[str, tuple[int, str]] = {}
+_loaded: weakref.WeakValueDictionary[str, Code] = weakref.WeakValueDictionary()
+_pinned: dict[str, Code] = {}  # symbol -> code kept for the process (see Code)
+# cache key -> symbol of a kernel found or compiled under that key (while its code lives).
+_keyed: dict[str, str] = {}
+_keys_of: dict[str, list[str]] = {}  # symbol -> the cache keys naming it in `_keyed`
 # symbol -> the disk-cache key its object was stored or found under.
 _stored_under: dict[str, str] = {}
+# Symbols whose code is no longer held: the finalizer of the last `Code` unmaps its pages
+# at once, and notes the symbol here (it may run inside any allocation, so it takes no
+# lock) for `release_unused` to forget.
+_unused: list[str] = []
 _SYMBOL = re.compile(rb"(tg_[0-9a-f]{24})\0")
+
+
+def release_unused() -> None:
+    """Forget the symbols and keys of kernels no step holds any more (a later request loads
+    or compiles them again)."""
+    with _lock:
+        while _unused:
+            symbol = _unused.pop()
+            if symbol not in _loaded:  # (else the symbol was loaded again since: keep its keys)
+                for key in _keys_of.pop(symbol, ()):
+                    if _keyed.get(key) == symbol:
+                        del _keyed[key]
+                _stored_under.pop(symbol, None)
+
+
+def _let_go(symbol: str, pages: tuple[int, int] | None) -> None:
+    """The last `Code` of `symbol` is gone: nothing can call it (a caller holds its Code)."""
+    if pages is not None:
+        objload.release(pages)
+    _unused.append(symbol)
+
+
+def loaded_count() -> int:
+    """How many kernels' code is in memory now (held or pinned)."""
+    with _lock:
+        return len(_loaded)
 
 
 def compile_kernel(module: ir.Module, name: str) -> tuple[int, str, bool]:
     """JIT-compile the one-function `module` whose function is called `name`.
 
     The symbol is renamed after the hash of the IR, so identical kernels share one symbol
-    and the disk cache can be keyed by it. Returns (address, symbol, loaded_from_disk)."""
+    and the disk cache can be keyed by it. Returns (address, symbol, loaded_from_disk); the
+    code stays for the process."""
     module.triple = llvm.get_process_triple()
     module.data_layout = str(target_machine().target_data)
     text = str(module)
-    return _compile(text, name, lambda: text)
+    code, from_disk = _compile(text, name, lambda: text)
+    return _pin(code), code.symbol, from_disk
 
 
 def compile_kernel_keyed(description: str | None, name: str, build: Callable[[], ir.Module],
                          small: bool = False, strength_reduction: bool = True) -> tuple[int, str, bool]:
-    """`compile_kernel` for a module that is costly to generate: keyed by `description`
-    (which must name everything the IR depends on, such as a hash of the generator's
-    source), so that a kernel in memory or in the disk cache is found without building it.
-    `small` as in `optimize`, `strength_reduction` as in `emit_object` (both part of the
-    key). A None description (the sources could not be hashed) keys the kernel by its IR
-    text."""
+    """`compile_kernel_held`, for a kernel that stays for the process: (address, symbol,
+    loaded_from_disk)."""
+    code, from_disk = compile_kernel_held(description, name, build, small, strength_reduction)
+    return _pin(code), code.symbol, from_disk
+
+
+def compile_kernel_held(description: str | None, name: str, build: Callable[[], ir.Module],
+                        small: bool = False, strength_reduction: bool = True) -> tuple[Code, bool]:
+    """Compile a module that is costly to generate: keyed by `description` (which must
+    name everything the IR depends on, such as a hash of the generator's source), so that
+    a kernel in memory or in the disk cache is found without building it. `small` as in
+    `optimize`, `strength_reduction` as in `emit_object` (both part of the key). A None
+    description (the sources could not be hashed) keys the kernel by its IR text. Returns
+    (its `Code`, which the caller holds while it may call the kernel; loaded_from_disk)."""
     def text() -> str:
         module = build()
         module.triple = llvm.get_process_triple()
@@ -210,10 +269,18 @@ def compile_kernel_keyed(description: str | None, name: str, build: Callable[[],
     return _compile(description + variant, name, text, small, strength_reduction)
 
 
+def _pin(code: Code) -> int:
+    with _lock:
+        _pinned[code.symbol] = code
+    return code.address
+
+
 def _compile(key_text: str, name: str, ir_text: Callable[[], str], small: bool = False,
-             strength_reduction: bool = True) -> tuple[int, str, bool]:
+             strength_reduction: bool = True) -> tuple[Code, bool]:
     from tracegrad.codegen import cache
 
+    if _unused:
+        release_unused()
     host = host_description()
     key = cache.kernel_key(key_text, host)
     found = _find(key, host)
@@ -223,15 +290,15 @@ def _compile(key_text: str, name: str, ir_text: Callable[[], str], small: bool =
     # For a kernel keyed by its IR (compile_kernel, no description) this is tg_{key[:24]}.
     symbol = f"tg_{cache.kernel_key(text + _variant(small, strength_reduction), host)[:24]}"
     with _lock:
-        address = _loaded.get(symbol)
+        code = _loaded.get(symbol)
         first_key = _stored_under.get(symbol)
-    if address is not None:  # the same code under another description: compiled already
+    if code is not None:  # the same code under another description: compiled already
         obj = cache.load(first_key, host) if first_key is not None else None
         if obj is not None:
             cache.store(key, host, obj)  # so that a warm process finds it by this key too
         with _lock:
-            _keyed[key] = (address, symbol)
-        return address, symbol, False
+            _name_key(key, symbol)
+        return code, False
     context, machine = _thread_tools()
     module_ref = llvm.parse_assembly(text.replace(f'@"{name}"', f'@"{symbol}"'), context=context)
     module_ref.verify()
@@ -239,18 +306,26 @@ def _compile(key_text: str, name: str, ir_text: Callable[[], str], small: bool =
     obj = emit_object(module_ref, machine, strength_reduction)
     del module_ref  # before its context could go
     cache.store(key, host, obj)
-    return _add_object(key, symbol, obj), symbol, False
+    return _add_object(key, symbol, obj), False
 
 
-def _find(key: str, host: str) -> tuple[int, str, bool] | None:
-    """(address, symbol, loaded_from_disk) of the kernel stored under `key` in memory or in
-    the disk cache (loaded now), else None."""
+def _name_key(key: str, symbol: str) -> None:
+    """Remember that `key` names `symbol` (with `_lock` held)."""
+    if _keyed.get(key) != symbol:
+        _keyed[key] = symbol
+        _keys_of.setdefault(symbol, []).append(key)
+
+
+def _find(key: str, host: str) -> tuple[Code, bool] | None:
+    """(code, loaded_from_disk) of the kernel stored under `key` in memory or in the disk
+    cache (loaded now), else None."""
     from tracegrad.codegen import cache
 
     with _lock:
-        known = _keyed.get(key)
-    if known is not None:
-        return known[0], known[1], False
+        symbol = _keyed.get(key)
+        code = _loaded.get(symbol) if symbol is not None else None
+    if code is not None:
+        return code, False
     obj = cache.load(key, host)
     if obj is None:
         return None
@@ -259,35 +334,44 @@ def _find(key: str, host: str) -> tuple[int, str, bool] | None:
     if len(symbols) != 1:
         return None  # not an object this module wrote: rebuilt (and overwritten)
     symbol = symbols.pop().decode()
-    return _add_object(key, symbol, obj), symbol, True
+    return _add_object(key, symbol, obj), True
 
 
 def load_keyed(description: str | None) -> int | None:
     """The address of a `compile_kernel_keyed` kernel if it is in memory or in the disk
-    cache (loaded now), else None; never compiles."""
+    cache (loaded now and kept for the process), else None; never compiles."""
     if description is None:
         return None
     host = host_description()
     from tracegrad.codegen import cache
     found = _find(cache.kernel_key(description, host), host)
-    return None if found is None else found[0]
+    return None if found is None else _pin(found[0])
 
 
-def _add_object(key: str, symbol: str, obj: bytes) -> int:
+def _add_object(key: str, symbol: str, obj: bytes) -> Code:
     """Load `obj` (defining `symbol`) unless the symbol is loaded already: by `objload`, or
     into the MCJIT engine where it declines (or TRACEGRAD_OBJECT_LOADER=mcjit)."""
     with _lock:
-        if symbol not in _loaded:
-            address = objload.load(obj, symbol) if os.environ.get("TRACEGRAD_OBJECT_LOADER") != "mcjit" else None
-            if address is None:
+        code = _loaded.get(symbol)
+        if code is None:
+            placed = (objload.load_placed(obj, symbol) if os.environ.get("TRACEGRAD_OBJECT_LOADER") != "mcjit"
+                      else None)
+            if placed is not None:
+                address, pages = placed
+                code = Code(address, symbol, pages[1])
+            else:
                 engine = _get_engine()
                 engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
                 engine.finalize_object()
-                address = engine.get_function_address(symbol)
-            _loaded[symbol] = address
+                code = Code(engine.get_function_address(symbol), symbol, len(obj))
+                _pinned[symbol] = code  # (MCJIT cannot give code back)
+                pages = None
+            # (Not at exit: a worker thread may still be running the code; the OS frees it.)
+            weakref.finalize(code, _let_go, symbol, pages).atexit = False
+            _loaded[symbol] = code
             _stored_under[symbol] = key
-        _keyed[key] = (_loaded[symbol], symbol)
-        return _loaded[symbol]
+        _name_key(key, symbol)
+        return code
 
 
 def optimized_ir(module: ir.Module | str) -> str:

@@ -57,6 +57,7 @@ REBIND_AFTER_MISSES = 2
 MAX_BINDS = 8
 
 _choices: dict[tuple, str] = {}
+CHOICES_KEPT = 4096  # past this many signatures (shapes), decisions are made anew
 _sightings: dict[tuple, int] = {}
 _lock = threading.Lock()
 
@@ -104,7 +105,10 @@ def choose(a: np.ndarray, b: np.ndarray, out: np.ndarray, mode: str | None = "")
         with _lock:  # one measurement at a time: two would disturb each other
             choice = _choices.get(signature)
             if choice is None:
-                choice = _choices[signature] = _measure(a, b, out) if mode == MEASURE else GENERATED
+                choice = _measure(a, b, out) if mode == MEASURE else GENERATED
+                if len(_choices) >= CHOICES_KEPT:
+                    _choices.clear()
+                _choices[signature] = choice
     return choice
 
 
@@ -242,8 +246,8 @@ class EpilogueMatmulStep(MatmulStep):
     something else reads it, then the epilogue's results."""
 
     __slots__ = ("epilogue", "keep_product", "operand_views", "leaf_sources", "result_specs", "result_keys",
-                 "pointer_array",
-                 "tile_address", "tile_function", "_module", "symbol", "from_disk", "compile_seconds", "name",
+                 "pointer_array", "tile_code", "tile_address", "tile_function", "_module", "symbol", "from_disk",
+                 "compile_seconds", "name",
                  "identities", "split_n", "donated", "description", "pool_product",
                  "donated_results")
 
@@ -280,8 +284,9 @@ class EpilogueMatmulStep(MatmulStep):
         self._module = None
         # Keyed by its description, so a warm disk cache loads it without building its IR.
         # Compiled without loop strength reduction (see `llvm.emit_object`).
-        self.tile_address, self.symbol, self.from_disk, self.description = kernel_key.compile_described(
+        self.tile_code, self.symbol, self.from_disk, self.description = kernel_key.compile_described(
             kernel, "tile", lambda: self.module, strength_reduction=False)
+        self.tile_address = self.tile_code.address  # (valid while the step holds `tile_code`)
         self.tile_function = gemm.EPILOGUE_SIGNATURE(self.tile_address)
         self.compile_seconds = time.perf_counter() - start
 

@@ -7,8 +7,9 @@ its C API), an execution engine and a target machine. The objects are simple (co
 "large": a `.ltext` section, constant pools, absolute 64-bit relocations against them), so
 this module places them itself: each object in pages of its own (from a private mapping),
 sections copied in at their alignment, relocations applied, then the pages made
-read+execute (never writable and executable at once). The memory is never freed, as
-MCJIT's is not.
+read+execute (never writable and executable at once). `load_placed` also says which
+pages the object took, and `release` unmaps them once no caller can run its code
+(`llvm.Code`: the kernels of evicted programs); MCJIT's memory is never freed.
 
 Anything outside what it knows is refused (`load` returns None and the caller uses MCJIT,
 as before): not Linux x86-64 ELF, writable, TLS or initializer sections, section groups,
@@ -72,6 +73,8 @@ def _system():
                                   ctypes.c_long]
             libc.mprotect.restype = ctypes.c_int
             libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            libc.munmap.restype = ctypes.c_int
+            libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
             _libc = libc
         return _libc
 
@@ -93,6 +96,13 @@ def load(obj: bytes, symbol: str) -> int | None:
     """The address of the function `symbol` defined in the ELF object `obj`, loaded now
     into executable memory of its own; None if the object is not one this loader handles
     (nothing is left mapped then)."""
+    placed = load_placed(obj, symbol)
+    return None if placed is None else placed[0]
+
+
+def load_placed(obj: bytes, symbol: str) -> tuple[int, tuple[int, int]] | None:
+    """`load`, and the pages the object took: (address, (first page, length)), for
+    `release` once its code can no longer be called."""
     if not supported():
         return None
     try:
@@ -100,6 +110,12 @@ def load(obj: bytes, symbol: str) -> int | None:
     except (_Refused, struct.error, IndexError, ValueError, UnicodeDecodeError):
         return None
     return layout.place()
+
+
+def release(pages: tuple[int, int]) -> None:
+    """Unmap the pages `load_placed` gave an object (no code in them may run again)."""
+    base, length = pages
+    _system().munmap(base, length)
 
 
 def _name(strings: bytes, offset: int) -> str:
@@ -209,9 +225,9 @@ class _Layout:
                     raise _Refused(f"relocation type {kind_of}")
         return image
 
-    def place(self) -> int | None:
+    def place(self) -> tuple[int, tuple[int, int]] | None:
         """Reserve pages, relocate the image into them and make them read+execute; the
-        entry's address, or None (the pages are given back)."""
+        entry's address and the pages, or None (the pages are given back)."""
         length = -(-self.size // _PAGE) * _PAGE
         base = _reserve(length)
         if base is None:
@@ -225,7 +241,7 @@ class _Layout:
         if _system().mprotect(base, length, _PROT_READ | _PROT_EXEC) != 0:
             _give_back(base, length)  # (still writable: never made executable)
             return None
-        return base + self.entry
+        return base + self.entry, (base, length)
 
 
 # Pages are handed out from private read+write mappings of at least _ARENA bytes, so that

@@ -55,7 +55,15 @@ class NumpyStep:
                 slots[slot] = array
 
 
+# What a step's Python objects take, estimated (its kernel's IR nodes and description,
+# ctypes arrays, a matmul's bound plans), for `Program.nbytes`.
+STEP_BYTES = 4096
+
+
 class Program:
+    interpreted = False  # every step a NumPy step, kernels to come (`tracegrad.compile`)
+    last_use = 0  # when the compile cache last ran it (its count of hits then)
+
     def __init__(self, graph: Graph, steps: list, slot_of: dict[Value, int], n_slots: int):
         self.steps = steps
         self.name = graph.name
@@ -71,6 +79,8 @@ class Program:
                       for frees, recycles in zip(_last_uses(steps, self.output_slots, n_slots), self.recycles)]
         # LLVM kernels: fused kernels and the epilogues fused into matmul steps.
         self.kernel_count = sum(1 for s in steps if not isinstance(s, NumpyStep) or hasattr(s, "epilogue"))
+        # The memory it keeps, estimated: its steps and their kernels' machine code.
+        self.nbytes = sum(STEP_BYTES + _code_bytes(step) for step in steps)
         # Which of its caller's arrays the program reads, when the caller's graph had inputs
         # the program's (pruned) graph dropped; None: all of them (set by tracegrad.compile).
         self.feeds: tuple[int, ...] | None = None
@@ -201,6 +211,12 @@ def _last_uses(steps, keep: tuple[int, ...], n_slots: int) -> list[tuple[int, ..
         if slot not in keep_set:
             frees[index].append(slot)
     return [tuple(f) for f in frees]
+
+
+def _code_bytes(step) -> int:
+    """Bytes of machine code a step holds (a fused kernel, its combine kernel, an epilogue's tile)."""
+    codes = (getattr(step, "code", None), getattr(step, "_combine_code", None), getattr(step, "tile_code", None))
+    return sum(code.size for code in codes if code is not None)
 
 
 def build_program(graph: Graph, fuse: bool = True, donations: tuple = ()) -> Program:

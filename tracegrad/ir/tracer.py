@@ -18,6 +18,7 @@ class Tracer:
     version_checks = None  # when a list: collects (node, node.saved, saved tensor) per version check
     created = None  # when a list: a weak reference to every lazy tensor made while this tracer is active
     scalars = None  # when a dict: id -> (tensor, number, dtype) of each 0-d tensor `scalar_tensor` made
+    writes_real_tensors = False  # whether in-place ops may write real tensors (a compile trace)
 
     def __init__(self, graph: Graph):
         self.graph = graph
@@ -62,6 +63,14 @@ class Tracer:
 
     def rebind(self, tensor, result) -> None:
         """Called when an in-place op gives a lazy tensor a new value."""
+
+    def refresh_view(self, view) -> bool:
+        """Bring a lazy view whose base changed since it was taken up to date, if this
+        tracer can (`CompileTrace.refresh_view`); False: it is stale."""
+        return False
+
+    def note_update(self, tensor) -> None:
+        """Called before an in-place op gives `tensor` (not a view) its new value."""
 
     def leaf_update(self, leaf, result, fresh: bool = False):
         """The tensor to give `leaf` (a tensor that requires grad) as its new value `result`,

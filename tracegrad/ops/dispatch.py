@@ -190,9 +190,20 @@ def _needed_saves(prim: Primitive, needs: tuple) -> tuple[tuple, bool]:
 
 def _share_storage(source, view) -> None:
     """A view shares its base's memory (in eager mode when NumPy made a view), so it shares
-    its version counter, and remembers the base's history to detect going stale."""
-    if source._data is not None and (view._data is None or not np.may_share_memory(source._data, view._data)):
-        return  # (a traced view of a real tensor shares nothing: no NumPy call to learn it)
-    view._version_counter = source._version_counter
-    view._view_history = source._version_counter.history
+    its version counter, and remembers the base's history (a lazy view: its version) to
+    detect going stale (`Tensor._check_view_is_current`)."""
+    if source._data is not None:
+        if view._data is None:
+            # A traced view of a real tensor: a compile trace may write the tensor (then the
+            # view is stale) or the view (which must reach the tensor); other traces never
+            # do. Its base is that tensor, whose values the trace follows (not its own base).
+            if MODE.tracer.writes_real_tensors:
+                counter = view._version_counter = source._version_counter
+                view._view_history = counter.value
+                view._base = source
+            return
+        if not np.may_share_memory(source._data, view._data):
+            return
+    counter = view._version_counter = source._version_counter
+    view._view_history = counter.history if view._data is not None else counter.value
     view._base = source._base if source._base is not None else source

@@ -1,0 +1,341 @@
+"""Tensors sharing memory inside a compiled call: an in-place write through one is read
+through the others (arguments, captured tensors, views), before and after the write, on
+every call and when the aliasing changes between calls, as in eager execution."""
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+
+
+def _base(call=0, shape=(3, 4)):
+    return tg.from_numpy(np.arange(float(np.prod(shape))).reshape(shape) + call)
+
+
+def _snapshot(result, *tensors):
+    arrays = [] if result is None else [np.array(t.detach().numpy()) for t in
+                                        (result if isinstance(result, tuple) else (result,))]
+    return arrays + [np.array(t.numpy()) for t in tensors]
+
+
+def _assert_compiled_matches_eager(fn, make_args, calls=3):
+    """Call `fn` eagerly and compiled on fresh arguments (`make_args(call)` returns the
+    arguments and the tensors whose memory they view): results and memory agree."""
+    compiled = tg.compile(fn)
+    for call in range(calls):
+        args, bases = make_args(call)
+        expected = _snapshot(fn(*args), *bases)
+        args, bases = make_args(call)  # (anew: the captured tensors `fn` reads too)
+        got = _snapshot(compiled(*args), *bases)
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            np.testing.assert_array_equal(g, e, err_msg=f"call {call}")
+    return compiled
+
+
+def _add_then_read(a, b):
+    a.add_(1)
+    return b * 1
+
+
+def _view(view):
+    def make(call):
+        x = _base(call)
+        return (view(x),), (x,)
+    return make
+
+
+def _views(view_a, view_b):
+    def make(call):
+        x = _base(call)
+        return (view_a(x), view_b(x)), (x,)
+    return make
+
+
+def test_write_through_an_argument_is_read_through_its_transpose_when_compiled():
+    _assert_compiled_matches_eager(_add_then_read, _views(lambda x: x, lambda x: x.T))
+    _assert_compiled_matches_eager(_add_then_read, _views(lambda x: x.T, lambda x: x))
+
+
+def test_write_through_a_slice_is_read_through_an_overlapping_slice_when_compiled():
+    _assert_compiled_matches_eager(_add_then_read, _views(lambda x: x[0:2], lambda x: x[1:3]))
+    _assert_compiled_matches_eager(_add_then_read, _views(lambda x: x[::2], lambda x: x[:, 1::2]))
+
+
+def test_write_is_read_through_a_detached_alias_and_an_expanded_view_when_compiled():
+    _assert_compiled_matches_eager(_add_then_read, _views(lambda x: x, lambda x: x.detach()))
+    _assert_compiled_matches_eager(_add_then_read, _views(lambda x: x[1], lambda x: x[1:2].expand(3, 4)))
+
+
+def test_disjoint_slices_of_one_buffer_stay_independent_when_compiled():
+    _assert_compiled_matches_eager(_add_then_read, _views(lambda x: x[0:1], lambda x: x[1:3]))
+
+
+def test_aliased_argument_read_before_and_after_a_write_when_compiled():
+    def before_and_after(a, b):
+        early = b * 1
+        a.mul_(2)
+        return early + b
+
+    _assert_compiled_matches_eager(before_and_after, _views(lambda x: x, lambda x: x.T))
+
+
+def test_writes_through_two_overlapping_arguments_keep_their_order_when_compiled():
+    def interleaved(a, b):
+        b.mul_(2)
+        a.add_(1)
+        b.mul_(3)
+        a[0] = -1.0
+        return a * 1, b * 1
+
+    _assert_compiled_matches_eager(interleaved, _views(lambda x: x[0:2], lambda x: x[1:3]))
+
+
+def test_aliasing_that_changes_between_calls_never_reuses_the_other_program():
+    # Calls alternate: distinct tensors, aliased views, distinct again, ...
+    def make(call):
+        x = _base(call)
+        other = x.T if call % 2 else x.T.clone()
+        return (x, other), (x, other)
+
+    compiled = _assert_compiled_matches_eager(_add_then_read, make, calls=5)
+    assert compiled.cache_info().graphs == 2
+
+
+def test_a_read_before_a_donating_write_of_an_aliased_buffer_sees_the_old_values():
+    # A first call with distinct tensors may write the new value over the old buffer; an
+    # aliased second call must not run that program (its other argument reads that buffer).
+    def scale_and_read(a, b):
+        c = b * 3
+        a.mul_(2)
+        return c
+
+    def make(call):
+        x = _base(call, (64,))
+        other = x if call else x.clone()
+        return (x, other), (x,)
+
+    _assert_compiled_matches_eager(scale_and_read, make, calls=3)
+
+
+def test_write_to_an_argument_is_read_through_a_captured_tensor_sharing_its_memory():
+    state = {}
+
+    def read_captured(a):
+        a.add_(1)
+        return state["x"] * 1
+
+    def make(call):
+        state["x"] = x = _base(call)
+        return (x.T,), (x,)
+
+    _assert_compiled_matches_eager(read_captured, make)
+
+
+def test_write_to_a_captured_view_is_read_through_the_captured_base_when_compiled():
+    state = {}
+
+    def write_view(scale):
+        early = state["x"] * 1
+        state["view"].mul_(scale)
+        return early + state["x"]
+
+    def make(call):
+        x = _base(call)
+        state["x"], state["view"] = x, x[1:3]
+        return (tg.tensor(2.0, dtype=tg.float64),), (x,)
+
+    _assert_compiled_matches_eager(write_view, make)
+
+
+def test_optimizer_step_on_a_parameter_is_read_through_the_argument_it_was_passed_as():
+    weight = tg.nn.Parameter(tg.from_numpy(np.array([1.0, 2.0, 3.0])))
+    opt = tg.optim.SGD([weight], lr=0.5)
+
+    @tg.compile
+    def step(w, x):
+        opt.zero_grad()
+        (w * x).sum().backward()
+        opt.step()
+        return w * 1
+
+    x = tg.from_numpy(np.array([1.0, 1.0, 2.0]))
+    for _ in range(3):
+        before = weight.detach().numpy().copy()
+        np.testing.assert_array_equal(step(weight, x).detach().numpy(), before - 0.5 * x.numpy())
+
+
+def test_parameter_changed_through_a_detached_alias_trains_as_in_eager():
+    def make_model():
+        model = tg.nn.Linear(3, 2).double()
+        with tg.no_grad():
+            model.weight.copy_(tg.from_numpy(np.arange(6.0).reshape(2, 3) / 10))
+            model.bias.fill_(0.25)
+        return model
+
+    x = tg.from_numpy(np.linspace(-1, 1, 12).reshape(4, 3))
+    models = [make_model(), make_model()]
+
+    def shrink_then_train(model, w):
+        w.mul_(0.5)
+        model.zero_grad()
+        (model(x) ** 2).sum().backward()
+        return model.weight.grad * 1
+
+    compiled = tg.compile(shrink_then_train)
+    for _ in range(3):
+        expected = shrink_then_train(models[0], models[0].weight.detach())
+        got = compiled(models[1], models[1].weight.detach())
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-12)
+        np.testing.assert_array_equal(models[1].weight.detach().numpy(), models[0].weight.detach().numpy())
+
+
+def test_view_returned_after_its_base_was_written_shows_the_write_when_compiled():
+    def view_then_write(p):
+        view = p.reshape(12)
+        p.mul_(2)
+        return view
+
+    _assert_compiled_matches_eager(view_then_write, _view(lambda x: x))
+
+
+def test_reshape_that_copies_in_eager_keeps_its_values_when_compiled():
+    def copy_then_write(p):
+        flat = p.reshape(-1)  # p is strided: eager reshape copies
+        p.add_(5)
+        return flat * 1
+
+    _assert_compiled_matches_eager(copy_then_write, _view(lambda x: x[:, ::2]))
+
+
+def test_compiled_in_place_write_leaves_eager_views_of_the_argument_usable():
+    x = tg.zeros(10).reshape(2, 5)  # an eager view of its own base
+    tg.compile(lambda a: a.add_(1))(x)
+    w = tg.ones(5, requires_grad=True)
+    (x * w).sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0] * 5)
+
+
+def test_in_place_write_to_a_view_of_a_captured_tensor_inside_a_compiled_call_raises():
+    state = tg.from_numpy(np.arange(3.0))
+
+    @tg.compile
+    def write_view():
+        state[1:].mul_(2)  # a traced view: its write would not reach `state`
+
+    with pytest.raises(RuntimeError, match="in-place update of a view inside a compiled function"):
+        write_view()
+    np.testing.assert_array_equal(state.numpy(), [0.0, 1.0, 2.0])
+
+
+def test_in_place_write_through_an_expanded_argument_raises_as_in_eager():
+    def write(a):
+        a.add_(1)
+
+    for fn in (write, tg.compile(write)):
+        base = _base()
+        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+            fn(base[0:1].expand(3, 4))
+        np.testing.assert_array_equal(base.numpy(), _base().numpy())
+
+
+def test_write_changing_memory_viewed_with_another_dtype_raises_when_compiled():
+    memory = np.zeros(4)
+    floats, ints = tg.from_numpy(memory), tg.from_numpy(memory.view(np.int64))
+
+    with pytest.raises(RuntimeError, match="views the same memory with another dtype"):
+        tg.compile(_add_then_read)(floats, ints)
+    # The read of `ints` raised, after the write: its state is eager execution's at the raise.
+    np.testing.assert_array_equal(memory, np.ones(4))
+
+
+def test_gradient_through_a_write_read_through_an_alias_is_pytorchs():
+    torch = pytest.importorskip("torch")
+
+    def add_then_square(a, b, w):
+        a.add_(w * 2)
+        (b * b).sum().backward()
+        return b * 1
+
+    start, weights = np.arange(6.0).reshape(2, 3) / 3 + 1, np.array([1.5, -2.0, 0.5])
+    compiled = tg.compile(add_then_square)
+    x_t, w_t = torch.tensor(start.copy()), torch.tensor(weights.copy(), requires_grad=True)
+    expected = add_then_square(x_t, x_t.T, w_t).detach().numpy()
+    for _ in range(3):
+        x, w = tg.from_numpy(start.copy()), tg.tensor(weights.copy(), requires_grad=True)
+        np.testing.assert_allclose(compiled(x, x.T, w).detach().numpy(), expected, rtol=1e-12)
+        np.testing.assert_allclose(w.grad.numpy(), w_t.grad.numpy(), rtol=1e-12)
+        np.testing.assert_array_equal(x.detach().numpy(), x_t.detach().numpy())
+        assert x.requires_grad == x_t.requires_grad  # (written with grad: it has the history now)
+
+
+# --- random programs over views of one buffer ---------------------------------------------------
+
+_VIEWS = [lambda x: x, lambda x: x.T, lambda x: x[0:2], lambda x: x[1:3], lambda x: x.reshape(-1),
+          lambda x: x.detach(), lambda x: x[:, 1:], lambda x: x[::2], lambda x: x[1], lambda x: x.T.detach(),
+          lambda x: x[:, ::2].T, lambda x: x[0:1].expand(3, 4), lambda x: x.reshape(2, 6)[1]]
+
+
+_WRITES = [lambda t, c: t.add_(c), lambda t, c: t.mul_(c), lambda t, c: t.zero_(),
+           lambda t, c: t.__setitem__(0, c), lambda t, c: t.copy_(t * 0 + c), lambda t, c: t.clamp_(max=c + 3)]
+
+
+def _random_program(rng, n_tensors):
+    """Writes (add_, mul_, zero_, setitem, copy_, clamp_), reads, views taken and read later,
+    over `n_tensors` tensors; some passed as arguments, the others captured."""
+    steps = []
+    for _ in range(int(rng.integers(2, 8))):
+        kind = str(rng.choice(["write", "read", "view", "read view"]))
+        steps.append((kind, int(rng.integers(n_tensors)), int(rng.integers(6)), float(rng.integers(1, 4))))
+    keep_view = bool(rng.integers(2))
+
+    def program(captured, *args):
+        tensors, sums, views = list(args) + list(captured), [], []
+        for kind, i, op, c in steps:
+            t = tensors[i]
+            if kind == "write":
+                _WRITES[op](t, c)
+            elif kind == "read":
+                sums.append((t * 1).sum())
+            elif kind == "view":
+                views.append(t.reshape(-1))
+            elif views:
+                sums.append((views[-1] * 1).sum())
+        result = tg.stack(sums) if sums else None
+        return (result, views[-1]) if keep_view and views else result
+    return program
+
+
+def _outcome(fn, views, clones, n_arguments, call):
+    base = _base(call)
+    tensors = [_VIEWS[v](base) for v in views]
+    tensors = [t.clone() if c else t for t, c in zip(tensors, clones)]
+    try:
+        result = fn(tensors[n_arguments:], *tensors[:n_arguments])
+    except RuntimeError as error:
+        return type(error).__name__
+    return _snapshot(result if not isinstance(result, tuple) else tuple(r for r in result if r is not None),
+                     base, *tensors)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_programs_over_views_of_one_buffer_match_eager_when_compiled(seed):
+    rng = np.random.default_rng(seed)
+    n_arguments, n_captured = int(rng.integers(1, 4)), int(rng.integers(0, 3))
+    program = _random_program(rng, n_arguments + n_captured)
+    cases = [([int(rng.integers(len(_VIEWS))) for _ in range(n_arguments + n_captured)],
+              [bool(rng.integers(3) == 0) for _ in range(n_arguments + n_captured)]) for _ in range(3)]
+    state = {}
+    compiled = tg.compile(lambda *args: program(state["captured"], *args))
+    for call in range(6):  # (each aliasing pattern twice: a cache hit after a miss)
+        views, clones = cases[call % 3]
+        expected = _outcome(program, views, clones, n_arguments, call)
+
+        def run(*args):
+            state["captured"] = args[0]
+            return compiled(*args[1:])
+        got = _outcome(run, views, clones, n_arguments, call)
+        assert type(got) is type(expected) and (isinstance(got, str) and got == expected or len(got) == len(expected))
+        if not isinstance(got, str):
+            for g, e in zip(got, expected):
+                np.testing.assert_array_equal(g, e, err_msg=f"call {call}")

@@ -1,0 +1,363 @@
+"""Memory shared between the real tensors a compiled call sees, and in-place writes.
+
+A compile trace records an in-place write to a real tensor (an argument or a captured
+tensor) as a new value for that tensor, copied into its buffer when the call ends
+(`compile._finish`); the program reads every graph input from the buffers as they were
+when the call began. Two tensors the call sees may share memory: an argument passed twice
+as different views (`h(x, x.T)`, overlapping slices, `x` and `x.detach()`, an expanded
+view), an argument and a captured parameter, two captured tensors. Eager execution writes
+the buffer at once, so the other tensor reads the new elements; a graph input of the
+other tensor would read the old ones.
+
+`SharedMemory` keeps, from the first write of a call on, the real tensors the trace knows
+by the buffer they view (`compile_key.owner`). A write gives every known tensor that
+shares an element with the written one a new value: the shared elements taken from the
+written value (by address: `index` of the flattened value, at the positions where the
+other tensor's elements lie in it), the others from its own current value (`where`). A
+tensor first read after a write starts from its buffer overlaid the same way. So every
+tensor the call changed holds the current contents of its memory, and the values written
+back at the end agree wherever they overlap. The graph says which elements overlap (the
+positions are data, the ops are structure), and the cache key says which inputs share a
+buffer, so a call with other aliasing never runs this call's program.
+
+A lazy view holds the values its base had when it was taken. When the base is updated in
+place since, and the view is read again or kept past the call, `view_now` gives it what
+eager execution's view holds: its view ops replayed on the base's current value, or, where
+eager execution copied instead of viewing (a reshape of a strided array), the values taken.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from tracegrad.autograd.grad_mode import MODE, no_grad
+from tracegrad.compile_key import owner
+from tracegrad.functional import arith, shape
+from tracegrad.ir import types
+from tracegrad.ir.graph import Node, Value
+from tracegrad.ir.types import TensorType
+from tracegrad.ops import indexing
+from tracegrad.ops.dispatch import bind
+from tracegrad.ops.primitive import MOVEMENT
+from tracegrad.tensor import Tensor, lazy_tensor
+
+# As eager execution says it (`tensor_methods._apply_inplace`), and PyTorch.
+OVERLAPPING_WRITE_MESSAGE = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single "
+    "memory location. Please clone() the tensor before performing the operation.")
+
+
+class SharedMemory:
+    """The real tensors a trace knows, grouped by the buffer they view, and which of them
+    the call changed (see the module docstring). Made at the trace's first write, from the
+    tensors captured until then; the trace adds each tensor it captures after."""
+
+    __slots__ = ("groups", "changed", "proxies")
+
+    def __init__(self, trace):
+        # (The trace is passed to each method, not kept: the trace holds this object.)
+        # id of a buffer -> (the buffer, kept so that its id stays unique; the tensor viewing
+        # it, or a list of the tensors when several do).
+        self.groups: dict[int, tuple[object, object]] = {}
+        self.changed: dict[int, Tensor] = {}  # tensors whose value the call changed, by id
+        # Each argument's stand-in, by the argument's id (every argument is known by now).
+        self.proxies = {id(tensor): proxy for tensor, proxy, _ in trace.arguments}
+        groups = self.groups
+        for tensor, _ in trace.captured.values():
+            array = tensor._data
+            buffer = array if array.base is None else owner(array)
+            entry = groups.get(id(buffer))
+            if entry is None:
+                groups[id(buffer)] = (buffer, tensor)
+            elif entry[1] is not tensor:
+                self._group(tensor)
+
+    def check_write(self, target: Tensor) -> None:
+        """Raise, before the trace records anything of it, if a write to `target` cannot
+        be followed into the tensors sharing its memory (eager execution refuses a
+        self-overlapping view; a view with another dtype is not supported here)."""
+        group = self._group(target)
+        if group is target:
+            return
+        if _self_overlapping(target._data):
+            raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
+        for other in group:
+            if other is not target:
+                _positions(other._data, target._data)
+
+    def written(self, trace, target: Tensor, result: Tensor) -> None:
+        """`target` (a real tensor) now holds `result`: the argument's stand-in reads it,
+        and so does every other known tensor where it shares memory with `target`."""
+        proxy = self.proxies.get(id(target))
+        if proxy is not None and proxy._value is not result._value:
+            # Written as a captured tensor (an optimizer's parameter) and passed as an argument.
+            trace.note_update(proxy)
+            proxy._value = result._value
+            if result._requires_grad:
+                proxy._requires_grad = True
+                proxy._grad_fn = result._grad_fn
+        group = self._group(target)
+        self.changed[id(target)] = target
+        if group is not target:  # (another tensor views its buffer)
+            if _self_overlapping(target._data):  # (eager execution refuses it as not writeable)
+                raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
+            for other in list(group):
+                if other is not target:  # (`result`: the stand-in's flags are set after this)
+                    self._refresh(trace, other, [(target, result)])
+
+    def captured(self, trace, tensor: Tensor, buffer) -> None:
+        """`tensor` (viewing `buffer`) was just captured: it reads what the call wrote into
+        its memory."""
+        entry = self.groups.get(id(buffer))
+        if entry is None:
+            self.groups[id(buffer)] = (buffer, tensor)
+            return
+        group = self._group(tensor)
+        sources = [(t, self._current(t)) for t in group if t is not tensor and id(t) in self.changed]
+        if sources:
+            self._refresh(trace, tensor, sources)
+
+    def _group(self, tensor: Tensor):
+        """The known tensors viewing `tensor`'s buffer: `tensor` alone, or a list of them
+        with `tensor` among them."""
+        array = tensor._data
+        buffer = array if array.base is None else owner(array)
+        entry = self.groups.get(id(buffer))
+        if entry is None:
+            self.groups[id(buffer)] = (buffer, tensor)
+            return tensor
+        group = entry[1]
+        if group is tensor:
+            return group
+        if group.__class__ is not list:
+            group = [group]
+            self.groups[id(buffer)] = (buffer, group)
+        for known in group:
+            if known is tensor:
+                return group
+        group.append(tensor)
+        return group
+
+    def _current(self, tensor: Tensor) -> Tensor:
+        """The tensor whose value is `tensor`'s current value in the trace (an argument's
+        stand-in; a captured tensor reads its override)."""
+        return self.proxies.get(id(tensor), tensor)
+
+    def _refresh(self, trace, reader: Tensor, sources: list[tuple[Tensor, Tensor]]) -> None:
+        """Give `reader` the elements it shares with each of `sources`: (a changed tensor,
+        the tensor of its current value, which holds the current contents of its memory)."""
+        current = self._current(reader)
+        leaf = current._requires_grad and current._grad_fn is None and reader._grad_fn is None
+        new = current
+        # A leaf's memory changed behind autograd's back (as an optimizer step changes it):
+        # it stays a leaf, as in eager execution (`CompileTrace.leaf_update` below).
+        with no_grad() if leaf else contextlib.nullcontext():
+            for source, value in sources:
+                found = _positions(reader._data, source._data)
+                if found is not None:
+                    new = _overlaid(new, value, *found)
+        if new is current:
+            return  # nothing shared
+        if leaf:
+            new = trace.leaf_update(current, new, fresh=all(new is not value for _, value in sources))
+        elif current._requires_grad and not new._requires_grad:
+            raise RuntimeError(
+                f"compiled function: an in-place write changes elements of a tensor of shape "
+                f"{list(reader.shape)} that shares memory with the written tensor and is part of an "
+                "autograd graph (it requires grad and is not a leaf); the compiled call cannot "
+                "rebase its graph. Pass a clone() of one of them, or call the function eagerly.")
+        trace.note_update(current)
+        if current is not reader:
+            current._value = new._value
+        if new._requires_grad and not leaf:
+            current._requires_grad = True
+            current._grad_fn = new._grad_fn
+            current._value = new._value
+        trace.overrides[id(reader)] = (reader, new._value)
+        if id(reader) in trace.writes:  # (its value written back at the end is this one)
+            trace.writes[id(reader)] = (reader, new)
+        self.changed[id(reader)] = reader
+        if all(reader._version_counter is not s._version_counter for s, _ in sources):
+            reader._version_counter.value += 1  # traced views of it taken before now are stale
+
+
+# --- views older than their base ---------------------------------------------------------
+
+
+def refresh_view(trace, view: Tensor) -> bool:
+    """Bring a stale lazy view up to date as eager execution would see it (`view_now`);
+    False when it cannot be: its graph would be its base's old one."""
+    found = view_now(trace, view)
+    if found is None or (found[0] is not view._value and view._requires_grad):
+        return False
+    value, copied = found
+    counter = view._version_counter
+    if copied:  # not a view of the base in eager execution
+        view._base = None
+        counter = view._version_counter = type(counter)()
+    view._value = value
+    view._view_history = counter.value
+    return True
+
+
+def current_view(trace, view: Tensor) -> Value:
+    """The value to give a view kept past the call whose base was updated in place since it
+    was taken (its own value stays its autograd identity, as an eager view's grad_fn)."""
+    with trace:
+        found = view_now(trace, view)
+    if found is None:
+        view._check_view_is_current()  # (raises)
+    return found[0]
+
+
+def view_now(trace, view: Tensor) -> tuple[Value, bool] | None:
+    """For a lazy view whose base may have changed since the view was taken: the value the
+    view holds in eager execution now, and whether eager execution copied (a reshape of a
+    strided array: then the values as taken). A view's ops are replayed on the base's
+    current value (an eager view shows the update). None when its ops are not found (among
+    the values the base held: `CompileTrace.note_update`). Call with the trace active."""
+    base = view._base
+    current = base._value if base._data is None else trace.lookup(base)
+    former = list(trace.former_values.get(id(base), (None, ()))[1])
+    if base._data is not None and id(base) in trace.captured:
+        former.append(trace.captured[id(base)][1])
+    chain: list[Node] = []
+    value = view._value
+    while value != current and not any(value == old for old in former):
+        node = value.node
+        if node is None or node.op.kind != MOVEMENT or len(node.inputs) != 1:
+            return None
+        chain.append(node)
+        value = node.inputs[0]
+    if not _eager_view(base, chain, trace.proxies):
+        return view._value, True
+    if value == current:  # (its memory was written through another tensor: not its own)
+        return view._value, False
+    trace.diverge()  # (not a recorded op: the graph goes on as this call's own)
+    with no_grad():
+        replayed = base
+        for node in reversed(chain):
+            replayed = bind(node.op, (replayed,), node.attrs)
+    return replayed._value, False
+
+
+def _eager_view(base: Tensor, chain: list[Node], proxies: dict) -> bool:
+    """Whether eager execution of the movement ops `chain` (last first) on `base` makes a
+    view of its memory (a reshape of a strided array copies), decided as eager execution
+    decides it: on the real array (a real tensor's, an argument's), or for a traced tensor
+    a new contiguous one (its layout in eager execution is not known here)."""
+    array = base._data
+    if array is None:
+        real = proxies.get(id(base))
+        array = real._data if real is not None else np.empty(base._type.shape, base._type.dtype.np)
+    for node in reversed(chain):
+        result = node.op.impl(array, **node.attrs)
+        if not np.may_share_memory(result, array):
+            return False
+        array = result
+    return True
+
+
+# --- new values by address ------------------------------------------------------------------
+
+
+def _overlaid(current: Tensor, source: Tensor, positions: np.ndarray, hit: np.ndarray | None) -> Tensor:
+    """`current` with the elements `hit` (None: all) taken from `source` at `positions`
+    (indices into the flattened `source`, one per element of `current`)."""
+    if hit is None and positions.size == source._type.numel and _in_order(positions):
+        # The same memory viewed in the same order. (Not a view of `source` that goes
+        # stale when `source` is updated: the value `source` holds now.)
+        return _unviewed(shape.reshape(source, current.shape))
+    taken = indexing.index(shape.reshape(source, (-1,)), (_constant(positions),), 0)
+    return taken if hit is None else arith.where(_constant(hit), taken, current)
+
+
+def _unviewed(tensor: Tensor) -> Tensor:
+    if tensor._base is None:
+        return tensor
+    plain = lazy_tensor(tensor._value, tensor._type, MODE.tracer)
+    plain._requires_grad, plain._grad_fn = tensor._requires_grad, tensor._grad_fn
+    return plain
+
+
+def _in_order(positions: np.ndarray) -> bool:
+    return bool((positions.ravel() == np.arange(positions.size)).all())
+
+
+def _constant(array: np.ndarray) -> Tensor:
+    return Tensor._make(array, TensorType(array.shape, types.from_numpy(array.dtype)))
+
+
+def _positions(reader: np.ndarray, written: np.ndarray) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """Where the elements of `reader` lie in `written`, by address: per element of
+    `reader`, the index into the flattened `written` of the element at the same address,
+    and whether there is one (None: for every element); None when they share no element."""
+    if not reader.size or not written.size or not _bounds_meet(reader, written):
+        return None
+    itemsize = written.itemsize
+    if reader.dtype != written.dtype or _misaligned(reader, itemsize) != _misaligned(written, itemsize) or any(
+            s % itemsize for s in (*reader.strides, *written.strides)):
+        if not np.shares_memory(reader, written):
+            return None
+        raise RuntimeError(
+            f"compiled function: an in-place write to a {written.dtype} tensor of shape {list(written.shape)} "
+            f"changes part of the elements of a {reader.dtype} tensor of shape {list(reader.shape)} that "
+            "views the same memory with another dtype or element alignment; this is not supported "
+            "inside a compiled function. Pass a clone() of one of them.")
+    addresses = _addresses(written).ravel()
+    order = np.argsort(addresses, kind="stable")  # (of elements at one address, the first)
+    ordered = addresses[order]
+    wanted = _addresses(reader)
+    slots = np.minimum(np.searchsorted(ordered, wanted), ordered.size - 1)
+    hit = ordered[slots] == wanted
+    if not hit.any():
+        return None
+    positions = np.where(hit, order[slots], 0).astype(np.int64)
+    return positions, (None if hit.all() else hit)
+
+
+def _self_overlapping(array: np.ndarray) -> bool:
+    """Whether two elements of `array` lie at one address (an expanded or strided view)."""
+    if array.flags.c_contiguous or array.flags.f_contiguous:
+        return False
+    if any(n > 1 and not stride for n, stride in zip(array.shape, array.strides)):
+        return True
+    return _has_repeated_address(array)
+
+
+def _has_repeated_address(array: np.ndarray) -> bool:
+    addresses = np.sort(_addresses(array).ravel())
+    return bool((addresses[1:] == addresses[:-1]).any())
+
+
+def _addresses(array: np.ndarray) -> np.ndarray:
+    """The address of each element of `array` (int64, in its shape)."""
+    addresses = np.full(array.shape, array.__array_interface__["data"][0], dtype=np.int64)
+    for axis, (n, stride) in enumerate(zip(array.shape, array.strides)):
+        if n > 1 and stride:
+            steps = np.arange(n, dtype=np.int64) * stride
+            addresses += steps.reshape((n,) + (1,) * (array.ndim - axis - 1))
+    return addresses
+
+
+def _bounds(array: np.ndarray) -> tuple[int, int]:
+    """The first byte of `array`'s memory and the byte after its last."""
+    low = high = array.__array_interface__["data"][0]
+    for n, stride in zip(array.shape, array.strides):
+        if stride > 0:
+            high += (n - 1) * stride
+        else:
+            low += (n - 1) * stride
+    return low, high + array.itemsize
+
+
+def _bounds_meet(a: np.ndarray, b: np.ndarray) -> bool:
+    low_a, high_a = _bounds(a)
+    low_b, high_b = _bounds(b)
+    return low_a < high_b and low_b < high_a
+
+
+def _misaligned(array: np.ndarray, itemsize: int) -> int:
+    return array.__array_interface__["data"][0] % itemsize
