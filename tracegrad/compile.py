@@ -20,10 +20,10 @@ import weakref
 
 import numpy as np
 
-from tracegrad import compile_composite, compile_events, compile_replay, inspect_log
+from tracegrad import compile_composite, compile_events, compile_replay, inspect_log, reference
 from tracegrad.autograd.grad_mode import MODE, no_grad
 from tracegrad.ir.autodiff import FREED
-from tracegrad.codegen.program import Program, build_program
+from tracegrad.codegen.program import Program
 from tracegrad.compile_key import KeyedGraph, alias_pattern, structural_key
 from tracegrad.ir.graph import Graph, Node, Value, user_location
 from tracegrad.naming import ArgumentNames, bound_module
@@ -61,8 +61,8 @@ class CompileTrace(Tracer):
         # Composite calls of this trace a later call may take in one step (compile_composite):
         # node position -> {function: Composite}; and the 0-d tensors `scalar_tensor` made
         # (id -> (tensor, number, dtype)), which those may capture. None: not recorded.
-        self.composites: dict | None = {} if compile_replay.ENABLED else None
-        self.scalars: dict | None = {} if compile_replay.ENABLED else None
+        self.composites: dict | None = {} if compile_replay.enabled() else None
+        self.scalars: dict | None = {} if compile_replay.enabled() else None
 
     def composite(self, function, args: tuple, kwargs: dict):
         """Call a composite function (`compile_composite`): in one step if the call follows
@@ -261,7 +261,7 @@ class CacheInfo:
 
 
 class CompiledFunction:
-    def __init__(self, fn, builder=None, recompile_limit: int | None = None):
+    def __init__(self, fn, builder=None, recompile_limit: int | None = None, backend: str = "llvm"):
         functools.update_wrapper(self, fn)
         self.fn = fn
         self._programs: dict[tuple, Program] = {}
@@ -271,7 +271,8 @@ class CompiledFunction:
         self._hits = 0
         self._misses = 0
         self._compile_time = 0.0
-        self._builder = builder or build_program
+        # How a graph becomes a program, and whether it is optimized first (reference.py).
+        self._builder, self._optimizes = reference.backend_builder(backend, builder)
         self._argument_names = ArgumentNames(fn)
         self._inspect = compile_events.InspectState(recompile_limit)
         self._graph_name = _graph_name(fn)
@@ -293,6 +294,8 @@ class CompiledFunction:
                  key: tuple | None = None, donations: tuple = ()) -> Program:
         """The program of `graph` (built on a miss); `key` when the caller has it already
         (it must cover `donations`: see `_donations`)."""
+        if reference.ACTIVE:  # nothing cached: the traced graph itself, interpreted
+            return reference.interpreted_program(graph)
         if key is None:
             key = structural_key(graph, inputs)
         with self._lock:
@@ -315,8 +318,9 @@ class CompiledFunction:
         if feeds is not None:  # donated inputs by their index in the pruned graph
             kept = {i: k for k, i in enumerate(feeds)}
             donations = tuple((j, kept[i]) for j, i in donations if i in kept)
-        program = (self._builder(optimize(pruned), donations=donations) if donations
-                   else self._builder(optimize(pruned)))
+        if self._optimizes:
+            pruned = optimize(pruned)
+        program = self._builder(pruned, donations=donations) if donations else self._builder(pruned)
         program.feeds = feeds
         seconds = time.perf_counter() - start
         with self._lock:
@@ -348,7 +352,7 @@ class CompiledFunction:
         return self._traced_call(args, kwargs)[0]
 
     def _traced_call(self, args: tuple, kwargs: dict, follow: bool = True) -> tuple[object, CompileTrace]:
-        recording = self._follow() if follow and compile_replay.ENABLED else None
+        recording = self._follow() if follow and compile_replay.enabled() else None
         trace = CompileTrace(self, self._graph_name, recording)
         try:
             with trace:

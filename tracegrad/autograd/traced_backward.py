@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from operator import itemgetter
 
+from tracegrad import reference
 from tracegrad.autograd.grad_mode import no_grad
 from tracegrad.autograd.recency import RecencyCache
 from tracegrad.ir.autodiff import FREED, forward_order, reverse_mode
@@ -145,6 +146,8 @@ def clear() -> None:
 def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) -> dict | None:
     """{value: gradient tensor} as `reverse_mode` returns it, appended to `tracer`'s graph;
     None when the caller must take the direct path."""
+    if reference.ACTIVE:
+        return None
     if tracer.leaf_updates:  # leaves updated in the trace: templates key results by graph input
         return None
     root_values = [v for v, _ in roots]
