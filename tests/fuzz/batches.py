@@ -72,6 +72,7 @@ def run_batch(entries: list[dict], options: Options) -> list[dict]:
             if extra is not None:
                 result["failures"].extend(extra["failures"])
                 result["seconds"] += extra["seconds"]
+                result["warm_kernels"] = extra.get("kernels")
         return full
     finally:
         shutil.rmtree(cache, ignore_errors=True)
@@ -113,16 +114,21 @@ def _execute(command: list[str], env: dict, progress: str, stderr_path: str) -> 
     """Run a worker until it exits, or kill it when one program takes PROGRAM_TIMEOUT."""
     with open(stderr_path, "w") as stderr:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-        size, changed = -1, time.monotonic()
-        while process.poll() is None:
-            time.sleep(0.1)
-            now_size = os.path.getsize(progress) if os.path.exists(progress) else 0
-            if now_size != size:
-                size, changed = now_size, time.monotonic()
-            elif time.monotonic() - changed > PROGRAM_TIMEOUT:
+        try:
+            size, changed = -1, time.monotonic()
+            while process.poll() is None:
+                time.sleep(0.1)
+                now_size = os.path.getsize(progress) if os.path.exists(progress) else 0
+                if now_size != size:
+                    size, changed = now_size, time.monotonic()
+                elif time.monotonic() - changed > PROGRAM_TIMEOUT:
+                    process.kill()
+                    process.wait()
+                    return f"hung (killed after {PROGRAM_TIMEOUT:.0f} s on one program)", _tail(stderr_path)
+        finally:
+            if process.poll() is None:  # the parent was interrupted: no orphaned worker
                 process.kill()
                 process.wait()
-                return f"hung (killed after {PROGRAM_TIMEOUT:.0f} s on one program)", _tail(stderr_path)
     return f"exited with status {process.returncode}", _tail(stderr_path)
 
 

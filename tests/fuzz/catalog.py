@@ -263,15 +263,14 @@ def reduce(b) -> bool:
         keepdim = dims is not None
     reduced = range(x.ndim) if dims is None else [normalize_dim(d, x.ndim) for d in dims]
     count = math.prod(x.shape[d] for d in reduced)
-    if count == 0 and not b.allows("size0_reduce"):
+    if not b.needs("size0_reduce", count == 0):
         return False
     shape = tuple(1 if i in reduced else s for i, s in enumerate(x.shape) if keepdim or i not in reduced)
     if dims is None and not keepdim:
         shape = ()
     line, dtype, bits, grad = _reduction_line(b, x, kind, dims, keepdim, count)
     out = b.result(shape, dtype, grad and x.requires_grad, exact_bits(dtype, bits) if bits else None)
-    tag = "reduce_size0" if count == 0 else f"reduce_{kind}"
-    b.emit(f"{out.name} = {line}", tag, out)
+    b.emit(f"{out.name} = {line}", f"reduce_{kind}", out)
     return True
 
 
@@ -346,13 +345,17 @@ OPS = [
     (_lazy("catalog_nn", "linear"), 2), (_lazy("catalog_nn", "creation"), 2),
     (_lazy("catalog_autograd", "inplace"), 8), (_lazy("catalog_autograd", "setitem"), 4),
     (_lazy("catalog_autograd", "detach_clone"), 3), (_lazy("catalog_autograd", "no_grad_block"), 2),
-    (_lazy("catalog_autograd", "requires_grad_argument"), 1), (_lazy("catalog_autograd", "custom_function"), 2),
-    (_lazy("catalog_autograd", "fresh_requires_grad"), 1), (_lazy("catalog_autograd", "item_and_branch"), 2),
+    (_lazy("catalog_autograd", "requires_grad_argument"), 2), (_lazy("catalog_autograd", "custom_function"), 3),
+    (_lazy("catalog_autograd", "fresh_requires_grad"), 2), (_lazy("catalog_autograd", "item_and_branch"), 2),
     (_lazy("catalog_autograd", "invalid_op"), 0.5),
 ]
 
 
 def emit_random_op(b) -> bool:
     """Emit one op of a family drawn by weight; False if that family found nothing to use."""
+    from .generator import Skip
     families, weights = zip(*OPS)
-    return b.rng.choices(families, weights)[0](b)
+    try:
+        return b.rng.choices(families, weights)[0](b)
+    except Skip:
+        return False

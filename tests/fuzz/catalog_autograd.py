@@ -58,6 +58,7 @@ def _value_for(b, target, allow_tensor: bool = True):
 
 def _after_write(b, target, bits, requires_grad: bool) -> None:
     """Update the model after an in-place write into `target`."""
+    b.written.add(target.name)
     target.bits = exact_bits(target.dtype, bits)
     aliases = b.aliases_of(target)
     if requires_grad and not target.requires_grad and not target.leaf:
@@ -71,8 +72,20 @@ def _after_write(b, target, bits, requires_grad: bool) -> None:
             v.bits = None
 
 
+def _target(b, predicate):
+    """A variable to write in place: sometimes one whose write makes an interesting pattern
+    (a leaf requiring grad that ops read, a variable with live aliases)."""
+    if b.chance(0.3):
+        pool = {v.name for v in b.pool}
+        target = b.pick(lambda v: predicate(v) and ((v.leaf and v.requires_grad and v.name in b.used)
+                                                    or bool(b.aliases_of(v) & pool)))
+        if target is not None:
+            return target
+    return b.pick(predicate)
+
+
 def inplace(b) -> bool:
-    target = b.pick(lambda v: v.static and v.dtype != "bool")
+    target = _target(b, lambda v: v.static and v.dtype != "bool")
     if target is None:
         return False
     op = b.rng.choice(["add_", "sub_", "mul_", "div_", "clamp_", "zero_", "fill_", "copy_", "pow_", "iadd"])
@@ -128,7 +141,7 @@ def guarded_value(b, value: str) -> str:
 
 
 def setitem(b) -> bool:
-    target = b.pick(lambda v: v.static and v.ndim >= 1 and v.dtype != "bool")
+    target = _target(b, lambda v: v.static and v.ndim >= 1 and v.dtype != "bool")
     if target is None:
         return False
     category = _inplace_category(b, target, "setitem")
@@ -152,6 +165,8 @@ def setitem(b) -> bool:
     else:
         scalar = b.rng.choice([0.5, -1.0, 2.0] if target.is_float else [0, 3])
         value, vbits, value_grad = str(scalar), scalar_bits(scalar), False
+    if not b.needs("size0_reduce", 0 in indexed and value_grad):
+        return False  # (the value's gradient sums over the empty region)
     line = f"{target.name}[{key}] = {value}"
     if target.leaf and (target.requires_grad or b.chance(0.5)):
         line = f"with torch.no_grad():\n        {line}"
@@ -303,6 +318,8 @@ def aliased_argument(b) -> None:
     kind = b.rng.choice(["same", "transposed", "overlap"] if base.ndim >= 2 else ["same", "overlap"])
     if kind == "overlap" and base.shape[0] < 2:
         kind = "same"
+    if not b.needs("eager_history_input", base.requires_grad and kind != "same"):
+        return  # (a view of a leaf requiring grad is an argument with history)
     if kind == "same":
         make, shape = base.name, base.shape
     elif kind == "transposed":

@@ -19,11 +19,12 @@ def _view(b, x, shape, line: str, tag: str, contiguous: bool = False, is_view: b
 
 
 def _empty_reshape_allowed(b, x) -> bool:
-    return x.numel != 0 or b.allows("size0_reshape")
+    return b.needs("size0_reshape", x.numel == 0)
 
 
 def reshape(b) -> bool:
-    x = b.pick(lambda v: v.static and v.ndim >= 1)
+    x = b.pick(lambda v: v.static and v.ndim >= 1 and v.numel == 0) if b.chance(0.7) else None
+    x = x or b.pick(lambda v: v.static and v.ndim >= 1)
     if x is None or not _empty_reshape_allowed(b, x):
         return False
     shape = list(x.shape)
@@ -57,10 +58,9 @@ def reshape(b) -> bool:
         end = b.rng.randrange(start + 1, len(shape))
         target = tuple(shape[:start] + [math.prod(shape[start:end + 1])] + shape[end + 1:])
         line = f"{x.name}.flatten({start}, {end - len(shape) if b.chance(0.5) else end})"
-    if x.contiguous and b.chance(0.3) and "flatten" not in line:
+    if x.contiguous and b.chance(0.3) and line.startswith(f"{x.name}.reshape("):
         line = line.replace(".reshape(", ".view(", 1)
-    tag = "reshape_size0" if x.numel == 0 else "reshape"
-    return _view(b, x, target, line, tag, contiguous=True, is_view=x.contiguous)
+    return _view(b, x, target, line, "reshape", contiguous=True, is_view=x.contiguous)
 
 
 def permute(b) -> bool:
@@ -113,9 +113,11 @@ def expand(b) -> bool:
     x = b.pick(lambda v: v.static and (1 in v.shape or v.ndim < len(b.universe)))
     if x is None:
         return False
-    lead = len(b.universe) - x.ndim if x.ndim < len(b.universe) else 0
+    lead = max(0, len(b.universe) - x.ndim)
+    offset = len(b.universe) - x.ndim  # universe dim of x's dim i: offset + i (if in range)
     target = tuple(b.universe[:lead]) + tuple(
-        b.universe[lead + i] if s == 1 and b.chance(0.7) else s for i, s in enumerate(x.shape))
+        b.universe[offset + i] if s == 1 and 0 <= offset + i < len(b.universe) and b.chance(0.7) else s
+        for i, s in enumerate(x.shape))
     written = list(target)
     for i in range(lead, len(target)):
         if target[i] == x.shape[i - lead] and b.chance(0.4):
@@ -252,7 +254,7 @@ def matmul(b) -> bool:
     if x is None:
         return False
     k = x.shape[-1]
-    if k == 0 and not b.allows("size0_reduce"):
+    if not b.needs("size0_reduce", k == 0):
         return False
     m = b.rng.randint(1, 4)
     if x.ndim >= 3 and b.chance(0.5):
@@ -279,7 +281,7 @@ def matmul(b) -> bool:
         forms.append(f"torch.mm({x.name}, {other.name})")
     bits = sum_bits(mul_bits(x.bits, other.bits), k)
     out = b.result(shape, x.dtype, x.requires_grad or other.requires_grad, exact_bits(x.dtype, bits))
-    b.emit(f"{out.name} = {b.rng.choice(forms)}", tag if k else "matmul_size0", out)
+    b.emit(f"{out.name} = {b.rng.choice(forms)}", tag, out)
     return True
 
 

@@ -49,6 +49,32 @@ def _bisect(source: str, seed: int, mode: str, want, loose: bool) -> str:
     return "; ".join(stages)
 
 
+class KernelCounts:
+    """How many kernels the process loaded from the disk cache and how many it compiled
+    (so a warm run can show it was warm)."""
+
+    def __init__(self):
+        from tracegrad.codegen import cache, llvm
+        self.loaded = self.compiled = 0
+        load, emit = cache.load, llvm.emit_object
+
+        def counting_load(*args, **kwargs):
+            obj = load(*args, **kwargs)
+            self.loaded += obj is not None
+            return obj
+
+        def counting_emit(*args, **kwargs):
+            self.compiled += 1
+            return emit(*args, **kwargs)
+
+        cache.load, llvm.emit_object = counting_load, counting_emit
+
+    def take(self) -> dict:
+        counts = {"loaded": self.loaded, "compiled": self.compiled}
+        self.loaded = self.compiled = 0
+        return counts
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batch", required=True)
@@ -60,11 +86,13 @@ def main(argv: list[str] | None = None) -> None:
     options = parser.parse_args(argv)
     with open(options.batch) as f:
         batch = json.load(f)
+    counts = KernelCounts()
     with open(options.out, "a") as out, open(options.progress, "a") as progress:
         for entry in batch:
             progress.write(f"{entry['seed']}\n")
             progress.flush()
             result = run_program(entry, options.mode, options.torch, options.bisect)
+            result["kernels"] = counts.take()
             out.write(json.dumps(result) + "\n")
             out.flush()
 

@@ -33,6 +33,8 @@ NEW_FAILURES: dict[str, str] = {
     "inplace_grad_leaf_after_use": "a leaf requiring grad, read and then written under no_grad in a "
                                    "compiled function: no 'modified by an inplace operation' error; "
                                    "autograd.grad drops the gradient of the uses before the write",
+    "backward_from_updated_leaf": "leaf.backward(gradient) after the leaf was written under no_grad in "
+                                  "a compiled function: leaf.grad stays None",
 }
 
 # Compile-only errors tracegrad documents as limits (a clear message, no wrong value):
@@ -40,6 +42,14 @@ NEW_FAILURES: dict[str, str] = {
 DOCUMENTED_COMPILE_LIMITS: tuple[str, ...] = (
     "RuntimeError: in-place update of a view inside a compiled function is not supported",
     "RuntimeError: This view was created before an in-place operation changed its base",
+)
+
+# Errors of tracegrad where PyTorch computes, documented as tracegrad's limits (`--torch`):
+# a message containing one of these.
+DOCUMENTED_TORCH_DIVERGENCES: tuple[str, ...] = (
+    "is not supported by tracegrad",
+    "(PyTorch would replay the view; tracegrad does not)",
+    "is not supported yet",
 )
 
 # Features that exist only to probe error parity or rarely useful paths: off by default.

@@ -62,6 +62,10 @@ class MulAdd(torch.autograd.Function):
 TORCH_DTYPE = {"float32": "torch.float32", "float64": "torch.float64", "int64": "torch.int64", "bool": "torch.bool"}
 
 
+class Skip(Exception):
+    """The op being generated would use a disabled feature: it is dropped."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Program:
     """A generated program: its source (without imports), the seed it came from and the
@@ -88,6 +92,7 @@ class Builder:
         self.functions: set[str] = set()
         self.fresh_leaves: list[str] = []  # leaves made inside the program: their .grad is returned
         self.used: set[str] = set()  # variables some statement read
+        self.written: set[str] = set()  # variables written in place
         self.aliases: dict[str, set[str]] = {}  # name -> names sharing its memory
         self._names = itertools.count()
         self.universe = self._universe()
@@ -97,6 +102,16 @@ class Builder:
 
     def allows(self, feature: str) -> bool:
         return feature not in self.disabled
+
+    def needs(self, feature: str, condition: bool = True) -> bool:
+        """False when `condition` makes the statement use a disabled `feature`; else True,
+        and the feature is noted when used."""
+        if not condition:
+            return True
+        if feature in self.disabled:
+            return False
+        self.tags.append(feature)
+        return True
 
     def name(self, prefix: str = "t") -> str:
         return f"{prefix}{next(self._names)}"
@@ -110,7 +125,7 @@ class Builder:
         """The shape the inputs' shapes are drawn from (so that they broadcast together)."""
         sizes = [1, 2, 3, 4, 5]
         shape = [self.rng.choice(sizes) for _ in range(self.rng.choice([1, 2, 2, 3, 3, 4]))]
-        if self.chance(0.12):
+        if self.chance(0.2):
             shape[self.rng.randrange(len(shape))] = 0
         return tuple(shape)
 
@@ -212,8 +227,18 @@ class Builder:
         weights = [1.0 + i for i in range(len(candidates))]
         return self.rng.choices(candidates, weights)[0]
 
-    def emit(self, line: str, tag: str, *results: Var) -> None:
-        self.used.update(re.findall(r"\b[a-z]\d+\b", line))
+    def emit(self, line: str, tag: str, *results: Var, checked: bool = True) -> None:
+        """Append a statement; `Skip` if it would use a disabled feature the op could not
+        see: a gradient flowing from an empty tensor into a non-empty one is a reduction
+        over a size-0 axis in backward (`size0_reduce`)."""
+        names = set(re.findall(r"\b[a-z]\d+\b", line))
+        made = {v.name for v in results}
+        operands = [v for v in self.pool if v.name in names and v.name not in made]
+        empty_grad = any(v.numel == 0 and v.requires_grad for v in operands)
+        fills = not results or any(v.numel != 0 for v in results)  # (an in-place op fills its target)
+        if checked and not self.needs("size0_reduce", empty_grad and fills):
+            raise Skip
+        self.used.update(names)
         self.body.append(f"    {line}")
         self.tags.append(tag)
         self.pool.extend(results)

@@ -79,6 +79,10 @@ def summary(results: list[dict], programs: dict[int, dict], seconds: float) -> s
     raised = sum(1 for r in results if r.get("reference_error"))
     lines = [f"programs run: {len(results)} in {seconds:.0f} s ({len(results) / max(seconds, 1e-9):.2f} programs/s); "
              f"the reference raised in {raised}; failing programs: {len(failing)}"]
+    warm = [r["warm_kernels"] for r in results if r.get("warm_kernels")]
+    if warm:
+        lines.append(f"warm disk cache processes: {sum(k['loaded'] for k in warm)} kernels loaded from disk, "
+                     f"{sum(k['compiled'] for k in warm)} compiled")
     for (kind, group), seeds in sorted(buckets(results, programs).items(), key=lambda item: -len(item[1])):
         shown = " ".join(map(str, seeds[:12])) + (" ..." if len(seeds) > 12 else "")
         lines.append(f"  {len(seeds):5d}  {kind} [{group}]  seeds: {shown}")
