@@ -150,6 +150,21 @@ def test_reference_mode_runs_no_eager_fusion(monkeypatch):
     assert outside > 0 and inside == 0
 
 
+def test_reference_mode_multiplies_large_eager_matrices_with_numpy(monkeypatch):
+    from tracegrad.codegen import gemm, matmul_step
+    monkeypatch.setenv("TRACEGRAD_MATMUL", "generated")
+    calls = _spy(monkeypatch, gemm, "matmul")
+    a = tg.ones(128, 128)
+    product = lambda: (a @ a).sum()  # noqa: E731
+    for _ in range(matmul_step.COMPILE_AFTER + 1):
+        product()
+    outside = len(calls)
+    calls.clear()
+    with tg.reference_mode():
+        assert product().item() == 128 ** 3
+    assert outside > 0 and calls == []
+
+
 def test_reference_mode_builds_and_caches_no_program(monkeypatch):
     calls = _spy(monkeypatch, program, "build_program")
     model, x, y = _model_and_data()
