@@ -54,8 +54,12 @@ def test_generated_programs_run_under_pytorch():
 
 
 def test_a_wrong_compiled_value_is_reported(monkeypatch):
+    from tracegrad.autograd import backward_cache
+    from tracegrad.autograd.recency import RecencyCache
     from tracegrad.codegen import program as codegen_program
     build = codegen_program.build_program
+    # (The perturbed backward programs this builds must not outlive the test.)
+    monkeypatch.setattr(backward_cache, "_entries", RecencyCache(backward_cache.CAPACITY))
 
     class Off:
         def __init__(self, real):
