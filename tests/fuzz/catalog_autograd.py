@@ -14,6 +14,8 @@ def _inplace_category(b, target, op: str) -> str | None:
     """The feature an in-place `op` on `target` exercises, or None when it is not generated."""
     if target.base == "<expanded>":
         return "inplace_expanded_input"
+    if target.name in b.contiguous_aliases:
+        return "inplace_on_contiguous_alias"
     if target.base is not None and target.base != "<input>":
         return None  # a view inside a compiled function cannot be updated (a documented limit)
     if target.leaf:
@@ -94,7 +96,7 @@ def inplace(b) -> bool:
     if op == "clamp_" and not target.exact:
         op = "add_"
     category = _inplace_category(b, target, op)
-    if category is None or not b.allows(category) or not _pattern_allowed(b, target):
+    if category is None:
         return False
     value, vbits, value_grad = _value_for(b, target, allow_tensor=op not in ("clamp_", "zero_", "fill_", "pow_"))
     if op in ("add_", "sub_", "iadd"):
@@ -124,8 +126,11 @@ def inplace(b) -> bool:
         if target.base is not None:
             return False  # eager tracegrad refuses a grad-carrying write into a view (documented)
         category = "inplace_argument_with_grad"
-        if not b.allows(category):
-            return False
+    elif category == "inplace_nonleaf" and value_grad and op in ("mul_", "div_", "pow_"):
+        category = "inplace_nonleaf_grad_scale"  # (a scaling by a value that requires grad)
+    if not b.allows(category) or not _pattern_allowed(b, target):
+        return False
+    if category == "inplace_argument_with_grad":
         target.leaf = False
         if target.name in b.leaves:
             b.leaves.remove(target.name)
@@ -187,10 +192,14 @@ def detach_clone(b) -> bool:
     line = {"detach": f"{x.name}.detach()", "clone": b.rng.choice([f"{x.name}.clone()", f"torch.clone({x.name})"]),
             "contiguous": f"{x.name}.contiguous()", "detach_clone": f"{x.name}.detach().clone()"}[kind]
     grad = x.requires_grad and kind in ("clone", "contiguous")
-    shares = kind == "detach" or (kind == "contiguous" and x.contiguous)
+    # (contiguous() returns x itself when x is contiguous, which size-1 dims can make any
+    # layout: taken as an alias always)
+    shares = kind in ("detach", "contiguous")
     out = b.result(x.shape, x.dtype, grad, x.bits, base=x.name if shares else None)
     if shares:
         b.note_alias(out, x)
+    if kind == "contiguous":
+        b.contiguous_aliases.add(out.name)
     b.emit(f"{out.name} = {line}", kind, out)
     return True
 
@@ -258,7 +267,7 @@ def fresh_requires_grad(b) -> bool:
 def item_and_branch(b) -> bool:
     x = b.pick(lambda v: v.static and v.exact and v.dtype != "bool" and v.numel)
     y = b.pick(lambda v: v.static and v.dtype != "bool")
-    if x is None or y is None:
+    if x is None or y is None or not b.needs("realization_after_inplace", bool(b.written)):
         return False
     if b.chance(0.5):
         s = b.name("s")

@@ -60,7 +60,7 @@ def reshape(b) -> bool:
         line = f"{x.name}.flatten({start}, {end - len(shape) if b.chance(0.5) else end})"
     if x.contiguous and b.chance(0.3) and line.startswith(f"{x.name}.reshape("):
         line = line.replace(".reshape(", ".view(", 1)
-    return _view(b, x, target, line, "reshape", contiguous=True, is_view=x.contiguous)
+    return _view(b, x, target, line, "reshape", contiguous=True)  # (a view whenever strides allow)
 
 
 def permute(b) -> bool:

@@ -35,6 +35,10 @@ NEW_FAILURES: dict[str, str] = {
                                    "autograd.grad drops the gradient of the uses before the write",
     "backward_from_updated_leaf": "leaf.backward(gradient) after the leaf was written under no_grad in "
                                   "a compiled function: leaf.grad stays None",
+    "inplace_on_contiguous_alias": "x.contiguous() of a contiguous x is x itself; written in place inside "
+                                   "a compiled function, the write does not reach x (and no view error)",
+    "realization_after_inplace": "a tensor written in place and saved, then a bool()/.item() in the call: "
+                                 "every followed (second) call raises a false 'modified by an inplace' error",
 }
 
 # Compile-only errors tracegrad documents as limits (a clear message, no wrong value):

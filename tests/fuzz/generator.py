@@ -93,6 +93,7 @@ class Builder:
         self.fresh_leaves: list[str] = []  # leaves made inside the program: their .grad is returned
         self.used: set[str] = set()  # variables some statement read
         self.written: set[str] = set()  # variables written in place
+        self.contiguous_aliases: set[str] = set()  # results of contiguous(): maybe the tensor itself
         self.aliases: dict[str, set[str]] = {}  # name -> names sharing its memory
         self._names = itertools.count()
         self.universe = self._universe()
