@@ -271,6 +271,8 @@ def reduce(b) -> bool:
     line, dtype, bits, grad = _reduction_line(b, x, kind, dims, keepdim, count)
     out = b.result(shape, dtype, grad and x.requires_grad, exact_bits(dtype, bits) if bits else None)
     b.emit(f"{out.name} = {line}", f"reduce_{kind}", out)
+    if kind in ("logsumexp", "max_dim") and not keepdim:
+        b.internal_views.add(out.name)
     return True
 
 

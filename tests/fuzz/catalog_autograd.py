@@ -16,6 +16,8 @@ def _inplace_category(b, target, op: str) -> str | None:
         return "inplace_expanded_input"
     if target.name in b.contiguous_aliases:
         return "inplace_on_contiguous_alias"
+    if target.name in b.internal_views:
+        return "inplace_on_internal_view"
     if target.base is not None and target.base != "<input>":
         return None  # a view inside a compiled function cannot be updated (a documented limit)
     if target.leaf:

@@ -60,6 +60,8 @@ def cross_entropy(b) -> bool:
     shape = () if reduction != "none" or n is None else (n,)
     out = b.result(shape, x.dtype, x.requires_grad, None)
     b.emit(f"{out.name} = {F}.cross_entropy({x.name}, {target.name}{extra})", "cross_entropy", out)
+    if n is None and reduction == "none":
+        b.internal_views.add(out.name)
     return True
 
 
@@ -97,6 +99,8 @@ def linear(b) -> bool:
         bits = None if bits is None else (bits[0] + 1, bits[1])
     out = b.result(x.shape[:-1] + (m,), x.dtype, requires_grad, exact_bits(x.dtype, bits))
     b.emit(f"{out.name} = {F}.linear({', '.join(args)})", "linear", out)
+    if x.ndim == 1:
+        b.internal_views.add(out.name)
     return True
 
 

@@ -282,6 +282,8 @@ def matmul(b) -> bool:
     bits = sum_bits(mul_bits(x.bits, other.bits), k)
     out = b.result(shape, x.dtype, x.requires_grad or other.requires_grad, exact_bits(x.dtype, bits))
     b.emit(f"{out.name} = {b.rng.choice(forms)}", tag, out)
+    if x.ndim == 1 or len(other_shape) == 1:
+        b.internal_views.add(out.name)
     return True
 
 

@@ -94,6 +94,9 @@ class Builder:
         self.used: set[str] = set()  # variables some statement read
         self.written: set[str] = set()  # variables written in place
         self.contiguous_aliases: set[str] = set()  # results of contiguous(): maybe the tensor itself
+        # Results tracegrad makes as views though PyTorch does not (logsumexp, max(dim), a
+        # product with a 1-D operand, ...): written in place, they are `inplace_on_internal_view`.
+        self.internal_views: set[str] = set()
         self.aliases: dict[str, set[str]] = {}  # name -> names sharing its memory
         self._names = itertools.count()
         self.universe = self._universe()
