@@ -312,7 +312,7 @@ def _reduction_line(b, x, kind: str, dims, keepdim: bool, count: int):
     if kind in ("std", "var"):
         correction = b.rng.choice(["", "unbiased=False", "correction=0", "correction=1"])
         extra = ", ".join(a for a in (args, correction) if a)
-        return f"{x.name}.{kind}({extra})", x.dtype, None, True
+        return f"spread({x.name}).{kind}({extra})", x.dtype, None, True
     if kind in ("argmax", "argmin"):
         return f"torch.{kind}({x.name}{', ' + args if args else ''})", "int64", (8, 0), False
     if kind in ("any", "all"):

@@ -128,11 +128,13 @@ def inplace(b) -> bool:
         if target.base is not None:
             return False  # eager tracegrad refuses a grad-carrying write into a view (documented)
         category = "inplace_argument_with_grad"
+        if op in ("mul_", "div_", "pow_"):
+            category = "inplace_nonleaf_grad_scale"  # (it becomes a non-leaf scaled by a grad value)
     elif category == "inplace_nonleaf" and value_grad and op in ("mul_", "div_", "pow_"):
         category = "inplace_nonleaf_grad_scale"  # (a scaling by a value that requires grad)
     if not b.allows(category) or not _pattern_allowed(b, target):
         return False
-    if category == "inplace_argument_with_grad":
+    if target.leaf and value_grad:  # (the argument becomes a non-leaf)
         target.leaf = False
         if target.name in b.leaves:
             b.leaves.remove(target.name)
@@ -172,7 +174,7 @@ def setitem(b) -> bool:
     else:
         scalar = b.rng.choice([0.5, -1.0, 2.0] if target.is_float else [0, 3])
         value, vbits, value_grad = str(scalar), scalar_bits(scalar), False
-    if not b.needs("size0_reduce", 0 in indexed and value_grad):
+    if not b.needs("size0_reduce", (0 in indexed or kind == "mask") and value_grad):
         return False  # (the value's gradient sums over the empty region)
     line = f"{target.name}[{key}] = {value}"
     if target.leaf and (target.requires_grad or b.chance(0.5)):

@@ -34,7 +34,7 @@ def layer_norm(b) -> bool:
     normalized = x.shape[x.ndim - k:]
     if not b.needs("size0_reduce", 0 in normalized):
         return False
-    args = [x.name, str(normalized)]
+    args = [f"spread({x.name})", str(normalized)]
     requires_grad = x.requires_grad
     if b.chance(0.6):
         weight = b.float_input(normalized, dtype=x.dtype, layout="plain")
