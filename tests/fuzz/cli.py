@@ -27,10 +27,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-warm", action="store_true", help="skip the warm disk cache process")
     parser.add_argument("--no-bisect", action="store_true", help="do not bisect compiled failures")
     parser.add_argument("--with", dest="extra", action="append", default=[], metavar="FEATURE",
-                        help="switch on a feature of config.KNOWN_FAILURES (repeatable)")
+                        help="switch on a feature of config.KNOWN_FAILURES or NEW_FAILURES (repeatable)")
     parser.add_argument("--without", action="append", default=[], metavar="FEATURE",
                         help="switch a feature off (repeatable)")
-    parser.add_argument("--all-features", action="store_true", help="the known failures too")
+    parser.add_argument("--all-features", action="store_true", help="every feature, the known and new failures too")
     parser.add_argument("--show", type=int, default=3, help="scripts printed per failure bucket (default 3)")
     parser.add_argument("--json", metavar="PATH", help="write every result as JSON lines")
     parser.add_argument("--quiet", action="store_true", help="only the summary")
