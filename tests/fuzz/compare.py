@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 
-from .config import DOCUMENTED_COMPILE_LIMITS, DOCUMENTED_TORCH_DIVERGENCES, TOLERANCES
+from .config import DOCUMENTED_COMPILE_LIMITS, DOCUMENTED_TORCH_DIVERGENCES, TOLERANCES, TORCH_TOLERANCES
 from .runner import Outcome
 
 WRONG_VALUE = "wrong value"
@@ -57,8 +57,9 @@ def compare(seed: int, mode: str, got: Outcome, want: Outcome, loose: bool = Fal
         return Failure(seed, mode, kind, f"the reference raised {want.error}; {mode} did not")
     if list(got.values) != list(want.values):
         return Failure(seed, mode, MISMATCH, f"results {list(got.values)} != reference {list(want.values)}")
+    tolerances = TORCH_TOLERANCES if torch_mode else TOLERANCES
     for key in want.values:
-        failure = _compare_value(seed, mode, key, got, want, loose)
+        failure = _compare_value(seed, mode, key, got, want, loose, tolerances)
         if failure is not None:
             return failure
     return None
@@ -68,7 +69,8 @@ def _kind(key: str) -> str:
     return WRONG_GRAD if key.startswith("grad:") else WRONG_VALUE
 
 
-def _compare_value(seed: int, mode: str, key: str, got: Outcome, want: Outcome, loose: bool) -> Failure | None:
+def _compare_value(seed: int, mode: str, key: str, got: Outcome, want: Outcome, loose: bool,
+                   tolerances: dict) -> Failure | None:
     a, b = got.values[key], want.values[key]
     if a is None or b is None:
         if a is None and b is None:
@@ -82,16 +84,16 @@ def _compare_value(seed: int, mode: str, key: str, got: Outcome, want: Outcome, 
     if got.dtypes[key] != want.dtypes[key] or a.shape != b.shape:
         return Failure(seed, mode, MISMATCH, f"{key}: {got.dtypes[key]}{list(a.shape)} vs reference "
                                              f"{want.dtypes[key]}{list(b.shape)}")
-    if not close(a, b, loose):
+    if not close(a, b, loose, tolerances):
         return Failure(seed, mode, _kind(key), f"{key}: {_difference(a, b)}")
     return None
 
 
-def close(a: np.ndarray, b: np.ndarray, loose: bool = False) -> bool:
+def close(a: np.ndarray, b: np.ndarray, loose: bool = False, tolerances: dict = TOLERANCES) -> bool:
     """Equal within the tolerance of the dtype (NaN equal to NaN, infinities exactly)."""
     if a.dtype.kind not in "fc":
         return bool(np.array_equal(a, b))
-    rtol, atol = TOLERANCES["float32" if loose else a.dtype.name]
+    rtol, atol = tolerances["float32" if loose else a.dtype.name]
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     nan_a, nan_b = np.isnan(a64), np.isnan(b64)
     if not np.array_equal(nan_a, nan_b):
