@@ -5,6 +5,7 @@ A feature is a tag the generator puts on a construct it emits (an op family, an 
 pattern, an input layout). `KNOWN_FAILURES` lists the features that hit a failure class of
 issue 20 still being fixed: the generator leaves them out unless asked (`--with FEATURE` or
 `--all-features`), so the quick slice passes; remove an entry once its fix is merged.
+`NEW_FAILURES` does the same for failures this fuzzer found that the issue does not list.
 """
 
 from __future__ import annotations
@@ -14,15 +15,18 @@ KNOWN_FAILURES: dict[str, int] = {
     "detach_requires_grad": 1,    # x.detach().requires_grad_(): the compiled graph is not cut
     "fresh_requires_grad": 1,     # torch.ones(3).requires_grad_() inside a compiled function: .grad None
     "requires_grad_argument": 1,  # arg.requires_grad_() inside a compiled function: .grad None (same family)
-    "size0_reduce": 2,            # a reduction (or matmul) over a size-0 axis: uninitialized memory
+    "size0_reduce": 2,            # a sum over a size-0 axis, forward or in backward (the gradient of a
+                                  # broadcast to size 0, of a value set through an empty mask): garbage
     "aliased_arguments": 3,       # h(x, x.T) with an in-place write: stale reads when compiled
     "retain_grad": 5,             # retain_grad() under compile: tensor(None)
-    "inplace_nonleaf_grad_scale": 6,  # mul_/div_/pow_ on a non-leaf requiring grad: spurious error
+    "inplace_nonleaf_grad_scale": 6,  # mul_/div_/pow_ of a non-leaf requiring grad (or by a value that
+                                      # does) when compiled: a false "modified by an inplace operation"
     "custom_function": 7,         # a custom autograd.Function under compile: KeyError
     "size0_reshape": 8,           # reshape of an empty tensor: IndexError in codegen / 3rd backward
     "inplace_nonleaf_argument": 9,  # in-place on a non-leaf argument requiring grad: leaf error
-    "negative_index": 10,         # negative gather indices / cross_entropy labels wrap silently
-    "eager_history_input": 13,    # arguments recorded eagerly outside the call, backward inside it
+    "negative_index": 10,         # negative gather indices / cross_entropy labels wrap (seen with --torch)
+    "eager_history_input": 13,    # arguments with history recorded outside the call (also a view of an
+                                  # argument that requires grad), backward inside it: gradients lost
 }
 
 # Features that hit failures this fuzzer found that issue 20 does not list (reported, not
@@ -61,9 +65,6 @@ DOCUMENTED_TORCH_DIVERGENCES: tuple[str, ...] = (
     "is not supported yet",
 )
 
-# Features that exist only to probe error parity or rarely useful paths: off by default.
-OPTIONAL_FEATURES: frozenset[str] = frozenset()
-
 # Tolerances per dtype (`compare.py`): |a - b| <= atol * scale + rtol * |b|, where scale is
 # max(1, largest finite |b| of the tensor): fused float32 kernels sum in other orders.
 TOLERANCES: dict[str, tuple[float, float]] = {
@@ -79,9 +80,9 @@ TORCH_TOLERANCES: dict[str, tuple[float, float]] = {
 
 def default_features(all_features: bool = False, extra: tuple[str, ...] = (),
                      without: tuple[str, ...] = ()) -> frozenset[str]:
-    """The disabled features: the known failures (unless `all_features`), minus `extra`
-    (switched on), plus `without`."""
-    disabled = set() if all_features else set(KNOWN_FAILURES) | set(NEW_FAILURES) | set(OPTIONAL_FEATURES)
+    """The disabled features: the known and new failures (unless `all_features`), minus
+    `extra` (switched on), plus `without`."""
+    disabled = set() if all_features else set(KNOWN_FAILURES) | set(NEW_FAILURES)
     disabled -= set(extra)
     disabled |= set(without)
     return frozenset(disabled)
