@@ -1,7 +1,8 @@
 """Running programs in batches through worker processes (`child.py`): a `full` process per
 batch with a fresh disk cache directory, then a `warm` process reading the cache it
-filled. A worker that crashes or hangs costs one program (reported as a crash), not the
-run: the parent restarts it after that program."""
+filled; the programs of a batch that run with small size thresholds (`tiers.py`) have
+processes of their own. A worker that crashes or hangs costs one program (reported as a
+crash), not the run: the parent restarts it after that program."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import tiers
 from .compare import CRASH, Failure
 from .generator import generate
 
@@ -25,17 +27,19 @@ PROGRAM_TIMEOUT = 120.0  # seconds: a worker still on one program after this lon
 @dataclasses.dataclass
 class Options:
     disabled: frozenset[str]
-    batch_size: int = 25
+    batch_size: int = 50
     with_torch: bool = False
     warm: bool = True
     bisect: bool = True
+    tiers: str = "both"  # which programs run with small size thresholds (tiers.MODES)
 
 
-def program_entries(seeds: list[int], disabled: frozenset[str]) -> list[dict]:
+def program_entries(seeds: list[int], options: Options) -> list[dict]:
     entries = []
     for seed in seeds:
-        program = generate(seed, disabled)
-        entries.append({"seed": seed, "source": program.source, "features": sorted(program.features)})
+        program = generate(seed, options.disabled)
+        entries.append({"seed": seed, "source": program.source, "features": sorted(program.features),
+                        "small": tiers.small_for(seed, options.tiers)})
     return entries
 
 
@@ -49,7 +53,7 @@ def run(seeds, options: Options, deadline: float | None = None, on_batch=None) -
         batch_seeds = [seed for _, seed in zip(range(options.batch_size), iterator)]
         if not batch_seeds:
             break
-        entries = program_entries(batch_seeds, options.disabled)
+        entries = program_entries(batch_seeds, options)
         programs.update((e["seed"], e) for e in entries)
         batch_results = run_batch(entries, options)
         results.extend(batch_results)
@@ -59,13 +63,24 @@ def run(seeds, options: Options, deadline: float | None = None, on_batch=None) -
 
 
 def run_batch(entries: list[dict], options: Options) -> list[dict]:
+    """Results of `entries`, in order: each threshold setting in processes of its own."""
+    results: list[dict] = []
+    for small in (False, True):
+        group = [e for e in entries if e.get("small", False) == small]
+        if group:
+            results.extend(_run_group(group, options, small))
+    order = {e["seed"]: i for i, e in enumerate(entries)}
+    return sorted(results, key=lambda r: order[r["seed"]])
+
+
+def _run_group(entries: list[dict], options: Options, small: bool) -> list[dict]:
     cache = tempfile.mkdtemp(prefix="tracegrad-fuzz-cache-")
     try:
-        full = _run_worker(entries, "full", cache, options)
+        full = _run_worker(entries, "full", cache, options, small)
         if not options.warm:
             return full
         clean = {r["seed"] for r in full if r["reference_error"] is None}
-        warm = _run_worker([e for e in entries if e["seed"] in clean], "warm", cache, options)
+        warm = _run_worker([e for e in entries if e["seed"] in clean], "warm", cache, options, small)
         by_seed = {r["seed"]: r for r in warm}
         for result in full:
             extra = by_seed.get(result["seed"])
@@ -78,7 +93,7 @@ def run_batch(entries: list[dict], options: Options) -> list[dict]:
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def _run_worker(entries: list[dict], mode: str, cache: str, options: Options) -> list[dict]:
+def _run_worker(entries: list[dict], mode: str, cache: str, options: Options, small: bool) -> list[dict]:
     """Results of `entries` from worker processes, restarted after a crash or hang."""
     results: list[dict] = []
     remaining = list(entries)
@@ -93,6 +108,7 @@ def _run_worker(entries: list[dict], mode: str, cache: str, options: Options) ->
                        "--out", paths["out"], "--progress", paths["progress"]]
             command += ["--torch"] if options.with_torch and mode == "full" else []
             command += ["--bisect"] if options.bisect else []
+            command += ["--small"] if small else []
             status, stderr = _execute(command, env, paths["progress"], os.path.join(work, "stderr"))
             done = _read_lines(paths["out"])
             results.extend(done)

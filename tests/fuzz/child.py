@@ -15,7 +15,7 @@ import json
 import time
 
 from . import compare as comparison
-from . import runner
+from . import runner, tiers
 
 
 def run_program(entry: dict, mode: str, with_torch: bool, bisect: bool) -> dict:
@@ -83,7 +83,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--progress", required=True)
     parser.add_argument("--torch", action="store_true")
     parser.add_argument("--bisect", action="store_true")
+    parser.add_argument("--small", action="store_true", help="small size thresholds (tiers.py)")
     options = parser.parse_args(argv)
+    if options.small:
+        tiers.apply_small()
     with open(options.batch) as f:
         batch = json.load(f)
     counts = KernelCounts()
@@ -93,6 +96,8 @@ def main(argv: list[str] | None = None) -> None:
             progress.flush()
             result = run_program(entry, options.mode, options.torch, options.bisect)
             result["kernels"] = counts.take()
+            for failure in result["failures"] if options.small else ():
+                failure["mode"] += " (small thresholds)"
             out.write(json.dumps(result) + "\n")
             out.flush()
 

@@ -12,7 +12,7 @@ import json
 import sys
 import time
 
-from . import batches, config, report
+from . import batches, config, report, tiers
 from .compare import DOCUMENTED_LIMIT
 
 
@@ -22,7 +22,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="the first program's seed (default 0)")
     parser.add_argument("--count", type=int, help="how many programs (default: until --seconds)")
     parser.add_argument("--seconds", type=float, help="run for this long (default 60 without --count)")
-    parser.add_argument("--batch", type=int, default=25, help="programs per worker process (default 25)")
+    parser.add_argument("--batch", type=int, default=50, help="programs per batch (default 50; each threshold "
+                                                              "setting in processes of its own)")
+    parser.add_argument("--tiers", choices=tiers.MODES, default="both",
+                        help="small size thresholds (tests/fuzz/tiers.py) for: no program, every program, "
+                             "or programs with odd seeds (default both)")
     parser.add_argument("--torch", action="store_true", help="PyTorch as an extra oracle")
     parser.add_argument("--no-warm", action="store_true", help="skip the warm disk cache process")
     parser.add_argument("--no-bisect", action="store_true", help="do not bisect compiled failures")
@@ -48,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     disabled = config.default_features(args.all_features, tuple(args.extra), tuple(args.without))
     options = batches.Options(disabled, batch_size=args.batch, with_torch=args.torch, warm=not args.no_warm,
-                              bisect=not args.no_bisect)
+                              bisect=not args.no_bisect, tiers=args.tiers)
     seconds = args.seconds if args.seconds is not None else (None if args.count is not None else 60.0)
     start = time.monotonic()
     deadline = start + seconds if seconds is not None else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 
+from . import tiers
 from .compare import DOCUMENTED_LIMIT
 from .runner import NEW_VALUES
 
@@ -40,15 +41,18 @@ def script(entry: dict, failures: list[dict]) -> str:
         if failure.get("bisect"):
             lines.append(f"#   bisect: {failure['bisect']}")
     lines.append(f"# features: {', '.join(sorted(entry['features']))}")
-    lines += ["import numpy as np", "import tracegrad as torch  # the same program runs with `import torch`", "", ""]
-    return "\n".join(lines) + entry["source"] + FOOTER.format(seed=seed, new_seed=seed + NEW_VALUES)
+    lines += ["import numpy as np", "import tracegrad as torch  # the same program runs with `import torch`"]
+    if entry.get("small"):
+        lines += ["# It ran with small size thresholds (tests/fuzz/tiers.py):"] + tiers.script_lines()
+    return "\n".join(lines + ["", ""]) + entry["source"] + FOOTER.format(seed=seed, new_seed=seed + NEW_VALUES)
 
 
 def mode_group(mode: str) -> str:
+    small = " (small thresholds)" if mode.endswith("(small thresholds)") else ""
     if mode.startswith("eager"):
-        return "eager speed layers"
+        return "eager speed layers" + small
     if mode.startswith("compiled") and "warm" not in mode:
-        return "compiled"
+        return "compiled" + small
     return mode
 
 
