@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 
@@ -50,6 +51,8 @@ def seeds(first: int, count: int | None):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    # A terminated run unwinds (SystemExit), so the worker process it waits on is killed too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     disabled = config.default_features(args.all_features, tuple(args.extra), tuple(args.without))
     options = batches.Options(disabled, batch_size=args.batch, with_torch=args.torch, warm=not args.no_warm,
                               bisect=not args.no_bisect, tiers=args.tiers)
