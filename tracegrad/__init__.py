@@ -31,6 +31,7 @@ from tracegrad.autograd.grad_mode import (  # noqa: F401
 from tracegrad import autograd, ir  # noqa: F401
 from tracegrad import nn, optim  # noqa: F401
 from tracegrad.compile import compile  # noqa: F401,A004
+from tracegrad.reference import is_reference_mode, reference_mode  # noqa: F401
 from tracegrad.serialization import load, save  # noqa: F401
 
 _memory.tune_allocator()

@@ -23,7 +23,7 @@ import weakref
 
 import numpy as np
 
-from tracegrad import compile_composite, compile_events, compile_replay, inspect_log, memory
+from tracegrad import compile_composite, compile_events, compile_replay, inspect_log, memory, reference
 from tracegrad import compile_alias
 from tracegrad.compile_alias import OVERLAPPING_WRITE_MESSAGE, SharedMemory
 from tracegrad.autograd import traced_backward
@@ -77,8 +77,8 @@ class CompileTrace(Tracer):
         # Composite calls of this trace a later call may take in one step (compile_composite):
         # node position -> {function: Composite}; and the 0-d tensors `scalar_tensor` made
         # (id -> (tensor, number, dtype)), which those may capture. None: not recorded.
-        self.composites: dict | None = {} if compile_replay.ENABLED else None
-        self.scalars: dict | None = {} if compile_replay.ENABLED else None
+        self.composites: dict | None = {} if compile_replay.enabled() else None
+        self.scalars: dict | None = {} if compile_replay.enabled() else None
         # What the call changed outside its graph, as it was before. (`Tracer.note_grad` and
         # `note_change` are the log's own: called per parameter, they take no extra frame.)
         self.undo = UndoLog()
@@ -343,7 +343,8 @@ _EVICT_TO = 0.75
 
 
 class CompiledFunction:
-    def __init__(self, fn, builder=None, recompile_limit: int | None = None, cache_size: int | None = None):
+    def __init__(self, fn, builder=None, recompile_limit: int | None = None, cache_size: int | None = None,
+                 backend: str = "llvm"):
         functools.update_wrapper(self, fn)
         self.fn = fn
         # key -> program. After `recompile_limit` graphs (`compile_events.RECOMPILE_LIMIT`),
@@ -359,7 +360,8 @@ class CompiledFunction:
         self._hits = 0
         self._misses = 0
         self._compile_time = 0.0
-        self._builder = builder or build_program
+        # How a graph becomes a program, and whether it is optimized first (reference.py).
+        self._builder, self._optimizes = reference.backend_builder(backend, builder)
         self._argument_names = ArgumentNames(fn)
         self._inspect = compile_events.InspectState(recompile_limit)
         self._graph_name = _graph_name(fn)
@@ -390,6 +392,8 @@ class CompiledFunction:
                  key: tuple | None = None, donations: tuple = ()) -> Program:
         """The program of `graph` (built on a miss); `key` when the caller has it already
         (it must cover `donations`: see `_donations`)."""
+        if reference.ACTIVE:  # nothing cached: the traced graph itself, interpreted
+            return reference.interpreted_program(graph)
         if key is None:
             key = structural_key(graph, inputs)
         with self._lock:
@@ -431,12 +435,13 @@ class CompiledFunction:
         if feeds is not None:  # donated inputs by their index in the pruned graph
             kept = {i: k for k, i in enumerate(feeds)}
             donations = tuple((j, kept[i]) for j, i in donations if i in kept)
+        if self._optimizes:  # (not for backend="interpret": the traced graph itself)
+            pruned = optimize(pruned)
         if interpret and self._builder is build_program:
-            program = build_program(optimize(pruned), fuse=False)
+            program = build_program(pruned, fuse=False)
             program.interpreted = True
         else:
-            program = (self._builder(optimize(pruned), donations=donations) if donations
-                       else self._builder(optimize(pruned)))
+            program = self._builder(pruned, donations=donations) if donations else self._builder(pruned)
         program.feeds = feeds
         return program
 
@@ -500,7 +505,7 @@ class CompiledFunction:
         return self._traced_call(args, kwargs)[0]
 
     def _traced_call(self, args: tuple, kwargs: dict, follow: bool = True) -> tuple[object, CompileTrace]:
-        recording = self._follow() if follow and compile_replay.ENABLED else None
+        recording = self._follow() if follow and compile_replay.enabled() else None
         trace = CompileTrace(self, self._graph_name, recording)
         try:
             with trace:

@@ -33,6 +33,7 @@ import weakref
 
 import numpy as np
 
+from tracegrad import reference
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.autograd.traced_backward import leaf_hooks
 from tracegrad.ir.autodiff import FREED
@@ -48,6 +49,11 @@ RECORDINGS = 2  # kept per compiled function: a loop keeping the last call's res
 
 # `TRACEGRAD_REPLAY=0` traces every call in full (to compare, or to see each call's locations).
 ENABLED = os.environ.get("TRACEGRAD_REPLAY", "1") != "0"
+
+
+def enabled() -> bool:
+    """Whether calls may follow recordings: `ENABLED`, and not in reference mode."""
+    return ENABLED and not reference.ACTIVE
 
 
 class BackwardStep:

@@ -11,10 +11,9 @@ Graphs with hooks, custom Functions or freed buffers take the direct path
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from tracegrad import reference
 from tracegrad.autograd.grad_mode import no_grad
 from tracegrad.autograd.recency import RecencyCache
 from tracegrad.ir.autodiff import FREED, _leads_to_targets, forward_order, reverse_mode
@@ -207,6 +206,8 @@ def _saved_type(array):
 
 def run(roots: list[tuple[Value, object]], targets: list[Value] | None, retain_graph: bool):
     """Gradients {value: array} from a cached program, or None to take the direct path."""
+    if reference.ACTIVE:
+        return None
     root_values = [v for v, _ in roots]
     if len(root_values) > 1 and len(set(root_values)) != len(root_values):  # (hashing a Value is a Python call)
         return None
@@ -225,10 +226,10 @@ def run(roots: list[tuple[Value, object]], targets: list[Value] | None, retain_g
         return None
     plan = entry.plan
     if plan is False or (plan is not None and not plan.compiled and count >= COMPILE_AFTER
-                         and os.environ.get("TRACEGRAD_EAGER_COMPILE", "1") != "0"):
+                         and reference.eager_compile()):
         if any(s.data is None for _, s in saved):
             return None
-        want_compiled = count >= COMPILE_AFTER and os.environ.get("TRACEGRAD_EAGER_COMPILE", "1") != "0"
+        want_compiled = count >= COMPILE_AFTER and reference.eager_compile()
         plan = entry.plan = _build(order, root_values, targets, values, saved, want_compiled)
     if plan is None:
         return None

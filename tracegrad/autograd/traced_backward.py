@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from operator import itemgetter
 
+from tracegrad import reference
 from tracegrad.autograd.grad_mode import no_grad
 from tracegrad.autograd.recency import RecencyCache
 from tracegrad.ir.autodiff import FREED, forward_order, reverse_mode
@@ -146,6 +147,8 @@ def clear() -> None:
 def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) -> dict | None:
     """{value: gradient tensor} as `reverse_mode` returns it, appended to `tracer`'s graph;
     None when the caller must take the direct path."""
+    if reference.ACTIVE:
+        return None
     if tracer.leaf_updates or tracer.histories:
         # (Templates key results by graph input: not for values marked as leaves in the
         # trace, nor for inputs whose gradients go on into a history outside the graph.)

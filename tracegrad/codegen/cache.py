@@ -21,11 +21,13 @@ import os
 import stat
 import tempfile
 
+from tracegrad import reference
+
 MAGIC = b"TGOBJ1\n"
 
 
 def cache_dir() -> str | None:
-    if os.environ.get("TRACEGRAD_CACHE", "1") == "0":
+    if os.environ.get("TRACEGRAD_CACHE", "1") == "0" or reference.ACTIVE:
         return None
     configured = os.environ.get("TRACEGRAD_CACHE_DIR")
     if configured:

@@ -41,6 +41,7 @@ import time
 
 import numpy as np
 
+from tracegrad import reference
 from tracegrad.codegen import gemm
 from tracegrad.codegen.kernels import (data_address, data_addresses, take_buffer, take_keyed,
                                        write_over_leaves)
@@ -427,9 +428,9 @@ def eager_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The matmul primitive's NumPy implementation: `numpy.matmul`, or for a 2-D float
     product of at least EAGER_MIN_WORK multiply-adds the generated GEMM, as a compiled
     program would choose it (its kernel compiled at the COMPILE_AFTER-th product of the
-    same kind; NumPy's BLAS until then)."""
+    same kind; NumPy's BLAS until then). In reference mode, always `numpy.matmul`."""
     if (a.ndim != 2 or b.ndim != 2 or a.shape[0] * a.shape[1] * b.shape[1] < EAGER_MIN_WORK
-            or not gemm.is_supported(a.shape, b.shape, a.dtype) or b.dtype != a.dtype):
+            or not gemm.is_supported(a.shape, b.shape, a.dtype) or b.dtype != a.dtype or reference.ACTIVE):
         return np.matmul(a, b)
     out = np.empty((a.shape[0], b.shape[1]), a.dtype)
     if choose(a, b, out) != GENERATED:

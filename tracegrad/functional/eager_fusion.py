@@ -23,11 +23,11 @@ when `TRACEGRAD_EAGER_COMPILE=0`. What lives elsewhere: the backward of these gr
 from __future__ import annotations
 
 import functools
-import os
 import threading
 
 import numpy as np
 
+from tracegrad import reference
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.autograd.recency import RecencyCache
 from tracegrad.ir.graph import Graph, Node, Value
@@ -123,7 +123,7 @@ def _signature(composite, args: tuple, kwargs: dict, min_elements: int,
     if largest < min_elements:
         return None
     mode = MODE
-    if mode.tracer is not None or mode.inference or os.environ.get("TRACEGRAD_EAGER_COMPILE", "1") == "0":
+    if mode.tracer is not None or mode.inference or not reference.eager_compile():
         return None
     parts: list = [composite, mode.grad_enabled]
     for key, item in (*enumerate(args), *sorted(kwargs.items())):

@@ -1,0 +1,129 @@
+"""Neural-network functions and tensor creation for the op catalogue (`catalog.py`):
+softmax/log_softmax, layer_norm, cross_entropy, mse_loss, linear, and constants made inside
+the program. Weights these need are new arguments of the right shape."""
+
+from __future__ import annotations
+
+from .model import exact_bits, mul_bits, sum_bits
+
+F = "torch.nn.functional"
+
+
+def softmax(b) -> bool:
+    x = b.pick(lambda v: v.static and v.is_float and v.ndim >= 1)
+    if x is None:
+        return False
+    dims = [d for d in range(x.ndim) if x.shape[d] > 0]
+    if not dims:
+        return False
+    d = b.rng.choice(dims)
+    written = d - x.ndim if b.chance(0.5) else d
+    fn = b.rng.choice(["softmax", "log_softmax"])
+    line = b.rng.choice([f"torch.{fn}({x.name}, dim={written})", f"{x.name}.{fn}({written})",
+                         f"{F}.{fn}({x.name}, dim={written})"])
+    out = b.result(x.shape, x.dtype, x.requires_grad, None)
+    b.emit(f"{out.name} = {line}", fn, out)
+    return True
+
+
+def layer_norm(b) -> bool:
+    x = b.pick(lambda v: v.static and v.is_float and v.ndim >= 1)
+    if x is None:
+        return False
+    k = b.rng.randint(1, min(2, x.ndim))
+    normalized = x.shape[x.ndim - k:]
+    if not b.needs("size0_reduce", 0 in normalized):
+        return False
+    args = [f"spread({x.name})", str(normalized)]
+    requires_grad = x.requires_grad
+    if b.chance(0.6):
+        weight = b.float_input(normalized, dtype=x.dtype, layout="plain")
+        args.append(weight.name)
+        requires_grad |= weight.requires_grad
+        if b.chance(0.7):
+            bias = b.float_input(normalized, dtype=x.dtype, layout="plain")
+            args.append(bias.name)
+            requires_grad |= bias.requires_grad
+    out = b.result(x.shape, x.dtype, requires_grad, None)
+    b.emit(f"{out.name} = {F}.layer_norm({', '.join(args)})", "layer_norm", out)
+    return True
+
+
+def cross_entropy(b) -> bool:
+    x = b.pick(lambda v: v.static and v.is_float and v.ndim in (1, 2) and 0 not in v.shape)
+    if x is None:
+        return False
+    n = x.shape[0] if x.ndim == 2 else None
+    target = b.label_input(n, x.shape[-1])
+    reduction = b.rng.choice(["mean", "mean", "sum", "none"])
+    extra = f", reduction={reduction!r}" if reduction != "mean" or b.chance(0.3) else ""
+    shape = () if reduction != "none" or n is None else (n,)
+    out = b.result(shape, x.dtype, x.requires_grad, None)
+    b.emit(f"{out.name} = {F}.cross_entropy({x.name}, {target.name}{extra})", "cross_entropy", out)
+    if n is None and reduction == "none":
+        b.internal_views.add(out.name)
+    return True
+
+
+def mse_loss(b) -> bool:
+    x = b.pick(lambda v: v.static and v.is_float and 0 not in v.shape)
+    if x is None:
+        return False
+    other = b.pick(lambda v: v.static and v.shape == x.shape and v.dtype == x.dtype and v is not x)
+    if other is None:
+        other = b.float_input(x.shape, dtype=x.dtype, layout="plain")
+    reduction = b.rng.choice(["mean", "sum", "none"])
+    shape = x.shape if reduction == "none" else ()
+    bits = mul_bits(x.bits, other.bits) if reduction == "none" else None
+    out = b.result(shape, x.dtype, x.requires_grad or other.requires_grad, exact_bits(x.dtype, bits))
+    b.emit(f"{out.name} = {F}.mse_loss({x.name}, {other.name}, reduction={reduction!r})", "mse_loss", out)
+    return True
+
+
+def linear(b) -> bool:
+    x = b.pick(lambda v: v.static and v.is_float and v.ndim >= 1)
+    if x is None:
+        return False
+    k = x.shape[-1]
+    if not b.needs("size0_reduce", k == 0):
+        return False
+    m = b.rng.randint(1, 4)
+    weight = b.float_input((m, k), dtype=x.dtype, layout="plain")
+    args = [x.name, weight.name]
+    requires_grad = x.requires_grad or weight.requires_grad
+    bits = sum_bits(mul_bits(x.bits, weight.bits), k)
+    if b.chance(0.6):
+        bias = b.float_input((m,), dtype=x.dtype, layout="plain")
+        args.append(bias.name)
+        requires_grad |= bias.requires_grad
+        bits = None if bits is None else (bits[0] + 1, bits[1])
+    out = b.result(x.shape[:-1] + (m,), x.dtype, requires_grad, exact_bits(x.dtype, bits))
+    b.emit(f"{out.name} = {F}.linear({', '.join(args)})", "linear", out)
+    if x.ndim == 1:
+        b.internal_views.add(out.name)
+    return True
+
+
+def creation(b) -> bool:
+    x = b.pick(lambda v: v.static)
+    kind = b.rng.choice(["ones_like", "zeros_like", "full", "arange", "eye", "tensor"])
+    if kind in ("ones_like", "zeros_like") and x is not None:
+        line, shape, dtype, bits = f"torch.{kind}({x.name})", x.shape, x.dtype, (1, 0)
+    elif kind == "full" and x is not None:
+        line, shape, dtype, bits = f"torch.full({x.shape}, 0.5)", x.shape, "float32", (0, 1)
+    elif kind == "arange":
+        n = b.rng.randint(1, 5)
+        if b.chance(0.5):
+            line, dtype = f"torch.arange({n})", "int64"
+        else:
+            line, dtype = f"torch.arange({n}, dtype=torch.float32) / 4", "float32"
+        shape, bits = (n,), (3, 2)
+    elif kind == "eye":
+        n = b.rng.randint(1, 4)
+        line, shape, dtype, bits = f"torch.eye({n})", (n, n), "float32", (1, 0)
+    else:
+        values = [b.rng.choice([-1.5, 0.5, 2.0, 0.25]) for _ in range(b.rng.randint(1, 3))]
+        line, shape, dtype, bits = f"torch.tensor({values})", (len(values),), "float32", (2, 2)
+    out = b.result(shape, dtype, False, bits)
+    b.emit(f"{out.name} = {line}", "creation", out)
+    return True

@@ -1,0 +1,106 @@
+"""The worker process: runs a batch of programs and writes one JSON line per program.
+
+`python -m tests.fuzz.child --batch B --mode full|warm --out R --progress P`. The batch
+file holds the programs (seed, source, features). `full` runs every in-process mode of
+`runner.run_modes` and compares; `warm` runs the compiled call in a fresh process whose
+disk cache (`TRACEGRAD_CACHE_DIR`) the `full` process filled. Before each program the
+seed is written to the progress file, so the parent can name the program a crash or a
+hang killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from . import compare as comparison
+from . import runner, tiers
+
+
+def run_program(entry: dict, mode: str, with_torch: bool, bisect: bool) -> dict:
+    """Run one program; its failures and whether the reference raised, as JSON."""
+    seed, source = entry["seed"], entry["source"]
+    start = time.perf_counter()
+    runs = runner.run_warm(source, seed) if mode == "warm" else runner.run_modes(source, seed, with_torch)
+    failures = []
+    loose = "mixed_precision" in entry["features"]
+    for name, (got, want) in runs.items():
+        failure = comparison.compare(seed, name, got, want, loose)
+        if failure is None:
+            continue
+        failure.features = tuple(entry["features"])
+        if bisect and failure.kind != comparison.TORCH_RAISES and name not in ("torch", "reference compiled") \
+                and not name.startswith("eager"):
+            failure.bisect = _bisect(source, seed, name, want, loose)
+        failures.append(failure.to_json())
+    reference = next(iter(runs.values()))[1]
+    return {"seed": seed, "failures": failures, "reference_error": reference.error,
+            "seconds": time.perf_counter() - start}
+
+
+def _bisect(source: str, seed: int, mode: str, want, loose: bool) -> str:
+    """Which interpreting backend already differs from the reference (see reference.py)."""
+    found = runner.bisect(source, seed, mode)
+    stages = []
+    for backend, outcome in found.items():
+        failure = comparison.compare(seed, backend, outcome, want, loose)
+        stages.append(f"{backend}: {'differs' if failure else 'agrees'}")
+    return "; ".join(stages)
+
+
+class KernelCounts:
+    """How many kernels the process loaded from the disk cache and how many it compiled
+    (so a warm run can show it was warm)."""
+
+    def __init__(self):
+        from tracegrad.codegen import cache, llvm
+        self.loaded = self.compiled = 0
+        load, emit = cache.load, llvm.emit_object
+
+        def counting_load(*args, **kwargs):
+            obj = load(*args, **kwargs)
+            self.loaded += obj is not None
+            return obj
+
+        def counting_emit(*args, **kwargs):
+            self.compiled += 1
+            return emit(*args, **kwargs)
+
+        cache.load, llvm.emit_object = counting_load, counting_emit
+
+    def take(self) -> dict:
+        counts = {"loaded": self.loaded, "compiled": self.compiled}
+        self.loaded = self.compiled = 0
+        return counts
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--batch", required=True)
+    parser.add_argument("--mode", choices=["full", "warm"], default="full")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--progress", required=True)
+    parser.add_argument("--torch", action="store_true")
+    parser.add_argument("--bisect", action="store_true")
+    parser.add_argument("--small", action="store_true", help="small size thresholds (tiers.py)")
+    options = parser.parse_args(argv)
+    if options.small:
+        tiers.apply_small()
+    with open(options.batch) as f:
+        batch = json.load(f)
+    counts = KernelCounts()
+    with open(options.out, "a") as out, open(options.progress, "a") as progress:
+        for entry in batch:
+            progress.write(f"{entry['seed']}\n")
+            progress.flush()
+            result = run_program(entry, options.mode, options.torch, options.bisect)
+            result["kernels"] = counts.take()
+            for failure in result["failures"] if options.small else ():
+                failure["mode"] += " (small thresholds)"
+            out.write(json.dumps(result) + "\n")
+            out.flush()
+
+
+if __name__ == "__main__":
+    main()

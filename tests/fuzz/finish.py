@@ -1,0 +1,69 @@
+"""The end of a generated program: a scalar loss over results that require grad, its
+backward (`backward()`, `autograd.grad`, twice with `retain_graph`, or a non-scalar backward
+with an explicit gradient), and the list of tensors `program` returns."""
+
+from __future__ import annotations
+
+
+def _terms(b) -> list:
+    return [v for v in b.pool if v.requires_grad and v.is_float and v.static
+            and (v.numel or b.allows("size0_reduce"))]
+
+
+def _piece(b, v) -> str:
+    b.needs("size0_reduce", not v.numel)  # (terms are chosen so that it holds)
+    options = [f"{v.name}.sum()", f"({v.name} * {v.name}).sum() * 0.5"]
+    if v.numel:
+        options.append(f"{v.name}.mean()")
+    return b.rng.choice(options)
+
+
+def _from_updated_leaf_allowed(b, v) -> bool:
+    """A backward rooted at a leaf written in place is the feature `backward_from_updated_leaf`."""
+    if not (v.leaf and v.name in b.written):
+        return True
+    if not b.allows("backward_from_updated_leaf"):
+        return False
+    b.tags.append("backward_from_updated_leaf")
+    return True
+
+
+def loss_and_outputs(b) -> list[str]:
+    """Emit the loss and backward; the names (expressions) `program` returns."""
+    args = {v.name for v in b.args}
+    returned = [v.name for v in b.pool if v.name not in args][-5:]
+    terms = _terms(b)
+    if not terms:
+        return returned
+    recent = terms[-4:]
+    chosen = b.rng.sample(recent, min(len(recent), b.rng.randint(1, 3)))
+    updated = [v for v in terms if v.leaf and v.name in b.written and v.ndim]
+    if updated and b.chance(0.3):  # (a backward from it is `backward_from_updated_leaf`)
+        chosen.insert(0, b.rng.choice(updated))
+    chosen += [v for v in terms if v.name in b.fresh_leaves and v not in chosen]
+    retained = None
+    if b.allows("retain_grad") and b.chance(0.15):
+        candidates = [v for v in terms if not v.leaf]
+        if candidates:
+            retained = b.rng.choice(candidates)
+            b.emit(f"{retained.name}.retain_grad()", "retain_grad", checked=False)
+    b.emit("loss = " + " + ".join(_piece(b, v) for v in chosen), "loss", checked=False)
+    kind = b.rng.choices(["backward", "autograd_grad", "backward_twice", "backward_gradient"], [65, 15, 10, 10])[0]
+    if chosen[0].leaf and chosen[0].name in b.written and b.chance(0.5):
+        kind = "backward_gradient"
+    targets = [v.name for v in b.args if v.requires_grad]
+    if kind == "autograd_grad" and targets:
+        b.emit(f"grads = torch.autograd.grad(loss, [{', '.join(targets)}], allow_unused=True)", kind, checked=False)
+        returned.append("*grads")
+    elif kind == "backward_twice":
+        b.emit("loss.backward(retain_graph=True)\n    loss.backward()", kind, checked=False)
+    elif kind == "backward_gradient" and chosen[0].ndim and _from_updated_leaf_allowed(b, chosen[0]):
+        v = chosen[0]
+        b.emit(f"{v.name}.backward(torch.ones_like({v.name}))", kind, checked=False)
+    else:
+        b.emit("loss.backward()", "backward", checked=False)
+    returned.append("loss")
+    if retained is not None:
+        returned.append(f"{retained.name}.grad")
+    returned.extend(f"{name}.grad" for name in b.fresh_leaves)
+    return returned

@@ -1,0 +1,104 @@
+"""The fuzzer's own behaviour: programs are deterministic per seed and valid PyTorch, the
+comparison catches a wrong compiled value, a dtype change and a missing error, and a worker
+that dies costs one program, reported as a crash."""
+
+import numpy as np
+import pytest
+
+from tests.fuzz import batches, config, runner
+from tests.fuzz.compare import COMPILE_ONLY_ERROR, CRASH, EAGER_ONLY_ERROR, MISMATCH, WRONG_VALUE, close, compare
+from tests.fuzz.generator import generate
+from tests.fuzz.runner import Outcome
+
+PROGRAM = '''
+def inputs(seed):
+    rng = np.random.default_rng(seed)
+    a = torch.tensor(rng.integers(-8, 9, (3, 4)) / 8, dtype=torch.float32, requires_grad=True)
+    return [a], [a]
+
+
+def program(a):
+    t = (a * 2 + 1).tanh()
+    t.sum().backward()
+    return [t]
+'''
+
+
+def test_a_seed_gives_the_same_program_every_time():
+    disabled = config.default_features()
+    assert [generate(seed, disabled).source for seed in range(20)] == \
+        [generate(seed, disabled).source for seed in range(20)]
+    assert len({generate(seed, disabled).source for seed in range(20)}) == 20
+
+
+def test_known_failures_are_left_out_unless_switched_on():
+    disabled = config.default_features()
+    assert set(config.KNOWN_FAILURES) <= disabled
+    features = set().union(*(generate(seed, disabled).features for seed in range(300)))
+    assert not features & disabled
+    switched_on = config.default_features(extra=("size0_reduce",))
+    assert "size0_reduce" not in switched_on
+
+
+def test_generated_programs_run_under_pytorch():
+    torch = pytest.importorskip("torch")
+    disabled = config.default_features()
+    ran = 0
+    for seed in range(30):
+        namespace = runner.load(generate(seed, disabled).source, torch, seed)
+        outcome = runner.call(namespace["program"], namespace, seed)
+        assert outcome.error is None or not outcome.error.startswith(("inputs:", "NameError", "AttributeError",
+                                                                      "SyntaxError", "TypeError"))
+        ran += outcome.error is None
+    assert ran >= 20
+
+
+def test_a_wrong_compiled_value_is_reported(monkeypatch):
+    from tracegrad.autograd import backward_cache
+    from tracegrad.autograd.recency import RecencyCache
+    from tracegrad.codegen import program as codegen_program
+    build = codegen_program.build_program
+    # (The perturbed backward programs this builds must not outlive the test.)
+    monkeypatch.setattr(backward_cache, "_entries", RecencyCache(backward_cache.CAPACITY))
+
+    class Off:
+        def __init__(self, real):
+            self.real, self.feeds, self.kernel_count = real, None, real.kernel_count
+
+        def __getattr__(self, name):  # (what the compile cache reads of a program: nbytes, ...)
+            return getattr(self.real, name)
+
+        def run(self, arrays):
+            return [array + 1 if array.dtype.kind == "f" else array for array in self.real.run(arrays)]
+
+    monkeypatch.setattr(codegen_program, "build_program", lambda graph, **kw: Off(build(graph, **kw)))
+    runs = runner.run_modes(PROGRAM, 0)
+    failures = {mode: compare(0, mode, got, want) for mode, (got, want) in runs.items()}
+    assert failures["compiled cold"].kind == WRONG_VALUE
+    assert failures["eager#1"] is None  # (from the second, the backward cache builds perturbed programs too)
+    assert failures["reference compiled"] is None
+
+
+def test_the_comparison_checks_errors_dtypes_and_values_with_nan_equal():
+    values = {"out0": np.array([1.0, np.nan], np.float32)}
+    good = Outcome(values=values, dtypes={"out0": "float32"})
+    assert compare(0, "compiled cold", good, good) is None
+    doubled = Outcome(values={"out0": values["out0"].astype(np.float64)}, dtypes={"out0": "float64"})
+    assert compare(0, "compiled cold", doubled, good).kind == MISMATCH
+    raised = Outcome(error="RuntimeError: no")
+    assert compare(0, "compiled cold", raised, good).kind == COMPILE_ONLY_ERROR
+    assert compare(0, "compiled cold", good, raised).kind == EAGER_ONLY_ERROR
+    assert compare(0, "compiled cold", raised, raised) is None
+    assert close(np.array([1.0, np.inf]), np.array([1.0 + 1e-13, np.inf]))
+    assert not close(np.array([1.0], np.float32), np.array([1.001], np.float32))
+
+
+def test_a_worker_that_dies_costs_one_program_reported_as_a_crash():
+    dying = PROGRAM.replace("    t.sum().backward()", "    import os\n    os._exit(3)")
+    entries = [{"seed": seed, "source": source, "features": []}
+               for seed, source in ((1, PROGRAM), (2, dying), (3, PROGRAM))]
+    results = batches.run_batch(entries, batches.Options(frozenset(), warm=False, bisect=False))
+    by_seed = {r["seed"]: r for r in results}
+    assert sorted(by_seed) == [1, 2, 3]
+    assert [f["kind"] for f in by_seed[2]["failures"]] == [CRASH]
+    assert by_seed[1]["failures"] == [] and by_seed[3]["failures"] == []
