@@ -82,6 +82,21 @@ def test_every_operand_layout_with_an_epilogue_equals_eager(path, dtype, layouts
 
 
 @pytest.mark.parametrize("dtype", [tg.float32, tg.float64])
+def test_an_operand_concatenated_from_two_buffers_is_not_taken_as_a_view(path, dtype):
+    # (Found by tests/fuzz: the step took a concat read only by its product as a view of
+    # its first input, and multiplied a (1, 4) operand instead of the (2, 4) one.)
+    rng = np.random.default_rng(3)
+    x, w = _tensor(rng, (1, 4), dtype), _tensor(rng, (3, 4), dtype)
+
+    def fn(x, w):
+        return 1 / F.linear(tg.cat([x, x], 0), w)
+
+    compiled = tg.compile(fn)
+    for _ in range(matmul_step.COMPILE_AFTER + 1):
+        _assert_close(compiled(x, w), fn(x, w), dtype)
+
+
+@pytest.mark.parametrize("dtype", [tg.float32, tg.float64])
 def test_an_epilogue_with_several_outputs_and_a_kept_product(path, dtype):
     rng = np.random.default_rng(3)
     x, w, y = _tensor(rng, (70, 20), dtype), _tensor(rng, (20, 90), dtype), _tensor(rng, (70, 90), dtype)

@@ -138,8 +138,10 @@ def fuse_epilogues(steps: list, graph: Graph) -> list:
             _write_over_product(item, graph)
         for operand, value in enumerate(node.inputs):
             view = writer.get(value)
+            # (A view of one buffer only: the step applies it to that operand alone, so a
+            # concat, a movement op of several inputs, stays a step of its own.)
             if (view is not None and isinstance(steps[view], Unfused) and steps[view].node.op.kind == MOVEMENT
-                    and value not in graph.outputs and node.inputs.count(value) == 1
+                    and len(steps[view].node.inputs) == 1 and value not in graph.outputs and node.inputs.count(value) == 1
                     and not any(value in _reads(s) for p, s in enumerate(steps) if p not in (home, view))):
                 item.operand_views[operand] = steps[view].node
                 dropped.add(view)
