@@ -61,8 +61,9 @@ class CompileTrace(Tracer):
         # Composite calls of this trace a later call may take in one step (compile_composite):
         # node position -> {function: Composite}; and the 0-d tensors `scalar_tensor` made
         # (id -> (tensor, number, dtype)), which those may capture. None: not recorded.
-        self.composites: dict | None = {} if compile_replay.enabled() else None
-        self.scalars: dict | None = {} if compile_replay.enabled() else None
+        recorded = compile_replay.enabled()
+        self.composites: dict | None = {} if recorded else None
+        self.scalars: dict | None = {} if recorded else None
 
     def composite(self, function, args: tuple, kwargs: dict):
         """Call a composite function (`compile_composite`): in one step if the call follows
