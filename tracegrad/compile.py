@@ -77,8 +77,9 @@ class CompileTrace(Tracer):
         # Composite calls of this trace a later call may take in one step (compile_composite):
         # node position -> {function: Composite}; and the 0-d tensors `scalar_tensor` made
         # (id -> (tensor, number, dtype)), which those may capture. None: not recorded.
-        self.composites: dict | None = {} if compile_replay.enabled() else None
-        self.scalars: dict | None = {} if compile_replay.enabled() else None
+        recorded = compile_replay.enabled()
+        self.composites: dict | None = {} if recorded else None
+        self.scalars: dict | None = {} if recorded else None
         # What the call changed outside its graph, as it was before. (`Tracer.note_grad` and
         # `note_change` are the log's own: called per parameter, they take no extra frame.)
         self.undo = UndoLog()

@@ -349,7 +349,7 @@ OPS = [
     (_lazy("catalog_autograd", "detach_clone"), 3), (_lazy("catalog_autograd", "no_grad_block"), 2),
     (_lazy("catalog_autograd", "requires_grad_argument"), 2), (_lazy("catalog_autograd", "custom_function"), 3),
     (_lazy("catalog_autograd", "fresh_requires_grad"), 2), (_lazy("catalog_autograd", "item_and_branch"), 2),
-    (_lazy("catalog_autograd", "invalid_op"), 0.5),
+    (_lazy("catalog_autograd", "invalid_op"), 0.5), (_lazy("catalog_autograd", "write_then_read_alias"), 3),
 ]
 
 

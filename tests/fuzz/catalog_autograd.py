@@ -344,3 +344,21 @@ def aliased_argument(b) -> None:
     b.add_input(var, make, leaf=False)
     b.note_alias(var, base)
     b.tags.append("aliased_arguments")
+    b.aliased_pairs.append((base, var))
+
+
+def write_then_read_alias(b) -> bool:
+    """The pattern of class 3: write one of two arguments sharing memory, read the other."""
+    if not b.aliased_pairs:
+        return False
+    base, alias = b.rng.choice(b.aliased_pairs)
+    if base.dtype != "float32" and base.dtype != "float64" or alias not in b.pool:
+        return False
+    write = f"{base.name}.add_(1)"
+    if base.requires_grad:
+        write = f"with torch.no_grad():\n        {write}"
+    out = b.result(alias.shape, alias.dtype, alias.requires_grad, None)
+    b.emit(f"{write}\n    {out.name} = {alias.name} * 2", "aliased_write_read", out)
+    b.written.add(base.name)
+    base.bits = alias.bits = None
+    return True

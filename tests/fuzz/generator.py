@@ -100,6 +100,7 @@ class Builder:
         self.fresh_leaves: list[str] = []  # leaves made inside the program: their .grad is returned
         self.used: set[str] = set()  # variables some statement read
         self.written: set[str] = set()  # variables written in place
+        self.aliased_pairs: list = []  # (argument, another argument sharing its memory)
         self.contiguous_aliases: set[str] = set()  # results of contiguous(): maybe the tensor itself
         # Results tracegrad makes as views though PyTorch does not (logsumexp, max(dim), a
         # product with a 1-D operand, ...): written in place, they are `inplace_on_internal_view`.
