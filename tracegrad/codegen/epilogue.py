@@ -140,8 +140,9 @@ def fuse_epilogues(steps: list, graph: Graph) -> list:
             view = writer.get(value)
             # (A view of one buffer only: the step applies it to that operand alone, so a
             # concat, a movement op of several inputs, stays a step of its own.)
-            if (view is not None and isinstance(steps[view], Unfused) and steps[view].node.op.kind == MOVEMENT
-                    and len(steps[view].node.inputs) == 1 and value not in graph.outputs and node.inputs.count(value) == 1
+            view_node = steps[view].node if view is not None and isinstance(steps[view], Unfused) else None
+            if (view_node is not None and view_node.op.kind == MOVEMENT and len(view_node.inputs) == 1
+                    and value not in graph.outputs and node.inputs.count(value) == 1
                     and not any(value in _reads(s) for p, s in enumerate(steps) if p not in (home, view))):
                 item.operand_views[operand] = steps[view].node
                 dropped.add(view)
