@@ -572,3 +572,24 @@ def test_compiled_autograd_patterns_give_pytorchs_gradients(pattern):
         compiled.setdefault("fn", tg.compile(step))  # (one compiled function: the first call's)
         got = _arrays([compiled["fn"](*args), watched()])
         _assert_same(got, want)
+
+
+def _argument_made_to_require_grad(x):
+    view = x[0:2, None]  # (a view taken before: the argument is known to the trace by then)
+    x.requires_grad_()
+    loss = (x * x).sum() * 0.5 + view.sum()
+    loss.backward()
+    return loss
+
+
+def test_requires_grad_on_an_argument_inside_a_compiled_call_gives_the_argument_its_grad():
+    # (Found by tests/fuzz: the stand-in became a leaf of its own, and the argument's .grad
+    # stayed None.)
+    compiled = tg.compile(_argument_made_to_require_grad)
+    for scale in (1.0, 2.0, 3.0):  # the first call, then followed ones
+        eager_x, compiled_x = tg.ones(4) * scale, tg.ones(4) * scale
+        expected = _argument_made_to_require_grad(eager_x)
+        result = compiled(compiled_x)
+        np.testing.assert_allclose(result.detach().numpy(), expected.detach().numpy())
+        assert compiled_x.requires_grad and compiled_x.is_leaf
+        np.testing.assert_allclose(compiled_x.grad.numpy(), eager_x.grad.numpy())
