@@ -221,17 +221,19 @@ class CompileTrace(Tracer):
     def lazy_leaf(self, tensor: Tensor) -> Value:
         self.leaf_updates = True  # as `leaf_update`: a traced value is a leaf (no templates)
         real = self.proxies.get(id(tensor))
-        if real is not None and real._grad_fn is None and not real._requires_grad:
-            entry = self.captured.get(id(real))
-            if entry is not None and entry[1] is tensor._value:
-                # `arg.requires_grad_()` on an argument's stand-in, not yet written: the
-                # argument itself requires grad from now on, as in eager execution, and its
-                # graph input is that leaf (gradients reach the argument's `.grad`).
-                real._requires_grad = True
-                real._value = None  # (its autograd identity, made anew as a leaf)
-                tensor._value.leaf = weakref.ref(real)
-                return tensor._value
-        return super().lazy_leaf(tensor)
+        if real is None or real._grad_fn is not None or real._requires_grad:
+            return super().lazy_leaf(tensor)
+        # `arg.requires_grad_()` on an argument's stand-in: the argument itself requires
+        # grad from now on, as in eager execution, and gradients reach its `.grad`.
+        real._requires_grad = True
+        real._value = None  # (its autograd identity, made anew as a leaf)
+        entry = self.captured.get(id(real))
+        if entry is not None and entry[1] is tensor._value:  # not written yet: its graph input
+            tensor._value.leaf = weakref.ref(real)
+            return tensor._value
+        value = super().lazy_leaf(tensor)  # (written in the call: a copy of its new value)
+        value.leaf = weakref.ref(real)
+        return value
 
     def note_update(self, tensor) -> None:
         if tensor._data is None:

@@ -593,3 +593,37 @@ def test_requires_grad_on_an_argument_inside_a_compiled_call_gives_the_argument_
         np.testing.assert_allclose(result.detach().numpy(), expected.detach().numpy())
         assert compiled_x.requires_grad and compiled_x.is_leaf
         np.testing.assert_allclose(compiled_x.grad.numpy(), eager_x.grad.numpy())
+
+
+def _argument_written_then_made_to_require_grad(x):
+    with tg.no_grad():
+        x.div_(0.25)
+    x.requires_grad_()
+    loss = (x.softmax(0) * x).sum()
+    loss.backward()
+    return loss
+
+
+def test_requires_grad_on_an_argument_written_in_the_call_gives_the_argument_its_grad():
+    # (Found by tests/fuzz: the gradient went to a copy of the written value.)
+    compiled = tg.compile(_argument_written_then_made_to_require_grad)
+    for scale in (1.0, 2.0, 3.0):
+        eager_x, compiled_x = tg.arange(3.0) * scale, tg.arange(3.0) * scale
+        _argument_written_then_made_to_require_grad(eager_x)
+        compiled(compiled_x)
+        np.testing.assert_allclose(compiled_x.detach().numpy(), eager_x.detach().numpy())
+        np.testing.assert_allclose(compiled_x.grad.numpy(), eager_x.grad.numpy(), rtol=1e-6)
+
+
+def _backward_from_a_leaf_made_in_the_call(x):
+    leaf = (x * 2).detach().requires_grad_()
+    leaf.backward(tg.ones_like(leaf) * 3)
+    return leaf.grad
+
+
+def test_backward_from_a_leaf_made_in_a_compiled_call_fills_its_own_grad():
+    # (Found by tests/fuzz: the walk went into the copy that made the leaf; .grad None.)
+    compiled = tg.compile(_backward_from_a_leaf_made_in_the_call)
+    for _ in range(3):
+        expected = _backward_from_a_leaf_made_in_the_call(tg.ones(3))
+        np.testing.assert_array_equal(compiled(tg.ones(3)).numpy(), expected.numpy())

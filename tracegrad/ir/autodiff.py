@@ -23,7 +23,8 @@ def forward_order(roots: list[Value]) -> list[Node]:
     """Recorded nodes reachable from `roots` through edges that need grad, inputs first."""
     order: list[Node] = []
     expanded: set[int] = set()
-    stack: list[tuple[Node, bool]] = [(v.node, False) for v in roots if v.node is not None]
+    # (A root marked as a leaf, `x.detach().requires_grad_()` in a trace, is its own gradient.)
+    stack: list[tuple[Node, bool]] = [(v.node, False) for v in roots if v.node is not None and v.leaf is None]
     while stack:
         node, finished = stack.pop()
         if finished:
