@@ -58,8 +58,9 @@ DOCUMENTED_TORCH_DIVERGENCES: tuple[str, ...] = (
 
 # Tolerances per dtype (`compare.py`): |a - b| <= atol * scale + rtol * |b|, where scale is
 # max(1, largest finite |b| of the tensor): fused float32 kernels sum in other orders.
+# (rtol, atol):
 TOLERANCES: dict[str, tuple[float, float]] = {
-    "float32": (1e-4, 1e-5),
+    "float32": (1e-4, 1e-4),  # (atol: a float32 sum of a few hundred terms near 1 that cancel)
     "float64": (1e-9, 1e-12),
 }
 # PyTorch computes composites with other formulas (fused layer_norm, log_softmax): looser.
