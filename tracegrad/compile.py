@@ -225,6 +225,7 @@ class CompileTrace(Tracer):
             return super().lazy_leaf(tensor)
         # `arg.requires_grad_()` on an argument's stand-in: the argument itself requires
         # grad from now on, as in eager execution, and gradients reach its `.grad`.
+        self.undo.note_history(real)  # (put back if the call fails and cannot be finished)
         real._requires_grad = True
         real._value = None  # (its autograd identity, made anew as a leaf)
         entry = self.captured.get(id(real))

@@ -364,3 +364,22 @@ def test_an_error_inside_the_tracer_changes_nothing(monkeypatch):
     for _ in range(3):
         step_e(x_e, False)
     _assert_same_state(_state(model, opt, x), _state(model_e, opt_e, x_e), "after the next call")
+
+
+def test_an_argument_made_to_require_grad_in_a_call_that_cannot_finish_is_put_back(monkeypatch):
+    from tracegrad import compile as compile_module
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("no program")
+
+    def step(x):
+        x.requires_grad_()
+        (x * x).sum().backward()
+        return x * 1
+
+    compiled = tg.compile(step)
+    monkeypatch.setattr(compiled, "_program", fail)
+    x = tg.ones(3)
+    with pytest.raises(RuntimeError, match="no program"):
+        compiled(x)
+    assert not x.requires_grad and x.grad is None
