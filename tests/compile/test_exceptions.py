@@ -367,8 +367,6 @@ def test_an_error_inside_the_tracer_changes_nothing(monkeypatch):
 
 
 def test_an_argument_made_to_require_grad_in_a_call_that_cannot_finish_is_put_back(monkeypatch):
-    from tracegrad import compile as compile_module
-
     def fail(*args, **kwargs):
         raise RuntimeError("no program")
 
