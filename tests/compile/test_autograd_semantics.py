@@ -294,6 +294,12 @@ def test_an_inplace_op_on_a_non_leaf_argument_then_backward_outside_the_call(upd
         getattr(v, update)(3.0)
         return (v * v).sum()
 
+    _assert_backward_from_outside_reaches_the_argument_s_history(step)
+
+
+def _assert_backward_from_outside_reaches_the_argument_s_history(step):
+    """A backward after the call, eager and compiled (first and followed calls), sends the
+    same gradients into the history of the argument."""
     compiled = tg.compile(step)
     for seed in SEEDS:
         grads = []
@@ -403,14 +409,7 @@ def test_backward_after_a_compiled_call_goes_on_into_its_arguments_history():
     def step(v):
         return (v * v).sum()
 
-    compiled = tg.compile(step)
-    for seed in SEEDS:
-        grads = []
-        for fn in (step, compiled):
-            w, v = _argument_with_history(seed)
-            fn(v).backward()
-            grads.append(_arrays([w.grad]))
-        _assert_same(grads[1], grads[0])
+    _assert_backward_from_outside_reaches_the_argument_s_history(step)
 
 
 def _actor_critic(seed: int):
