@@ -253,6 +253,9 @@ class CompileTrace(Tracer):
     def refresh_view(self, view: Tensor) -> bool:
         return compile_alias.refresh_view(self, view)
 
+    def base_update(self, view: Tensor, result: Tensor) -> Tensor | None:
+        return compile_alias.base_update(self, view, result)
+
     def write(self, target: Tensor, result: Tensor) -> None:
         """`target` (a real tensor) gets `result`'s value when the call ends; its version
         counter is bumped once now (`_apply_traced_inplace`)."""

@@ -243,6 +243,39 @@ def view_now(trace, view: Tensor) -> tuple[Value, bool] | None:
     return replayed._value, False
 
 
+def base_update(trace, view: Tensor, result: Tensor) -> Tensor | None:
+    """The new value of a lazy `view`'s base when `result` is written into the view in place
+    (eager execution writes the base's memory; checked by the caller as eager execution
+    checks a view's update): `result` put back through the view's ops (a slice goes into
+    the base's current value at its elements). None when eager execution made no view (a
+    reshape of a strided array copied): the write stays in the view's own values."""
+    base = view._base
+    current = base._value if base._data is None else trace.lookup(base)
+    chain: list[Node] = []
+    value = view._value
+    while value != current:
+        node = value.node
+        if node is None or node.op.write_back is None or len(node.inputs) != 1:
+            raise RuntimeError(VIEW_WRITE_MESSAGE)
+        chain.append(node)
+        value = node.inputs[0]
+    if not _eager_view(base, chain, trace.proxies):
+        return None
+    trace.diverge()  # (not a recorded op: the graph goes on as this call's own)
+    with no_grad():
+        new = result
+        for node in chain:  # from the view's side to the base's
+            source = lazy_tensor(node.inputs[0], node.inputs[0].type, trace)
+            new = node.op.write_back(new, source, **node.attrs)
+    return new
+
+
+VIEW_WRITE_MESSAGE = (
+    "in-place update of a view inside a compiled function is not supported: the update "
+    "would not reach the tensor it views. Write to the base tensor instead (for example "
+    "base[index] = value), or use an out-of-place op.")
+
+
 def _eager_view(base: Tensor, chain: list[Node], proxies: dict) -> bool:
     """Whether eager execution of the movement ops `chain` (last first) on `base` makes a
     view of its memory (a reshape of a strided array copies), decided as eager execution

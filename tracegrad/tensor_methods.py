@@ -91,7 +91,7 @@ Tensor.long = lambda self: _to(self, types.int64)
 Tensor.bool = lambda self: _to(self, types.bool_)
 Tensor.cpu = lambda self: self
 Tensor.is_floating_point = lambda self: self.dtype.is_floating
-Tensor.is_contiguous = lambda self: self._data is None or bool(self._data.flags.c_contiguous)
+Tensor.is_contiguous = F.shape.is_contiguous
 
 
 # --- in-place ops ------------------------------------------------------------------------
@@ -164,14 +164,11 @@ def _apply_traced_inplace(self: Tensor, result: Tensor, name: str, fresh: bool =
     """Inside a trace an in-place op rebinds `self` to the new IR value; a real tensor's
     buffer is written when the traced graph runs (the tracer records the write, and gives
     tensors sharing its memory their new values: compile_alias)."""
-    if self._base is not None and self._data is not None:
-        _check_view_update(self, result, name)  # (a real view: its buffer is its base's memory)
-    elif self._base is not None:
-        raise RuntimeError(
-            "in-place update of a view inside a compiled function is not supported: the update "
-            "would not reach the tensor it views. Write to the base tensor instead (for example "
-            "base[index] = value), or use an out-of-place op.")
     tracer = MODE.tracer
+    if self._base is not None:
+        _check_view_update(self, result, name)  # (a real view: its buffer is its base's memory)
+        if self._data is None:
+            return _write_through_view(self, result, name, tracer)
     if result._grad_fn is not None:
         _keep_value_read(self, result._grad_fn, tracer)
     if self._requires_grad and not result._requires_grad:
@@ -192,6 +189,21 @@ def _apply_traced_inplace(self: Tensor, result: Tensor, name: str, fresh: bool =
         self._value = result._value
         self._requires_grad = True
     return self
+
+
+def _write_through_view(view: Tensor, result: Tensor, name: str, tracer) -> Tensor:
+    """An in-place update of a lazy view (allowed where eager execution allows it: no
+    autograd graph involved) writes its base, as eager execution writes the shared memory;
+    the view then shows the base's new value."""
+    view._check_view_is_current()
+    base_result = tracer.base_update(view, result)
+    if base_result is None:  # a copy in eager execution: the view is a tensor of its own
+        view._base = None
+        view._version_counter = type(view._version_counter)()
+        return _apply_traced_inplace(view, result, name)
+    _apply_traced_inplace(view._base, base_result, name)
+    view._check_view_is_current()  # (refreshes it from the base's new value)
+    return view
 
 
 def _saved_self(self: Tensor, node) -> SavedTensor | None:

@@ -261,13 +261,6 @@ def test_in_place_update_is_visible_to_views_of_the_argument():
     np.testing.assert_array_equal(row.numpy(), [13.0, 14.0, 15.0])
 
 
-_VIEW_INPLACE_REASON = (
-    "in-place op on a view taken inside a compiled function is unsupported: "
-    "tensor_methods._apply_traced_inplace raises RuntimeError (the traced view has no "
-    "write-through to its base), where eager updates the base's buffer")
-
-
-@pytest.mark.xfail(strict=True, reason=_VIEW_INPLACE_REASON)
 def test_in_place_update_through_a_view_of_an_argument_is_written_back():
     def f(t):
         t[0].add_(10)
@@ -280,7 +273,6 @@ def test_in_place_update_through_a_view_of_an_argument_is_written_back():
     assert total.item() == expected.item()
 
 
-@pytest.mark.xfail(strict=True, reason=_VIEW_INPLACE_REASON)
 def test_in_place_update_through_a_view_of_a_captured_tensor_is_written_back():
     state = tg.from_numpy(np.arange(3.0))
 

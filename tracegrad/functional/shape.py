@@ -3,7 +3,9 @@ unsqueeze/squeeze, expand/broadcast_to, cat/stack, clone/contiguous."""
 
 from __future__ import annotations
 
+from tracegrad.autograd.grad_mode import MODE
 from tracegrad.ops import elementwise as ew
+from tracegrad.ops import layout
 from tracegrad.ops import movement as mv
 from tracegrad.ops.dispatch import bind
 from tracegrad.tensor import Tensor
@@ -150,7 +152,18 @@ def clone(input: Tensor) -> Tensor:
     return ew.copy(input)
 
 
+def is_contiguous(input: Tensor) -> bool:
+    """Whether eager execution lays `input` out in C order (a traced tensor too: see ops.layout)."""
+    if input._data is not None:
+        return bool(input._data.flags.c_contiguous)
+    tracer = MODE.tracer
+    if tracer is None:
+        return True
+    return layout.is_contiguous(input.shape, layout.value_strides(input._value, tracer.array_of))
+
+
 def contiguous(input: Tensor) -> Tensor:
-    if input._data is not None and input._data.flags.c_contiguous:
+    """`input` itself when it is contiguous (as in PyTorch), else a C-ordered copy."""
+    if is_contiguous(input):
         return input
     return ew.copy(input)

@@ -69,6 +69,14 @@ class Tracer:
         tracer can (`CompileTrace.refresh_view`); False: it is stale."""
         return False
 
+    def base_update(self, view, result):
+        """The new value of lazy `view`'s base when `result` is written into the view in
+        place (`CompileTrace.base_update`); None: the view is a copy in eager execution."""
+        raise RuntimeError(
+            "in-place update of a view inside a compiled function is not supported: the update "
+            "would not reach the tensor it views. Write to the base tensor instead (for example "
+            "base[index] = value), or use an out-of-place op.")
+
     def note_update(self, tensor) -> None:
         """Called before an in-place op gives `tensor` (not a view) its new value."""
 
@@ -103,6 +111,13 @@ class Tracer:
         """A new graph input as a lazy tensor."""
         from tracegrad.tensor import Tensor
         return Tensor._make_lazy(self.graph.add_input(type, name), type)
+
+    def array_of(self, value: Value):
+        """The concrete array behind graph input `value`, if it was captured (else None)."""
+        for tensor, captured in self.captured.values():
+            if captured is value:
+                return tensor._data
+        return None
 
     def bindings(self) -> dict[Value, object]:
         """The concrete arrays of captured inputs."""

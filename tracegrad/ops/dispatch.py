@@ -63,6 +63,10 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = NO_ATTRS):
             arrays = tuple([t._data for t in inputs])
         result = prim.impl(*arrays, **attrs) if attrs else prim.impl(*arrays)
         if prim.num_outputs == 1:
+            if prim.kind != MOVEMENT and not result.flags.c_contiguous:
+                # NumPy keeps an operand's layout (order "K"); a computed result is C-ordered
+                # in compiled and fused code, and layout is observable (`contiguous()`).
+                result = np.ascontiguousarray(result)
             outputs = (Tensor._make(result, out_types[0], mode.inference),)
         else:
             outputs = tuple(Tensor._make(array, typ, mode.inference) for array, typ in zip(result, out_types))
@@ -111,7 +115,7 @@ def _bind_traced(prim: Primitive, inputs: tuple, attrs: dict, out_types: tuple, 
         outputs = (lazy_tensor(Value(typ, node, 0), typ, tracer),)
     else:
         outputs = tuple([lazy_tensor(Value(typ, node, i), typ, tracer) for i, typ in enumerate(out_types)])
-    if prim.kind == MOVEMENT and len(inputs) == 1:
+    if prim.view_strides is not None and len(inputs) == 1:
         # Traced views alias their input as eager views do (shared version counter).
         _share_storage(inputs[0], outputs[0])
     if record:

@@ -10,10 +10,13 @@ from __future__ import annotations
 import numpy as np
 
 from tracegrad.ir.graph import Node
+from tracegrad.ir import types
 from tracegrad.ir.types import TensorType
-from tracegrad.ops import reduction
+from tracegrad.ops import elementwise, reduction
+from tracegrad.ops.layout import reshape_strides
 from tracegrad.ops.dispatch import bind
 from tracegrad.ops.primitive import MATMUL, MOVEMENT, Primitive
+from tracegrad.tensor import Tensor
 
 
 def _numel(shape):
@@ -55,7 +58,9 @@ RESHAPE = Primitive("reshape", shape_rule=_reshape_rule, kind=MOVEMENT,
                     vjp=lambda ctx, g: (reshape(g, ctx.in_types[0].shape),), backward_name="ViewBackward",
                 index_map=lambda b, index, src, dst, shape: b.reshape_index(index, src.shape, dst.shape),
                 simplify=lambda inputs, attrs: _view_of_view(inputs[0], RESHAPE, attrs['shape']),
-                aligned=lambda src, dst: _unit_reshape_map(src.shape, dst.shape))
+                aligned=lambda src, dst: _unit_reshape_map(src.shape, dst.shape),
+                view_strides=lambda x, strides, shape: reshape_strides(x.shape, strides, tuple(shape)),
+                write_back=lambda new, source, shape: reshape(new, source.shape))
 
 
 def _permute_rule(x: TensorType, perm):
@@ -118,7 +123,9 @@ def _transpose_of_matmul(inputs, attrs, uses):
 PERMUTE = Primitive("permute", shape_rule=_permute_rule, kind=MOVEMENT, vjp=_permute_vjp,
                     impl=lambda x, perm: np.transpose(x, perm),
                     simplify=_permute_simplify, rewrite=_transpose_of_matmul,
-                index_map=lambda b, index, src, dst, perm: [index[perm.index(d)] for d in range(len(perm))])
+                index_map=lambda b, index, src, dst, perm: [index[perm.index(d)] for d in range(len(perm))],
+                view_strides=lambda x, strides, perm: [strides[p] for p in perm],
+                write_back=lambda new, source, perm: permute(new, [perm.index(d) for d in range(len(perm))]))
 
 
 def _expand_rule(x: TensorType, shape):
@@ -126,6 +133,14 @@ def _expand_rule(x: TensorType, shape):
         raise RuntimeError(f"expand: the expanded size {list(shape)} must match the existing size "
                            f"{list(x.shape)} at each non-singleton dimension")
     return (TensorType(tuple(shape), x.dtype),)
+
+
+def _expand_write_back(new, source, shape):
+    if source.shape != new.shape:  # (as eager execution refuses it: NumPy's broadcast is read-only)
+        raise RuntimeError("unsupported operation: more than one element of the written-to tensor "
+                           "refers to a single memory location. Please clone() the tensor before "
+                           "performing the operation.")
+    return new
 
 
 def _expand_vjp(ctx, g):
@@ -140,7 +155,10 @@ EXPAND = Primitive("expand", shape_rule=_expand_rule, kind=MOVEMENT, vjp=_expand
                                                              for i, s, t in zip(index, src.shape, dst.shape)],
                 simplify=lambda inputs, attrs: _view_of_view(inputs[0], EXPAND, attrs['shape']),
                 aligned=lambda src, dst: [None if s == 1 and t != 1 else d
-                                          for d, (s, t) in enumerate(zip(src.shape, dst.shape))])
+                                          for d, (s, t) in enumerate(zip(src.shape, dst.shape))],
+                view_strides=lambda x, strides, shape: [0 if s == 1 and t != 1 else stride
+                                                        for s, t, stride in zip(x.shape, shape, strides)],
+                write_back=_expand_write_back)
 
 
 def _slice_rule(x: TensorType, starts, stops, steps):
@@ -157,12 +175,21 @@ def _slices(starts, stops, steps):
     return tuple(slice(a, b, c) for a, b, c in zip(starts, stops, steps))
 
 
+def _slice_write_back(new, source, starts, stops, steps):
+    shown = np.zeros(source.shape, dtype=bool)
+    shown[_slices(starts, stops, steps)] = True
+    mask = Tensor._make(shown, TensorType(shown.shape, types.bool_))
+    return elementwise.where(mask, pad_slice(new, source.shape, starts, stops, steps), source)
+
+
 SLICE = Primitive("slice", shape_rule=_slice_rule, kind=MOVEMENT,
                   impl=lambda x, starts, stops, steps: x[_slices(starts, stops, steps)],
                   vjp=lambda ctx, g: (pad_slice(g, ctx.in_types[0].shape, ctx.attrs["starts"],
                                                 ctx.attrs["stops"], ctx.attrs["steps"]),),
                 index_map=lambda b, index, src, dst, starts, stops, steps: [
-                      b.affine(i, start, step) for i, start, step in zip(index, starts, steps)])
+                      b.affine(i, start, step) for i, start, step in zip(index, starts, steps)],
+                view_strides=lambda x, strides, starts, stops, steps: [s * k for s, k in zip(strides, steps)],
+                write_back=_slice_write_back)
 
 
 def _pad_slice_rule(x: TensorType, shape, starts, stops, steps):

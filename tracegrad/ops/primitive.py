@@ -28,7 +28,7 @@ class Primitive:
     __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output", "saved_for", "saves_by_needs",
                  "kind", "num_outputs", "backward_name", "lower", "index_map", "reduce_identity",
                  "simplify", "rewrite", "constant", "aligned", "lower_indexed", "lowers",
-                 "index_checks", "__dict__")
+                 "index_checks", "view_strides", "write_back", "__dict__")
 
     def __init__(self, name: str, *, shape_rule: Callable[..., tuple[TensorType, ...]],
                  impl: Callable, vjp: Callable | None = None,
@@ -39,7 +39,8 @@ class Primitive:
                  reduce_identity: Callable | None = None, simplify: Callable | None = None,
                  rewrite: Callable | None = None, constant: Callable | None = None, aligned: Callable | None = None,
                  lower_indexed: Callable | None = None, lowers: Callable | None = None,
-                 index_checks: Callable | None = None):
+                 index_checks: Callable | None = None, view_strides: Callable | None = None,
+                 write_back: Callable | None = None):
         if name in REGISTRY:
             raise ValueError(f"primitive {name!r} is defined twice")
         self.name = name
@@ -84,6 +85,13 @@ class Primitive:
         self.lower_indexed = lower_indexed
         self.lowers = lowers
         self.index_checks = index_checks
+        # A movement op eager execution runs as a NumPy view: `view_strides(in_type,
+        # in_strides, **attrs)` gives the view's strides in elements, or None where NumPy
+        # copies (ops.layout tells a traced tensor's layout from it).
+        self.view_strides = view_strides
+        # `write_back(new, source, **attrs)`: `source` with `new` written where the view
+        # shows it (an in-place write through a traced view reaching its base).
+        self.write_back = write_back
         REGISTRY[name] = self
 
     def __repr__(self) -> str:

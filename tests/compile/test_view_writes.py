@@ -1,0 +1,106 @@
+"""In-place writes through views inside a compiled function reach the base, as eager
+execution's shared memory does (compile_alias.base_update, `Primitive.write_back`)."""
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+
+
+def _same(compiled, eager):
+    for c, e in zip(compiled, eager):
+        if e is None:
+            assert c is None
+        else:
+            np.testing.assert_allclose(c.detach().numpy(), e.detach().numpy(), rtol=1e-6)
+
+
+def _run_both(fn, make):
+    eager_args, compiled_args = make(), make()
+    expected = fn(*eager_args)
+    got = tg.compile(fn)(*compiled_args)
+    _same(got, expected)
+    _same(compiled_args, eager_args)
+    return got
+
+
+def test_writes_through_slices_transposes_and_rows_reach_the_argument():
+    def write(x):
+        x[0].add_(1)
+        x[:, 1].mul_(3)
+        x.t()[2].sub_(1)
+        x[1, ::2].fill_(7)
+        return [x * 1]
+
+    _run_both(write, lambda: [tg.arange(12.0).reshape(3, 4)])
+
+
+def test_writes_through_views_of_a_traced_tensor_are_seen_by_later_reads():
+    def write(x):
+        y = x * 2
+        y[:, 0].zero_()
+        y.view(-1)[1:3].add_(5)
+        return [y, y.sum()]
+
+    _run_both(write, lambda: [tg.arange(6.0).reshape(2, 3)])
+
+
+def test_no_grad_init_of_a_parameter_row_then_backward():
+    # nn.Embedding(padding_idx=...)-style initialisation of a row of a leaf, inside the call
+    def step(p):
+        with tg.no_grad():
+            p[0].zero_()
+            p[:, 1:].mul_(2)
+        (p * p).sum().backward()
+        return [p.grad]
+
+    _run_both(step, lambda: [tg.ones(2, 3, requires_grad=True)])
+
+
+def test_inplace_on_a_result_made_as_a_view_matches_eager():
+    # logsumexp and max(dim) squeeze a fresh reduction (a view of it); 1-D matmul likewise
+    def write(x, v):
+        y = tg.logsumexp(x, 1)
+        y.mul_(2)
+        m = x.max(1).values
+        m.add_(1)
+        p = x @ v
+        p.sub_(3)
+        return [y, m, p]
+
+    _run_both(write, lambda: [tg.arange(12.0).reshape(3, 4) / 7, tg.ones(4)])
+
+
+def test_write_into_an_expanded_view_raises_as_eager():
+    def write(x):
+        x.expand(3, 4).add_(1)
+        return [x]
+
+    with pytest.raises(RuntimeError, match="single memory location"):
+        write(tg.ones(1, 4).clone().expand(1, 4) * 1)
+    x = tg.ones(1, 4)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        tg.compile(write)(x)
+    np.testing.assert_array_equal(x.numpy(), np.ones((1, 4)))
+
+
+def test_write_into_a_view_in_the_autograd_graph_raises_as_eager():
+    def write(x):
+        y = x * 2
+        y[0].add_(1)
+        return [y]
+
+    with pytest.raises(RuntimeError, match="view of a tensor that is part of an autograd graph"):
+        write(tg.ones(2, 2, requires_grad=True))
+    with pytest.raises(RuntimeError, match="view of a tensor that is part of an autograd graph"):
+        tg.compile(write)(tg.ones(2, 2, requires_grad=True))
+
+
+def test_write_into_a_reshape_that_copied_stays_in_the_copy():
+    # a reshape of a strided array is a copy eagerly: the base keeps its values
+    def write(x):
+        flat = x.t().reshape(-1)
+        flat.add_(1)
+        return [x * 1, flat]
+
+    _run_both(write, lambda: [tg.arange(6.0).reshape(2, 3)])

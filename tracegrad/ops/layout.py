@@ -1,0 +1,91 @@
+"""The memory layout eager execution gives a traced tensor: strides, contiguity.
+
+A traced tensor has no array, but a program can ask for its layout (`is_contiguous()`,
+and `contiguous()`, which returns the tensor itself when it is contiguous, as in
+PyTorch: `retain_grad()` or an in-place write on the result then reaches the tensor).
+The answer must be the one eager execution gives, so it follows NumPy: an op that
+computes makes a fresh C-ordered array; a movement op whose `view_strides` rule gives
+strides is a view (reshape only when NumPy can express it without a copy); a graph input
+has its array's strides. Strides here count elements, not bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from tracegrad.ir.graph import Value
+
+
+def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """NumPy's C-contiguity flag: size-1 dims may have any stride; an empty array is contiguous."""
+    if 0 in shape:
+        return True
+    expected = 1
+    for n, stride in zip(reversed(shape), reversed(strides)):
+        if n != 1:
+            if stride != expected:
+                return False
+            expected *= n
+    return True
+
+
+def array_strides(array: np.ndarray) -> tuple[int, ...]:
+    size = array.itemsize
+    return tuple(s // size for s in array.strides)
+
+
+def reshape_strides(shape: tuple[int, ...], strides: tuple[int, ...],
+                    new_shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The strides of `np.reshape` as a view, or None when NumPy must copy (a port of
+    NumPy's `_attempt_nocopy_reshape`, C order)."""
+    if 0 in shape:
+        return c_strides(new_shape)
+    old = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    result = [0] * len(new_shape)
+    oi, oj, ni, nj = 0, 1, 0, 1
+    while ni < len(new_shape) and oi < len(old):
+        new_size, old_size = new_shape[ni], old[oi][0]
+        while new_size != old_size:
+            if new_size < old_size:
+                new_size *= new_shape[nj]
+                nj += 1
+            else:
+                old_size *= old[oj][0]
+                oj += 1
+        for k in range(oi, oj - 1):  # the old dims of this group must be one run of memory
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return None
+        result[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            result[k - 1] = result[k] * new_shape[k]
+        ni, nj, oi, oj = nj, nj + 1, oj, oj + 1
+    last = result[ni - 1] if ni >= 1 else 1
+    for k in range(ni, len(new_shape)):  # trailing size-1 dims
+        result[k] = last
+    return tuple(result)
+
+
+def value_strides(value: Value, array_of: Callable[[Value], np.ndarray | None]) -> tuple[int, ...]:
+    """The strides eager execution gives the tensor `value` stands for; `array_of(input)`
+    is the array behind a graph input (None: a fresh array)."""
+    shape = value.type.shape
+    node = value.node
+    if node is None:
+        array = array_of(value)
+        return array_strides(array) if array is not None and array.ndim == len(shape) else c_strides(shape)
+    rule = node.op.view_strides
+    if rule is None:
+        return c_strides(shape)
+    source = node.inputs[0]
+    strides = rule(source.type, value_strides(source, array_of), **node.attrs)
+    return c_strides(shape) if strides is None else tuple(strides)
