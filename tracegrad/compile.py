@@ -284,7 +284,10 @@ class CompileTrace(Tracer):
             other = ref()
             if other is None or other is tensor:
                 continue
-            new = self.leaf_update(other, result) if other._requires_grad else result
+            if other._requires_grad:
+                new = self.leaf_update(other, result)
+            else:  # (the values without the history: it does not take the writer's graph)
+                new = lazy_tensor(result._value, result._type, self) if result._requires_grad else result
             self.note_update(other)  # (its lazy views taken before now are refreshed from it)
             other._value = new._value
             real = self.proxies.get(id(other))

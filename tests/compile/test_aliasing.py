@@ -350,6 +350,24 @@ def test_result_with_history_written_through_its_detached_alias_keeps_its_histor
                                    lambda call: ((_base(call).requires_grad_(),), ()))
 
 
+def _write_with_grad_through_a_detached_alias_of_an_argument(x, w):
+    alias = x.detach()
+    alias.mul_(w)
+    alias.sum().backward()
+
+
+def test_write_with_grad_through_a_detached_alias_gives_the_argument_its_values_not_the_history():
+    compiled = tg.compile(_write_with_grad_through_a_detached_alias_of_an_argument)
+    for call in range(3):
+        states = []
+        for fn in (_write_with_grad_through_a_detached_alias_of_an_argument, compiled):
+            x, w = _base(call), tg.full((3, 4), 2.0, requires_grad=True)
+            fn(x, w)
+            states.append((x.numpy().copy(), x.requires_grad, x.grad_fn is None, w.grad.numpy().copy()))
+        for got, expected in zip(states[1], states[0]):
+            np.testing.assert_array_equal(got, expected, err_msg=f"call {call}")
+
+
 def _random_program(rng, n_tensors):
     """Writes (add_, mul_, zero_, setitem, copy_, clamp_), reads, views taken and read later,
     over `n_tensors` tensors; some passed as arguments, the others captured."""
