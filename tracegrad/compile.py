@@ -61,6 +61,9 @@ class CompileTrace(Tracer):
         # Per tensor updated in place (by id): (the tensor, the values it held before), for
         # a view of it kept past the call (`current_view`).
         self.former_values: dict[int, tuple[Tensor, list[Value]]] = {}
+        # Traced tensors and their detached aliases (by id: the group, a list of weak
+        # references shared by its members), which eager execution keeps in one buffer.
+        self.detached: dict[int, list[weakref.ref]] = {}
         self.realized: dict[Value, np.ndarray] = {}
         self.realization_count = 0
         self.proxies: dict[int, Tensor] = {}
@@ -255,6 +258,44 @@ class CompileTrace(Tracer):
 
     def base_update(self, view: Tensor, result: Tensor) -> Tensor | None:
         return compile_alias.base_update(self, view, result)
+
+    def note_detached(self, source: Tensor, alias: Tensor) -> None:
+        """`alias` is `source.detach()`: one buffer in eager execution, so an in-place
+        write to either changes the other (`alias_written`)."""
+        group = self._detached_group(source)
+        if group is None:
+            group = [weakref.ref(source)]
+            self.detached[id(source)] = group
+        group.append(weakref.ref(alias))
+        self.detached[id(alias)] = group
+
+    def _detached_group(self, tensor: Tensor) -> list[weakref.ref] | None:
+        group = self.detached.get(id(tensor))
+        if group is not None and any(ref() is tensor for ref in group):
+            return group
+        return None  # (none, or the group of a dead tensor whose id was reused)
+
+    def alias_written(self, tensor: Tensor, result: Tensor) -> None:
+        """`tensor` (traced) was just given `result` in place: the tensors sharing its
+        buffer as a whole (`note_detached`) hold it too, as in eager execution. Their
+        autograd identities stay: one that requires grad takes it as an update without
+        grad (`leaf_update`); an argument's stand-in writes its argument."""
+        group = self._detached_group(tensor) if self.detached else None
+        if group is None:
+            return
+        for ref in group:
+            other = ref()
+            if other is None or other is tensor:
+                continue
+            if other._requires_grad:
+                new = self.leaf_update(other, result)
+            else:  # (the values without the history: it does not take the writer's graph)
+                new = lazy_tensor(result._value, result._type, self) if result._requires_grad else result
+            self.note_update(other)  # (its lazy views taken before now are refreshed from it)
+            other._value = new._value
+            real = self.proxies.get(id(other))
+            if real is not None:
+                self.write(real, new)
 
     def write(self, target: Tensor, result: Tensor) -> None:
         """`target` (a real tensor) gets `result`'s value when the call ends; its version

@@ -297,6 +297,19 @@ class Tensor:
         backward(self, gradient, retain_graph, create_graph, inputs)
 
     def detach(self) -> Tensor:
+        t = self._alias()
+        if self._data is None and MODE.tracer is not None:
+            # A traced alias: eager execution shares the memory, so an in-place write to
+            # either must reach the other (`Tracer.note_detached`). An alias of a lazy view
+            # is a view of the same base (refreshed as the view would be, on a read).
+            if self._base is not None:
+                t._base, t._view_history = self._base, self._view_history
+            else:
+                MODE.tracer.note_detached(self, t)
+        return t
+
+    def _alias(self) -> Tensor:
+        """A tensor without history sharing this one's data (or value) and version counter."""
         if self._data is None:
             t = Tensor._make_lazy(self._value, self._type)
         else:
@@ -306,7 +319,7 @@ class Tensor:
 
     def _with_identity(self, node, index: int) -> Tensor:
         """This tensor's data as output `index` of `node` (re-attaching a saved output)."""
-        t = self.detach()
+        t = self._alias()
         t._requires_grad = True
         t._grad_fn = node
         t._value = node.output(index)

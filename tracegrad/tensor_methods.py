@@ -188,6 +188,8 @@ def _apply_traced_inplace(self: Tensor, result: Tensor, name: str, fresh: bool =
         self._grad_fn = result._grad_fn
         self._value = result._value
         self._requires_grad = True
+    if self._data is None:
+        tracer.alias_written(self, result)  # (its detached aliases share its memory)
     return self
 
 

@@ -171,3 +171,22 @@ def test_sum_over_an_empty_axis_sends_zero_gradients_from_every_tier(poisoned_ke
         w = tg.randn(4, requires_grad=True)
         (w * tg.zeros(0, 4)).sum(0).sum().backward()
         np.testing.assert_array_equal(w.grad.numpy(), np.zeros(4, np.float32))
+
+
+def _leaf_read_before_and_after_an_update_without_grad(x):
+    before = x * 2
+    with tg.no_grad():
+        x.add_(1.0)
+    return before + x * 3
+
+
+def test_backward_after_compiled_calls_reaches_a_leaf_they_updated_without_grad():
+    # A compiled call's read of its updated leaf is a node's output marked as the leaf
+    # (`CompileTrace.leaf_update`): the cached plan, which returns the gradients of graph
+    # inputs only, dropped it from the third backward of the structure on.
+    compiled = tg.compile(_leaf_read_before_and_after_an_update_without_grad)
+    for _ in range(4):
+        eager_x, compiled_x = tg.ones(3, requires_grad=True), tg.ones(3, requires_grad=True)
+        _leaf_read_before_and_after_an_update_without_grad(eager_x).sum().backward()
+        compiled(compiled_x).sum().backward()
+        np.testing.assert_array_equal(compiled_x.grad.numpy(), eager_x.grad.numpy())

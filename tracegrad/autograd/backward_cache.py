@@ -77,7 +77,7 @@ def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None
         found = number.get(ident)
         if found is None:
             found = number[ident] = len(values)
-            if node is None or value.origin is not None:  # (the latter refused below)
+            if node is None or value.origin is not None or value.leaf is not None:  # (refused below)
                 inputs.append(found)
             values.append(value)
         return found
@@ -125,6 +125,11 @@ def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None
     for i in inputs:
         if values[i].origin is not None:
             return None  # its gradient goes on into a history (`Value.origin`) the key does not describe
+        if values[i].node is not None:
+            # A node's output marked as a leaf (a leaf updated in place without grad in a
+            # compiled call: `CompileTrace.leaf_update`): the plan's outputs are the
+            # gradients of graph inputs only.
+            return None
         leaf = values[i].leaf
         if leaf is not None:
             tensor = leaf()

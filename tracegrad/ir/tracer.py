@@ -97,6 +97,12 @@ class Tracer:
         value.leaf = weakref.ref(tensor)
         return value
 
+    def note_detached(self, source, alias) -> None:
+        """`alias` is `source.detach()`, both traced (see `CompileTrace.note_detached`)."""
+
+    def alias_written(self, tensor, result) -> None:
+        """Called after an in-place op gave the traced `tensor` the new value `result`."""
+
     def write(self, target, result) -> None:
         raise RuntimeError("in-place update of a real tensor while building a backward graph")
 
