@@ -67,6 +67,88 @@ def test_write_is_read_through_a_detached_alias_and_an_expanded_view_when_compil
     _assert_compiled_matches_eager(_add_then_read, _views(lambda x: x[1], lambda x: x[1:2].expand(3, 4)))
 
 
+def test_write_to_an_argument_is_read_through_its_detach_taken_in_the_call():
+    def detach_then_write(a):
+        alias = a.detach()
+        a.add_(1)
+        return alias * 1
+
+    def detach_between_writes(a):  # (returned as it is: fuzz seed 107467)
+        a.add_(1)
+        alias = a.detach()
+        a.add_(1)
+        return alias
+
+    _assert_compiled_matches_eager(detach_then_write, _view(lambda x: x))
+    _assert_compiled_matches_eager(detach_between_writes, _view(lambda x: x))
+
+
+def test_write_to_a_detach_taken_in_the_call_reaches_the_argument():
+    def write_alias(a):
+        alias = a.detach()
+        alias.mul_(2)
+        return a * 1
+
+    _assert_compiled_matches_eager(write_alias, _view(lambda x: x))
+    _assert_compiled_matches_eager(write_alias, _view(lambda x: x.T))
+
+
+def test_detach_of_a_traced_tensor_shares_its_writes_both_ways_when_compiled():
+    def write_source(a):
+        y = a * 2
+        alias = y.detach()
+        y.add_(1)
+        return alias * 1, alias.detach()[0] * 1
+
+    def write_alias(a):
+        y = a * 2
+        row = y[0]
+        alias = y.detach()
+        alias.add_(1)
+        return y * 1, row * 1
+
+    _assert_compiled_matches_eager(write_source, _view(lambda x: x))
+    _assert_compiled_matches_eager(write_alias, _view(lambda x: x))
+
+
+def test_detach_of_a_traced_view_reads_a_later_write_of_its_base():
+    def view_then_detach(a):
+        alias = a[1].detach()
+        a.add_(1)
+        return alias * 1
+
+    _assert_compiled_matches_eager(view_then_detach, _view(lambda x: x))
+
+
+def test_detached_leaf_made_in_the_call_reads_a_no_grad_write_of_its_source():
+    # Fuzz seeds 101945, 106863, 107169: the detached leaf is the argument's memory.
+    def detach_leaf_then_write(a):
+        leaf = a.detach().requires_grad_()
+        with tg.no_grad():
+            a.add_(1)
+        loss = (leaf * leaf).sum()
+        loss.backward()
+        return loss, leaf.grad
+
+    def leaf(call):
+        x = _base(call).requires_grad_()
+        return (x,), (x.detach(),)
+
+    _assert_compiled_matches_eager(detach_leaf_then_write, leaf)
+    _assert_compiled_matches_eager(detach_leaf_then_write, _view(lambda x: x))
+
+
+def test_write_through_a_detach_of_an_expanded_argument_raises_as_in_eager():
+    def write_alias(a):
+        a.detach().add_(1)
+
+    for fn in (write_alias, tg.compile(write_alias)):
+        base = _base()
+        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+            fn(base[0:1].expand(3, 4))
+        np.testing.assert_array_equal(base.numpy(), _base().numpy())
+
+
 def test_disjoint_slices_of_one_buffer_stay_independent_when_compiled():
     _assert_compiled_matches_eager(_add_then_read, _views(lambda x: x[0:1], lambda x: x[1:3]))
 
