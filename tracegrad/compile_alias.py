@@ -20,9 +20,9 @@ back at the end agree wherever they overlap. The other tensor keeps its autograd
 (a leaf stays a leaf, a tensor with history sends gradients into it: `leaf_update`), as in
 eager execution, unless the write was with grad and it is a view of the written tensor or
 its base: then it is rebased onto the written graph, as PyTorch rebases views. The graph
-says which elements overlap (the
-positions are data, the ops are structure), and the cache key says which inputs share a
-buffer, so a call with other aliasing never runs this call's program.
+says which elements overlap (the positions are data, the ops are structure), and the
+cache key says which inputs share a buffer, so a call with other aliasing never runs this
+call's program.
 
 A lazy view holds the values its base had when it was taken. When the base is updated in
 place since, and the view is read again or kept past the call, `view_now` gives it what
