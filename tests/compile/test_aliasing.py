@@ -317,6 +317,15 @@ def test_leaf_written_under_no_grad_is_read_through_its_slice_with_history_when_
     _assert_compiled_matches_eager_with_grads(add_then_read_slice, _leaf_and_its_slice)
 
 
+def test_autograd_grad_wrt_a_leaf_written_under_no_grad_and_its_slice_when_compiled():
+    def add_then_grad(a, v):
+        with tg.no_grad():
+            a.add_(1)
+        return tg.autograd.grad((v * v).sum() + (a * a).sum(), [a, v])
+
+    _assert_compiled_matches_eager_with_grads(add_then_grad, _leaf_and_its_slice)
+
+
 def test_slice_saved_before_its_leaf_is_written_under_no_grad_raises_at_backward_when_compiled():
     def save_then_add(a, v):
         m = v * v

@@ -151,13 +151,15 @@ def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None 
 
 
 def _leaf_aliases(order: list[Node], targets: set[Value]) -> dict[Value, Value]:
-    """Graph inputs that stand for the same leaf tensor as a target, other than the
-    target itself (a compiled call's result reads its arguments through inputs of its own
-    graph, marked with the argument as their leaf): alias -> target. Gradients reaching
-    an alias are the target's too."""
+    """Values that stand for the same leaf tensor as a target, other than the target
+    itself: alias -> target. Gradients reaching an alias are the target's too. (A compiled
+    call's result reads its arguments through inputs of its own graph, marked with the
+    argument as their leaf; inside a call, a leaf updated without grad is a new value marked
+    as that leaf, `CompileTrace.leaf_update`, while ops before the update, and eager ops
+    outside the call, read its earlier values.)"""
     by_tensor = {}
     for target in targets:
-        if target.node is None and target.leaf is not None:
+        if target.leaf is not None:
             tensor = target.leaf()
             if tensor is not None:
                 by_tensor[id(tensor)] = target
@@ -166,7 +168,7 @@ def _leaf_aliases(order: list[Node], targets: set[Value]) -> dict[Value, Value]:
         return aliases
     for node in order:
         for value in node.inputs:
-            if value.node is None and value.leaf is not None and value not in targets:
+            if value.leaf is not None and value not in targets:
                 tensor = value.leaf()
                 target = by_tensor.get(id(tensor)) if tensor is not None else None
                 if target is not None:
