@@ -166,7 +166,9 @@ class SharedMemory:
             for source, value in sources:
                 found = _positions(reader._data, source._data)
                 if found is not None:
-                    new = _overlaid(new, value if _view_family(source) is family else value.detach(), *found)
+                    if rebased and _view_family(source) is not family:  # (its graph is not the reader's)
+                        value = _without_grad(trace, value)
+                    new = _overlaid(new, value, *found)
         if new is current:
             return  # nothing shared
         keeps = not rebased and current._requires_grad
@@ -191,6 +193,15 @@ def _view_family(tensor: Tensor) -> Tensor:
     """The base of `tensor`'s view family: its base, or itself (a detached alias is a family
     of its own, as in PyTorch)."""
     return tensor._base if tensor._base is not None else tensor
+
+
+def _without_grad(trace, tensor: Tensor) -> Tensor:
+    """`tensor`'s current value in the trace, as a traced tensor that does not require grad
+    (not `detach()`: a real tensor's detached alias would be a new tensor to capture)."""
+    if not tensor._requires_grad:
+        return tensor
+    value = tensor._value if tensor._data is None else trace.value_of(tensor)
+    return lazy_tensor(value, tensor._type, trace)
 
 
 # --- views older than their base ---------------------------------------------------------

@@ -365,6 +365,19 @@ def test_detached_alias_of_a_tensor_written_with_grad_does_not_require_grad_when
     _assert_compiled_matches_eager_with_grads(scale_then_read_alias, make)
 
 
+def test_detached_alias_taken_after_a_write_to_a_tensor_made_in_the_call_reads_it_when_compiled():
+    def zero_then_read_alias(a):
+        made = tg.eye(2)  # (a real tensor the trace captures when it is read)
+        made.zero_()
+        return made.detach() + a, tg.softmax(made, dim=0)  # (softmax detaches its input too)
+
+    def make():
+        a = tg.tensor([1.0, 2.0], requires_grad=True)
+        return (a,), (a,)
+
+    _assert_compiled_matches_eager_with_grads(zero_then_read_alias, make)
+
+
 def test_view_written_under_no_grad_is_read_through_its_base_and_another_view_when_compiled():
     def make():
         w = tg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
