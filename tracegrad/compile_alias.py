@@ -16,9 +16,13 @@ written value (by address: `index` of the flattened value, at the positions wher
 other tensor's elements lie in it), the others from its own current value (`where`). A
 tensor first read after a write starts from its buffer overlaid the same way. So every
 tensor the call changed holds the current contents of its memory, and the values written
-back at the end agree wherever they overlap. The graph says which elements overlap (the
-positions are data, the ops are structure), and the cache key says which inputs share a
-buffer, so a call with other aliasing never runs this call's program.
+back at the end agree wherever they overlap. The other tensor keeps its autograd identity
+(a leaf stays a leaf, a tensor with history sends gradients into it: `leaf_update`), as in
+eager execution, unless the write was with grad and it is a view of the written tensor or
+its base: then it is rebased onto the written graph, as PyTorch rebases views. The graph
+says which elements overlap (the positions are data, the ops are structure), and the
+cache key says which inputs share a buffer, so a call with other aliasing never runs this
+call's program.
 
 A lazy view holds the values its base had when it was taken. When the base is updated in
 place since, and the view is read again or kept past the call, `view_now` gives it what
@@ -28,11 +32,9 @@ eager execution copied instead of viewing (a reshape of a strided array), the va
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
-from tracegrad.autograd.grad_mode import MODE, no_grad
+from tracegrad.autograd.grad_mode import MODE, enable_grad, no_grad
 from tracegrad.compile_key import owner
 from tracegrad.functional import arith, shape
 from tracegrad.ir import types
@@ -150,28 +152,32 @@ class SharedMemory:
         the tensor of its current value, which holds the current contents of its memory)."""
         current = self._current(reader)
         leaf = current._requires_grad and current._grad_fn is None and reader._grad_fn is None
+        # A write with grad rebases a view of the written tensor, or its base (the other
+        # tensors of its view family), onto the written graph, as PyTorch does (CopySlices,
+        # a view's regenerated grad_fn), whatever the grad mode where it is read. Any other
+        # tensor keeps its autograd identity, as in eager execution: its memory changed
+        # behind autograd's back (a leaf, as an optimizer step changes it; a tensor with
+        # history or none, by a write without grad or through a detached alias), and later
+        # ops reading it send gradients where they went before (`CompileTrace.leaf_update`).
+        family = _view_family(reader)
+        rebased = not leaf and any(value._requires_grad and _view_family(source) is family for source, value in sources)
         new = current
-        # A leaf's memory changed behind autograd's back (as an optimizer step changes it):
-        # it stays a leaf, as in eager execution (`CompileTrace.leaf_update` below).
-        with no_grad() if leaf else contextlib.nullcontext():
+        with enable_grad() if rebased else no_grad():
             for source, value in sources:
                 found = _positions(reader._data, source._data)
                 if found is not None:
+                    if rebased and _view_family(source) is not family:  # (its graph is not the reader's)
+                        value = _without_grad(trace, value)
                     new = _overlaid(new, value, *found)
         if new is current:
             return  # nothing shared
-        if leaf:
-            new = trace.leaf_update(current, new, fresh=all(new is not value for _, value in sources))
-        elif current._requires_grad and not new._requires_grad:
-            raise RuntimeError(
-                f"compiled function: an in-place write changes elements of a tensor of shape "
-                f"{list(reader.shape)} that shares memory with the written tensor and is part of an "
-                "autograd graph (it requires grad and is not a leaf); the compiled call cannot "
-                "rebase its graph. Pass a clone() of one of them, or call the function eagerly.")
+        keeps = not rebased and current._requires_grad
+        if keeps:
+            new = trace.leaf_update(current, new, fresh=all(new._value is not value._value for _, value in sources))
         trace.note_update(current)
         if current is not reader:
             current._value = new._value
-        if new._requires_grad and not leaf:
+        if rebased:
             current._requires_grad = True
             current._grad_fn = new._grad_fn
             current._value = new._value
@@ -181,6 +187,21 @@ class SharedMemory:
         self.changed[id(reader)] = reader
         if all(reader._version_counter is not s._version_counter for s, _ in sources):
             reader._version_counter.value += 1  # traced views of it taken before now are stale
+
+
+def _view_family(tensor: Tensor) -> Tensor:
+    """The base of `tensor`'s view family: its base, or itself (a detached alias is a family
+    of its own, as in PyTorch)."""
+    return tensor._base if tensor._base is not None else tensor
+
+
+def _without_grad(trace, tensor: Tensor) -> Tensor:
+    """`tensor`'s current value in the trace, as a traced tensor that does not require grad
+    (not `detach()`: a real tensor's detached alias would be a new tensor to capture)."""
+    if not tensor._requires_grad:
+        return tensor
+    value = tensor._value if tensor._data is None else trace.value_of(tensor)
+    return lazy_tensor(value, tensor._type, trace)
 
 
 # --- views older than their base ---------------------------------------------------------

@@ -357,6 +357,22 @@ def test_a_traced_result_updated_without_grad_keeps_its_history():
     _check(step, make)
 
 
+def test_autograd_grad_wrt_a_leaf_updated_without_grad_sums_every_path_when_compiled():
+    def make(seed):
+        w = tg.tensor(_values(seed, 3), requires_grad=True)
+        return (w, w * 2), lambda: [w]
+
+    def step(w, x):
+        with tg.no_grad():
+            w.add_(1.0)
+        y = w * 2  # (reads the first update; `x` the value before the call)
+        with tg.no_grad():
+            w.mul_(2.0)
+        return tg.autograd.grad((x * x).sum() + (w * w).sum() + (y * y).sum(), [w, x])
+
+    _check(step, make)
+
+
 # --- class 13: losses built from tensors recorded outside the call --------------------------
 
 

@@ -74,6 +74,8 @@ class SavedTensor:
                 "bool": "BoolTensor"}[dtype]
         where = ""
         value = node.output(self.output_index) if self.output_index is not None else self.value
+        if value is not None and value.origin is not None:  # (a compiled call's input with history)
+            value = value.origin
         if value is not None and value.node is not None:
             where = f", which is output {value.index} of {value.node.name()},"
         return ("one of the variables needed for gradient computation has been modified by an "

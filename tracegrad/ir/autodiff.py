@@ -154,9 +154,9 @@ def _leaf_aliases(order: list[Node], targets: set[Value]) -> dict[Value, Value]:
     """Values that stand for the same leaf tensor as a target, other than the target
     itself: alias -> target. Gradients reaching an alias are the target's too. (A compiled
     call's result reads its arguments through inputs of its own graph, marked with the
-    argument as their leaf; inside a call, a leaf updated in place without grad is a new
-    value marked as that leaf, `CompileTrace.leaf_update`, while ops before the update
-    read the old one.)"""
+    argument as their leaf; inside a call, a leaf updated without grad is a new value marked
+    as that leaf, `CompileTrace.leaf_update`, while ops before the update, and eager ops
+    outside the call, read its earlier values.)"""
     by_tensor = {}
     for target in targets:
         if target.leaf is not None:
