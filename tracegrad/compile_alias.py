@@ -211,10 +211,17 @@ def refresh_view(trace, view: Tensor) -> bool:
     """Bring a stale lazy view up to date as eager execution would see it (`view_now`);
     False when it cannot be: its graph would be its base's old one."""
     found = view_now(trace, view)
-    if found is None or (found[0] is not view._value and view._requires_grad):
+    if found is None:
         return False
     value, copied = found
     counter = view._version_counter
+    if value is not view._value and view._requires_grad:
+        if counter.history != view._view_graph_history:
+            return False  # its base was updated with grad: a view's graph goes stale, as eagerly
+        # Updated without grad: the view shows the new values and keeps its graph, as an
+        # eager view keeps its grad_fn (an update without grad of a tensor with history).
+        view._view_history = counter.value  # (its graph is current: leaf_update reads it)
+        value = trace.leaf_update(view, lazy_tensor(value, view._type, trace))._value
     if copied:  # not a view of the base in eager execution
         view._base = None
         counter = view._version_counter = type(counter)()

@@ -296,6 +296,9 @@ class Tensor:
         from tracegrad.autograd.engine import backward
         backward(self, gradient, retain_graph, create_graph, inputs)
 
+    # A lazy view: its base's history count when it was taken (`compile_alias.refresh_view`).
+    _view_graph_history = None
+
     def detach(self) -> Tensor:
         t = self._alias()
         if self._data is None and MODE.tracer is not None:
@@ -304,6 +307,7 @@ class Tensor:
             # is a view of the same base (refreshed as the view would be, on a read).
             if self._base is not None:
                 t._base, t._view_history = self._base, self._view_history
+                t._view_graph_history = self._view_graph_history
             else:
                 MODE.tracer.note_detached(self, t)
         return t

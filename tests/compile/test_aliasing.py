@@ -635,3 +635,47 @@ def test_random_programs_over_views_of_one_buffer_match_eager_when_compiled(seed
         if not isinstance(got, str):
             for g, e in zip(got, expected):
                 np.testing.assert_array_equal(g, e, err_msg=f"call {call}")
+
+
+def test_view_with_history_taken_before_a_no_grad_write_of_its_base_reads_the_new_values():
+    # fuzz seeds 20009, 20554: a view requiring grad, taken in the call, then its base
+    # written under no_grad: eagerly it shows the new values and keeps its grad_fn (the
+    # compiled call raised the stale-view error)
+    def read_after_write(a, v):
+        s = v[3:4]
+        with tg.no_grad():
+            a.add_(1)
+        loss = (s * s).sum()
+        loss.backward()
+        return s, loss
+
+    def leaf_and_its_transpose():
+        a = tg.arange(8.0).reshape(2, 4).requires_grad_()
+        return (a, a.transpose(-1, -2)), (a,)
+
+    _assert_compiled_matches_eager_with_grads(read_after_write, leaf_and_its_transpose)
+
+
+def test_view_of_a_traced_result_keeps_its_graph_after_a_no_grad_write_of_the_result():
+    def read_after_write(w):
+        x = w * 2
+        row = x[0]
+        with tg.no_grad():
+            x.mul_(3)
+        loss = (row * row).sum() + x.sum()
+        loss.backward()
+        return row, loss
+
+    _assert_compiled_matches_eager_with_grads(
+        read_after_write, lambda: ((w := tg.ones(2, 3, requires_grad=True),), (w,)))
+
+
+def test_view_taken_before_a_write_with_grad_of_its_base_raises_as_eager():
+    def read_after_write(w):
+        x = w * 2
+        row = x[0]
+        x.mul_(w)
+        return (row * 1,)
+
+    _assert_compiled_matches_eager_with_grads(
+        read_after_write, lambda: ((w := tg.ones(2, 3, requires_grad=True),), (w,)))

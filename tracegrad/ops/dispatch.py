@@ -204,10 +204,15 @@ def _share_storage(source, view) -> None:
             if MODE.tracer.writes_real_tensors:
                 counter = view._version_counter = source._version_counter
                 view._view_history = counter.value
+                view._view_graph_history = counter.history
                 view._base = source
             return
         if not np.may_share_memory(source._data, view._data):
             return
     counter = view._version_counter = source._version_counter
-    view._view_history = counter.history if view._data is not None else counter.value
+    if view._data is not None:
+        view._view_history = counter.history
+    else:  # (a lazy view: the values it holds go stale; and its graph, `refresh_view`)
+        view._view_history = counter.value
+        view._view_graph_history = counter.history
     view._base = source._base if source._base is not None else source
