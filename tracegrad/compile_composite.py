@@ -32,7 +32,7 @@ import weakref
 
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.functional._util import _new_scalar_tensor
-from tracegrad.ops.dispatch import _share_storage
+from tracegrad.ops.dispatch import _share_storage, traced_view
 from tracegrad.ops.primitive import MOVEMENT
 from tracegrad.tensor import Tensor, lazy_tensor
 
@@ -241,7 +241,7 @@ def _source(value, lazy: list, values: list, results: dict, position_of: dict):
     j = results.get((position_of[id(value.node)], value.index))
     if j is not None:
         return ("result", j)
-    if value.node.op.kind == MOVEMENT and len(value.node.inputs) == 1:
+    if traced_view(value.node.op, len(value.node.inputs), value.type):
         # A traced view shares its source's counter when the source is lazy
         # (`dispatch._share_storage`); views of real tensors share nothing.
         inner = _source(value.node.inputs[0], lazy, values, results, position_of)

@@ -38,8 +38,7 @@ from tracegrad.autograd.grad_mode import MODE
 from tracegrad.autograd.traced_backward import leaf_hooks
 from tracegrad.ir.autodiff import FREED
 from tracegrad.ir.graph import Value, attr_key
-from tracegrad.ops.dispatch import _record, _share_storage, _tensors_read
-from tracegrad.ops.primitive import MOVEMENT
+from tracegrad.ops.dispatch import _record, _share_storage, _tensors_read, traced_view
 from tracegrad.tensor import Tensor, lazy_tensor, owned_array
 
 _new_object = object.__new__
@@ -204,7 +203,7 @@ def _plans(graph, steps: list) -> list[tuple]:
         plans.append((node, op if getattr(op, "replayable", True) else None, len(node.inputs),
                       part[1] if node.attrs else None,
                       op.vjp is not None and out_types[0].dtype.is_floating,
-                      bool(op.saves_inputs or op.saves_output), op.kind == MOVEMENT and len(node.inputs) == 1,
+                      bool(op.saves_inputs or op.saves_output), traced_view(op, len(node.inputs), out_types[0]),
                       values[0] if len(values) == 1 else None, values))
     return plans
 

@@ -115,14 +115,19 @@ def _bind_traced(prim: Primitive, inputs: tuple, attrs: dict, out_types: tuple, 
         outputs = (lazy_tensor(Value(typ, node, 0), typ, tracer),)
     else:
         outputs = tuple([lazy_tensor(Value(typ, node, i), typ, tracer) for i, typ in enumerate(out_types)])
-    if prim.view_strides is not None and len(inputs) == 1:
-        # Traced views alias their input as eager views do (shared version counter).
+    if traced_view(prim, len(inputs), out_types[0]):
         _share_storage(inputs[0], outputs[0])
     if record:
         _record(prim, node, _tensors_read(inputs, values, tracer) if tracer.overrides else inputs, outputs)
     # After recording: the graph keys what the backward will see of a recorded node.
     tracer.graph.add_node(node)
     return outputs
+
+
+def traced_view(prim: Primitive, n_inputs: int, out_type) -> bool:
+    """Whether a traced op's result is a view of its input, sharing its version counter, as
+    the eager op's NumPy view is (an empty result shares no memory: eagerly no view)."""
+    return prim.view_strides is not None and n_inputs == 1 and out_type.numel != 0
 
 
 def _tensors_read(inputs: tuple, values: tuple, tracer) -> tuple:
