@@ -27,7 +27,7 @@ from tracegrad import compile_composite, compile_events, compile_replay, inspect
 from tracegrad import compile_alias
 from tracegrad.compile_alias import OVERLAPPING_WRITE_MESSAGE, SharedMemory
 from tracegrad.autograd import traced_backward
-from tracegrad.compile_checks import DroppedChecks, dropped_checks
+from tracegrad.compile_checks import DroppedChecks, dropped_checks, merged_checks
 from tracegrad.compile_undo import UndoLog, index_checks_come_first, index_inputs_checked
 from tracegrad.autograd.grad_mode import MODE, no_grad
 from tracegrad.ir.autodiff import FREED
@@ -492,13 +492,17 @@ class CompiledFunction:
         """The program of `graph`: pruned, optimized, with kernels (or, `interpret`ed, every
         op a NumPy step, when the builder is the usual one)."""
         pruned, feeds, checks = _prune(graph)
+        if self._optimizes:  # (not for backend="interpret": the traced graph itself)
+            # The passes leave the nodes they make dead (`where(c, a, a)` drops `c`) to `_prune`.
+            pruned, kept, more = _prune(optimize(pruned, dead_code=False))
+            checks = merged_checks(checks, more, feeds)
+            if kept is not None:
+                feeds = kept if feeds is None else tuple(feeds[i] for i in kept)
         if checks is not None and checks.outputs:
             donations = ()  # (a computed index is checked after the run: before any write)
         if feeds is not None:  # donated inputs by their index in the pruned graph
             kept = {i: k for k, i in enumerate(feeds)}
             donations = tuple((j, kept[i]) for j, i in donations if i in kept)
-        if self._optimizes:  # (not for backend="interpret": the traced graph itself)
-            pruned = optimize(pruned)
         if interpret and self._builder is build_program:
             program = build_program(pruned, fuse=False)
             program.interpreted = True

@@ -8,6 +8,8 @@ ops (an op kept without a consumer would be a kernel with no outputs):
 
 - an index read straight from a graph input is checked on the input's array before the
   program runs;
+(The IR passes leave the nodes they make dead to that pruning too: `compile.Compiled._build`.)
+
 - an index the graph computes becomes an extra, hidden output of the program, checked
   when the program has run, before its results or writes are delivered. Such a program
   writes no input in place (no donations), so a failing check leaves every input as it was.
@@ -69,3 +71,15 @@ def dropped_checks(graph: Graph, kept: set[int]) -> tuple[DroppedChecks | None, 
     if not input_checks and not output_checks:
         return None, []
     return DroppedChecks(tuple(input_checks), tuple(output_checks)), computed
+
+
+def merged_checks(first: DroppedChecks | None, second: DroppedChecks | None,
+                  feeds: tuple[int, ...] | None) -> DroppedChecks | None:
+    """The checks of two prunings, `second` of the graph `first` left (whose inputs are
+    the caller's at positions `feeds`; None: all) and its outputs after `first`'s."""
+    if second is None:
+        return first
+    inputs = second.inputs if feeds is None else tuple((feeds[i], check) for i, check in second.inputs)
+    if first is None:
+        return DroppedChecks(inputs, second.outputs)
+    return DroppedChecks(first.inputs + inputs, first.outputs + second.outputs)

@@ -51,6 +51,11 @@ def _unused_computed_embedding(x, index):
     return x.exp()
 
 
+def _gather_only_a_pass_drops(x, index):
+    mask = x.gather(1, index) > 0  # read, but the IR passes drop it: where(c, a, a) is a
+    return tg.where(mask, x[:, :1], x[:, :1])
+
+
 CASES = {
     "gather negative index": (_unused_gather, lambda: (tg.ones(2, 3), tg.tensor([[-1], [0]]))),
     "gather index past the end": (_unused_gather, lambda: (tg.ones(2, 3), tg.tensor([[1], [3]]))),
@@ -59,6 +64,7 @@ CASES = {
     "index computed in the call": (_unused_computed_index, lambda: (tg.ones(4), tg.tensor([1, 2]))),
     "embedding rows computed in the call": (_unused_computed_embedding,
                                             lambda: (tg.ones(3), tg.tensor([[0], [-1]]))),
+    "gather the IR passes drop": (_gather_only_a_pass_drops, lambda: (tg.ones(2, 3), tg.tensor([[-1], [0]]))),
 }
 
 
@@ -77,7 +83,8 @@ def test_an_unused_op_with_an_index_out_of_bounds_raises_in_a_followed_call(case
     good = {"gather negative index": tg.tensor([[0], [2]]), "gather index past the end": tg.tensor([[0], [2]]),
             "cross_entropy label in [-C, -1]": tg.tensor([0, 2, 1, 2]),
             "index computed in the call": tg.tensor([9, 12]),
-            "embedding rows computed in the call": tg.tensor([[0], [2]])}[case]
+            "embedding rows computed in the call": tg.tensor([[0], [2]]),
+            "gather the IR passes drop": tg.tensor([[0], [2]])}[case]
     compiled = tg.compile(fn)
     first, bad = arguments()
     for _ in range(2):
