@@ -27,6 +27,7 @@ from tracegrad import compile_composite, compile_events, compile_replay, inspect
 from tracegrad import compile_alias
 from tracegrad.compile_alias import OVERLAPPING_WRITE_MESSAGE, SharedMemory
 from tracegrad.autograd import traced_backward
+from tracegrad.compile_checks import DroppedChecks, dropped_checks, merged_checks
 from tracegrad.compile_undo import UndoLog, index_checks_come_first, index_inputs_checked
 from tracegrad.autograd.grad_mode import MODE, no_grad
 from tracegrad.ir.autodiff import FREED
@@ -490,18 +491,25 @@ class CompiledFunction:
     def _build(self, graph: Graph, donations: tuple, interpret: bool = False) -> Program:
         """The program of `graph`: pruned, optimized, with kernels (or, `interpret`ed, every
         op a NumPy step, when the builder is the usual one)."""
-        pruned, feeds = _prune(graph)
+        pruned, feeds, checks = _prune(graph)
+        if self._optimizes:  # (not for backend="interpret": the traced graph itself)
+            # The passes leave the nodes they make dead (`where(c, a, a)` drops `c`) to `_prune`.
+            pruned, kept, more = _prune(optimize(pruned, dead_code=False))
+            checks = merged_checks(checks, more, feeds)
+            if kept is not None:
+                feeds = kept if feeds is None else tuple(feeds[i] for i in kept)
+        if checks is not None and checks.outputs:
+            donations = ()  # (a computed index is checked after the run: before any write)
         if feeds is not None:  # donated inputs by their index in the pruned graph
             kept = {i: k for k, i in enumerate(feeds)}
             donations = tuple((j, kept[i]) for j, i in donations if i in kept)
-        if self._optimizes:  # (not for backend="interpret": the traced graph itself)
-            pruned = optimize(pruned)
         if interpret and self._builder is build_program:
             program = build_program(pruned, fuse=False)
             program.interpreted = True
         else:
             program = self._builder(pruned, donations=donations) if donations else self._builder(pruned)
         program.feeds = feeds
+        program.dropped_checks = checks
         return program
 
     def _compile_interpreted(self, program: Program, graph: Graph, key: tuple, donations: tuple) -> None:
@@ -544,7 +552,7 @@ class CompiledFunction:
         """Run `graph` on `inputs` (one array per graph input; the program reads those its
         pruned graph kept)."""
         program = self._program(graph, inputs, trace, key, donations)
-        return program.run([inputs[i] for i in program.feeds] if program.feeds is not None else inputs)
+        return _run_program(program, inputs)
 
     def _run_hit(self, program: Program, graph: Graph, inputs: list[np.ndarray], trace: CompileTrace,
                  key: tuple) -> list[np.ndarray]:
@@ -556,7 +564,7 @@ class CompiledFunction:
             self._compile_interpreted(program, graph, key, _donations_in(key))
         if inspect_log.ACTIVE:  # (the event serves the log; a call that explains does not follow)
             compile_events.record_hit(trace, graph, key, program)
-        return program.run([inputs[i] for i in program.feeds] if program.feeds is not None else inputs)
+        return _run_program(program, inputs)
 
     def __call__(self, *args, **kwargs):
         if isinstance(MODE.tracer, CompileTrace):
@@ -688,6 +696,18 @@ def _graph_name(fn) -> str:
     return getattr(fn, "__name__", "fn")
 
 
+def _run_program(program: Program, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Run `program` on the arrays of its graph's inputs (it reads those its pruned graph
+    kept), with the checks of the ops pruning dropped (`compile_checks`) around it."""
+    checks = program.dropped_checks
+    if checks is None:
+        return program.run([inputs[i] for i in program.feeds] if program.feeds is not None else inputs)
+    checks.before(inputs)
+    arrays = program.run([inputs[i] for i in program.feeds] if program.feeds is not None else inputs)
+    checks.after(arrays)
+    return arrays
+
+
 def _substitute(value, trace: CompileTrace, name: str):
     if isinstance(value, Tensor) and value._data is not None:
         return trace.argument(value, name)
@@ -782,7 +802,7 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
         program = trace.compiled._program(graph, inputs, trace, key, donations)
         if donations:  # (an index out of bounds stops it before its first write)
             index_inputs_checked(program, graph, inputs)
-        arrays = program.run([inputs[i] for i in program.feeds] if program.feeds is not None else inputs)
+        arrays = _run_program(program, inputs)
     else:
         arrays = []
     # Per live tensor and per write: its program output, or -(its graph input + 1).
@@ -935,16 +955,25 @@ def _donations(writes: list, position: dict, inputs: list[np.ndarray], aliasing:
     return tuple(pairs)
 
 
-def _prune(graph: Graph) -> tuple[Graph, tuple[int, ...] | None]:
+def _prune(graph: Graph) -> tuple[Graph, tuple[int, ...] | None, DroppedChecks | None]:
     """Keep only the nodes and inputs the outputs depend on (dead-code elimination), and
-    say which of the original inputs were kept (None: all)."""
+    say which of the original inputs were kept (None: all) and what the dropped nodes
+    still check (`compile_checks`: a computed index checked becomes an extra output)."""
     needed = Graph.from_outputs(graph.outputs, graph.name)
     kept_nodes = {id(n) for n in needed.nodes}
+    outputs = graph.outputs
+    checks = None
+    if len(kept_nodes) != len(graph.nodes):
+        checks, computed = dropped_checks(graph, kept_nodes)
+        if computed:
+            outputs = outputs + computed
+            needed = Graph.from_outputs(outputs, graph.name)
+            kept_nodes = {id(n) for n in needed.nodes}
     nodes = [n for n in graph.nodes if id(n) in kept_nodes]
     kept_inputs = {id(v) for v in needed.inputs}
     feeds = tuple(i for i, v in enumerate(graph.inputs) if id(v) in kept_inputs)
-    pruned = Graph([graph.inputs[i] for i in feeds], nodes, graph.outputs, graph.name)
-    return pruned, (feeds if len(feeds) != len(graph.inputs) else None)
+    pruned = Graph([graph.inputs[i] for i in feeds], nodes, outputs, graph.name)
+    return pruned, (feeds if len(feeds) != len(graph.inputs) else None), checks
 
 
 def compile(fn=None, **options):  # noqa: A001 - the public name, as torch.compile

@@ -73,6 +73,7 @@ class InterpretedProgram:
     interpreted = False  # (not a program the compile cache gives kernels when it runs again)
     nbytes = 0  # (what the compile cache counts: no machine code, no kept buffers)
     last_use = 0
+    dropped_checks = None  # (the reference mode interprets the unpruned graph: every op checks)
 
     def __init__(self, graph):
         self.graph = graph

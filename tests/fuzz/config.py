@@ -15,9 +15,7 @@ KNOWN_FAILURES: dict[str, int] = {
     # Fixed and switched on (kept as features of their own, so `--without` can isolate them):
     # detach_requires_grad, fresh_requires_grad, requires_grad_argument (1), size0_reduce (2),
     # aliased_arguments (3), retain_grad (5), inplace_nonleaf_grad_scale (6), custom_function (7),
-    # size0_reshape (8), inplace_nonleaf_argument (9), eager_history_input (13).
-    "negative_index": 10,         # a bad index or label in an op whose result is unused: eager raises,
-                                  # compiled prunes the op and raises nothing (no wrong value)
+    # size0_reshape (8), inplace_nonleaf_argument (9), negative_index (10), eager_history_input (13).
 }
 
 # Features that hit failures this fuzzer found that issue 20 does not list (reported, not

@@ -63,6 +63,7 @@ STEP_BYTES = 4096
 class Program:
     interpreted = False  # every step a NumPy step, kernels to come (`tracegrad.compile`)
     last_use = 0  # when the compile cache last ran it (its count of hits then)
+    dropped_checks = None  # index checks of the ops pruning dropped (set by tracegrad.compile)
 
     def __init__(self, graph: Graph, steps: list, slot_of: dict[Value, int], n_slots: int):
         self.steps = steps

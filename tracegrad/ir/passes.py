@@ -137,10 +137,14 @@ def dead_code_elimination(graph: Graph) -> Graph:
 PIPELINE = (simplify, rewrite, dead_code_elimination)
 
 
-def optimize(graph: Graph, verify_each: bool = False) -> Graph:
-    """Run the pass pipeline; with `verify_each`, verify the graph after every pass."""
+def optimize(graph: Graph, verify_each: bool = False, dead_code: bool = True) -> Graph:
+    """Run the pass pipeline; with `verify_each`, verify the graph after every pass. Without
+    `dead_code`, the nodes the passes leave dead stay, for the caller to drop (`tracegrad.compile`
+    keeps the index checks of those it drops)."""
     from tracegrad.ir.verifier import verify
     for run_pass in PIPELINE:
+        if run_pass is dead_code_elimination and not dead_code:
+            continue
         graph = run_pass(graph)
         if verify_each:
             verify(graph)
