@@ -866,10 +866,21 @@ def _slot(value: Value, position: dict, inputs: list[Value]) -> int:
 def _deliver(alive: list[Tensor], slots: list[int], writes: list, write_slots: list[int],
              arrays: list[np.ndarray], inputs: list[np.ndarray]) -> None:
     """Give the live tensors their values, and write the written tensors'."""
+    given = None
     for t, slot in zip(alive, slots):
         # A program result becomes the tensor's own buffer (results may be views or
         # read-only broadcasts); an input passed through stays the array it is.
-        t._data = owned_array(np.asarray(arrays[slot])) if slot >= 0 else np.asarray(inputs[-slot - 1])
+        if slot < 0:
+            t._data = np.asarray(inputs[-slot - 1])
+        else:
+            array = np.asarray(arrays[slot])
+            if given is None:
+                given = {id(a) for a in inputs}
+            if id(array) in given and slot not in write_slots:
+                # An op the passes found equal to an input (`where(m, a, a)` -> a): a tensor
+                # of its own eagerly, so not the input's memory (written or not).
+                array = array.copy()
+            t._data = owned_array(array)
         if t._grad_fn is None:
             t._value = None
         if t._base is not None:  # now real: its graph is as current as its base's
