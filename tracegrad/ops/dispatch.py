@@ -127,13 +127,16 @@ def _bind_traced(prim: Primitive, inputs: tuple, attrs: dict, out_types: tuple, 
 
 def _tensors_read(inputs: tuple, values: tuple, tracer) -> tuple:
     """The tensors a traced node read, for its saved tensors: a real tensor written earlier
-    in the trace (an optimizer step) was read as its new value, a lazy stand-in here."""
+    in the trace (an optimizer step) was read as its new value, a lazy stand-in here. The
+    stand-in shares the tensor's version counter: a later write to the tensor is seen by
+    the saved tensor's version check, as in eager execution."""
     overrides = tracer.overrides
     read = []
     for t, value in zip(inputs, values):
         if t._data is not None and id(t) in overrides:
             stand_in = lazy_tensor(value, t._type, tracer)
             stand_in._requires_grad = t._requires_grad
+            stand_in._version_counter = t._version_counter
             t = stand_in
         read.append(t)
     return tuple(read)
