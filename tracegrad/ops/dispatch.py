@@ -209,7 +209,8 @@ def _share_storage(source, view) -> None:
                 view._view_history = counter.value
                 view._base = source
             return
-        if not np.may_share_memory(source._data, view._data):
+        # (A size-0 NumPy view holds no bytes to share, yet it is a view, as in PyTorch.)
+        if view._data.size and not np.may_share_memory(source._data, view._data):
             return
     counter = view._version_counter = source._version_counter
     view._view_history = counter.history if view._data is not None else counter.value
