@@ -521,3 +521,24 @@ def test_a_followed_result_keeping_its_graph_backpropagates_through_saved_output
         del result
         np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-12)
     assert followed == [False, True, True]
+
+
+def test_a_value_python_reads_after_a_saved_write_diverges_without_a_false_version_error():
+    # t is written (a real tensor: its write is followed), then saved by t * t as its new
+    # value; `.item()` makes the followed call diverge, which makes the saved tensors then.
+    def fn(w):
+        t = tg.tensor([1.0, 2.0], dtype=tg.float64).requires_grad_()
+        with tg.no_grad():
+            t.mul_(w)
+        y = t * t
+        total = y.sum().item()
+        y.sum().backward()
+        return t.grad, total
+
+    compiled = tg.compile(fn)
+    w = tg.tensor([1.0, 2.0], dtype=tg.float64)
+    want_grad, want_total = fn(w)
+    for _ in range(3):
+        grad, total = compiled(w)
+        np.testing.assert_array_equal(grad.numpy(), want_grad.numpy())
+        assert total == want_total

@@ -162,3 +162,40 @@ def test_each_in_place_update_after_each_use_is_accepted_or_refused_as_in_pytorc
             # (Eager twice: the second backward runs the backward cache's program.)
             for run, ours in enumerate(_outcomes(tg, update, use, compiled, runs=3 if compiled else 2)):
                 _assert_same_outcome(ours, theirs, (update, use, compiled, run))
+
+
+# --- a leaf created in the call, written under no_grad, then read and saved ---------------
+
+
+def _leaf_written_then_squared(a, update_after_use: bool):
+    t = tg.tensor([-4.0, 0.5], dtype=tg.float64).requires_grad_()
+    with tg.no_grad():
+        t[...] = a * 2
+    loss = (t * t).mean()
+    if update_after_use:
+        with tg.no_grad():
+            t.mul_(3)
+    loss.backward()
+    return t, t.grad
+
+
+def test_a_leaf_written_without_grad_then_saved_is_current_in_followed_calls():
+    # t * t saves t as read after the write (a stand-in of its new value): a followed call
+    # must not take the write for an update after the save.
+    compiled = tg.compile(_leaf_written_then_squared)
+    a = tg.tensor(1.0, dtype=tg.float64, requires_grad=True)
+    want_t, want_grad = _leaf_written_then_squared(a, False)
+    for _ in range(3):
+        t, grad = compiled(a, False)
+        np.testing.assert_array_equal(t.detach().numpy(), want_t.detach().numpy())
+        np.testing.assert_array_equal(grad.numpy(), want_grad.numpy())
+
+
+def test_a_leaf_written_again_after_its_save_raises_when_compiled():
+    a = tg.tensor(1.0, dtype=tg.float64, requires_grad=True)
+    with pytest.raises(RuntimeError, match=MODIFIED_MESSAGE):
+        _leaf_written_then_squared(a, True)
+    compiled = tg.compile(_leaf_written_then_squared)
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match=MODIFIED_MESSAGE):
+            compiled(a, True)

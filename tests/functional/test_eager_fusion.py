@@ -200,3 +200,15 @@ def test_arithmetic_on_bool_tensors_keeps_numpys_error():
     for _ in range(2):
         with pytest.raises(TypeError, match="boolean subtract"):
             a - a
+
+
+def test_weight_updated_in_place_before_backward_raises_for_a_size_zero_input():
+    # The fused call's saved expand(weight) is a size-0 view of weight: it shares its version.
+    weight = tg.ones(5, requires_grad=True)
+    for _ in range(2):  # (the first sighting runs op by op)
+        x = tg.zeros((0, 5), requires_grad=True)
+        out = F.layer_norm(x, (5,), weight)
+        with tg.no_grad():
+            weight.mul_(2.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()

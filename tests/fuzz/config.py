@@ -20,14 +20,10 @@ KNOWN_FAILURES: dict[str, int] = {
 
 # Features that hit failures this fuzzer found that issue 20 does not list (reported, not
 # yet filed as classes): left out by default too, so the quick slice passes today.
+# Fixed and switched on: inplace_grad_leaf_after_use, backward_from_updated_leaf,
+# realization_after_inplace, inplace_with_live_aliases, inplace_on_contiguous_alias,
+# inplace_on_internal_view.
 NEW_FAILURES: dict[str, str] = {
-    "inplace_grad_leaf_after_use": "a leaf requiring grad, read and then written under no_grad in a "
-                                   "compiled function: no 'modified by an inplace operation' error; "
-                                   "autograd.grad drops the gradient of the uses before the write",
-    "backward_from_updated_leaf": "leaf.backward(gradient) after the leaf was written under no_grad in "
-                                  "a compiled function: leaf.grad stays None",
-    "realization_after_inplace": "a tensor written in place and saved, then a bool()/.item() in the call: "
-                                 "every followed (second) call raises a false 'modified by an inplace' error",
 }
 
 # Compile-only errors tracegrad documents as limits (a clear message, no wrong value):

@@ -1,8 +1,11 @@
 """`bind`: the source location recorded on nodes, eager and traced, whichever frame
-calls `bind` (a user-facing function of tracegrad, or user code directly)."""
+calls `bind` (a user-facing function of tracegrad, or user code directly); the version
+counter a view shares with its base."""
 
 import os
 import sys
+
+import pytest
 
 import tracegrad as tg
 from tracegrad.ir.graph import Graph
@@ -36,3 +39,23 @@ def test_traced_node_locations_are_the_calling_lines():
         a, first = bind(ew.SIN, (x,)), _here()
         _, second = x * a, _here()
     assert [n.location for n in graph.nodes] == [first, second]
+
+
+def test_a_size_zero_view_shares_its_base_version_counter():
+    # NumPy's size-0 view holds no bytes to share; it is still a view, as in PyTorch.
+    w = tg.ones(3, dtype=tg.float64, requires_grad=True)
+    v = w[0:0]
+    with tg.no_grad():
+        w.mul_(2)
+    assert v._version == w._version == 1
+
+
+def test_an_update_of_a_tensor_saved_through_a_size_zero_view_raises_as_in_pytorch():
+    # x * w.expand(0, 3) saves the expanded w for x's gradient: the later update of w is seen.
+    x = tg.zeros((0, 3), dtype=tg.float64, requires_grad=True)
+    w = tg.ones(3, dtype=tg.float64, requires_grad=True)
+    loss = (x * w.expand(0, 3)).sum()
+    with tg.no_grad():
+        w.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()

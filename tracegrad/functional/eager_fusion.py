@@ -195,7 +195,8 @@ def _share_counter_with_source(trace: FusionTrace, tensor: Tensor) -> None:
     while value not in read and value.node is not None and value.node.op.kind == MOVEMENT:
         value = value.node.inputs[0]
     source = read.get(value) if value is not tensor._value else None
-    if source is not None and np.may_share_memory(tensor._data, source._data):
+    # (A size-0 view holds no bytes to share, yet it is a view: `dispatch._share_storage`.)
+    if source is not None and (tensor._data.size == 0 or np.may_share_memory(tensor._data, source._data)):
         tensor._version_counter = source._version_counter
 
 

@@ -126,19 +126,22 @@ def _bind_traced(prim: Primitive, inputs: tuple, attrs: dict, out_types: tuple, 
 
 def traced_view(prim: Primitive, n_inputs: int, out_type) -> bool:
     """Whether a traced op's result is a view of its input, sharing its version counter, as
-    the eager op's NumPy view is (an empty result shares no memory: eagerly no view)."""
-    return prim.view_strides is not None and n_inputs == 1 and out_type.numel != 0
+    the eager op's NumPy view is (an empty one too, as in PyTorch: `_share_storage`)."""
+    return prim.view_strides is not None and n_inputs == 1
 
 
 def _tensors_read(inputs: tuple, values: tuple, tracer) -> tuple:
     """The tensors a traced node read, for its saved tensors: a real tensor written earlier
-    in the trace (an optimizer step) was read as its new value, a lazy stand-in here."""
+    in the trace (an optimizer step) was read as its new value, a lazy stand-in here. The
+    stand-in shares the tensor's version counter: a later write to the tensor is seen by
+    the saved tensor's version check, as in eager execution."""
     overrides = tracer.overrides
     read = []
     for t, value in zip(inputs, values):
         if t._data is not None and id(t) in overrides:
             stand_in = lazy_tensor(value, t._type, tracer)
             stand_in._requires_grad = t._requires_grad
+            stand_in._version_counter = t._version_counter
             t = stand_in
         read.append(t)
     return tuple(read)
@@ -212,7 +215,8 @@ def _share_storage(source, view) -> None:
                 view._view_graph_history = counter.history
                 view._base = source
             return
-        if not np.may_share_memory(source._data, view._data):
+        # (A size-0 NumPy view holds no bytes to share, yet it is a view, as in PyTorch.)
+        if view._data.size and not np.may_share_memory(source._data, view._data):
             return
     counter = view._version_counter = source._version_counter
     if view._data is not None:
