@@ -40,7 +40,7 @@ from tracegrad.functional import arith, shape
 from tracegrad.ir import types
 from tracegrad.ir.graph import Node, Value
 from tracegrad.ir.types import TensorType
-from tracegrad.ops import indexing
+from tracegrad.ops import elementwise, indexing
 from tracegrad.ops.dispatch import bind
 from tracegrad.ops.primitive import MOVEMENT
 from tracegrad.tensor import Tensor, lazy_tensor
@@ -255,6 +255,9 @@ def view_now(trace, view: Tensor) -> tuple[Value, bool] | None:
     value = view._value
     while value != current and not any(value == old for old in former):
         node = value.node
+        if _new_identity(value):
+            value = node.inputs[0]
+            continue
         if node is None or node.op.kind != MOVEMENT or len(node.inputs) != 1:
             return None
         chain.append(node)
@@ -283,6 +286,9 @@ def base_update(trace, view: Tensor, result: Tensor) -> Tensor | None:
     value = view._value
     while value != current:
         node = value.node
+        if _new_identity(value):
+            value = node.inputs[0]
+            continue
         if node is None or node.op.write_back is None or len(node.inputs) != 1:
             raise RuntimeError(VIEW_WRITE_MESSAGE)
         chain.append(node)
@@ -296,6 +302,15 @@ def base_update(trace, view: Tensor, result: Tensor) -> Tensor | None:
             source = lazy_tensor(node.inputs[0], node.inputs[0].type, trace)
             new = node.op.write_back(new, source, **node.attrs)
     return new
+
+
+def _new_identity(value: Value) -> bool:
+    """Whether `value` is a copy standing for the same tensor's memory under a new autograd
+    identity (`requires_grad_()` on a traced tensor, `Tracer.lazy_leaf`; an update without
+    grad, `CompileTrace.leaf_update`): a view's ops go on through it to its input."""
+    node = value.node
+    return (node is not None and node.op is elementwise.COPY
+            and (value.leaf is not None or value.origin is not None))
 
 
 VIEW_WRITE_MESSAGE = (

@@ -123,3 +123,17 @@ def test_empty_view_written_with_grad_raises_as_eagerly_in_every_call():
             write(*make())
         with pytest.raises(RuntimeError, match="view of a tensor that is part of an autograd graph"):
             compiled(*make())
+
+
+def test_write_into_a_detached_view_made_a_leaf_reaches_the_argument():
+    # fuzz seed 600947: `requires_grad_()` gives the detached view a new identity (a marked
+    # copy); its memory is still the argument's, so a no_grad write reaches the argument
+    def write(a):
+        t = a.mT.detach().requires_grad_()
+        with tg.no_grad():
+            t[0].zero_()
+        loss = (t * t).sum()
+        loss.backward()
+        return [t, a * 1, t.grad]
+
+    _run_both(write, lambda: [tg.arange(4.0).reshape(2, 2).requires_grad_()])
