@@ -330,7 +330,7 @@ def _eager_view(base: Tensor, chain: list[Node], proxies: dict) -> bool:
         array = real._data if real is not None else np.empty(base._type.shape, base._type.dtype.np)
     for node in reversed(chain):
         result = node.op.impl(array, **node.attrs)
-        if not np.may_share_memory(result, array):
+        if result.size and not np.may_share_memory(result, array):  # (empty: a view, `_share_storage`)
             return False
         array = result
     return True

@@ -137,3 +137,21 @@ def test_write_into_a_detached_view_made_a_leaf_reaches_the_argument():
         return [t, a * 1, t.grad]
 
     _run_both(write, lambda: [tg.arange(4.0).reshape(2, 2).requires_grad_()])
+
+
+def test_empty_view_taken_before_a_write_with_grad_of_its_base_raises_as_eagerly():
+    # fuzz seeds 41272, 41561: an empty view is a view of its base (as eagerly), so after an
+    # update with grad of the base it is stale, compiled too (it was taken as a copy)
+    def read_after_write(a):
+        t = a * 2
+        empty = t[0:5, 3:3, None]
+        t.add_(0.25)
+        return [(empty * empty).sum()]
+
+    def make():
+        return [tg.ones(5, 3, requires_grad=True)]
+
+    with pytest.raises(RuntimeError, match="This view was created before"):
+        read_after_write(*make())
+    with pytest.raises(RuntimeError, match="This view was created before"):
+        tg.compile(read_after_write)(*make())
