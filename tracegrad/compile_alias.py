@@ -181,6 +181,8 @@ class SharedMemory:
             current._requires_grad = True
             current._grad_fn = new._grad_fn
             current._value = new._value
+        if current is not reader:  # (an argument's stand-in: its detached aliases share its memory)
+            trace.alias_written(current, new)
         trace.overrides[id(reader)] = (reader, new._value)
         if id(reader) in trace.writes:  # (its value written back at the end is this one)
             trace.writes[id(reader)] = (reader, new)

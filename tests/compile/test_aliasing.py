@@ -83,6 +83,17 @@ def test_write_to_an_argument_is_read_through_its_detach_taken_in_the_call():
     _assert_compiled_matches_eager(detach_between_writes, _view(lambda x: x))
 
 
+def test_write_to_an_argument_is_read_through_a_detach_of_another_argument_viewing_it():
+    # Fuzz seed 30214: the detach of `b` kept the values `b` had before `a` was written.
+    def detach_then_write_other(a, b):
+        alias = b.detach()
+        a.add_(1)
+        return alias * 1
+
+    _assert_compiled_matches_eager(detach_then_write_other, _views(lambda x: x, lambda x: x.T))
+    _assert_compiled_matches_eager(detach_then_write_other, _views(lambda x: x, lambda x: x[1:]))
+
+
 def test_write_to_a_detach_taken_in_the_call_reaches_the_argument():
     def write_alias(a):
         alias = a.detach()
