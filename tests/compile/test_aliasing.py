@@ -149,6 +149,18 @@ def test_detached_leaf_made_in_the_call_reads_a_no_grad_write_of_its_source():
     _assert_compiled_matches_eager(detach_leaf_then_write, _view(lambda x: x))
 
 
+def test_detached_leaf_reads_a_write_to_another_argument_viewing_its_source():
+    # Fuzz seed 30463: the leaf kept the values `b` had before `a` was written.
+    def detach_leaf_then_write_other(a, b):
+        leaf = b.detach().requires_grad_()
+        a.add_(1)
+        loss = (leaf * leaf).sum()
+        loss.backward()
+        return loss, leaf.grad
+
+    _assert_compiled_matches_eager(detach_leaf_then_write_other, _views(lambda x: x, lambda x: x[1:]))
+
+
 def test_write_through_a_detach_of_an_expanded_argument_raises_as_in_eager():
     def write_alias(a):
         a.detach().add_(1)
