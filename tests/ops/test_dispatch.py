@@ -1,8 +1,11 @@
 """`bind`: the source location recorded on nodes, eager and traced, whichever frame
-calls `bind` (a user-facing function of tracegrad, or user code directly)."""
+calls `bind` (a user-facing function of tracegrad, or user code directly); views sharing
+their base's version counter."""
 
 import os
 import sys
+
+import pytest
 
 import tracegrad as tg
 from tracegrad.ir.graph import Graph
@@ -36,3 +39,23 @@ def test_traced_node_locations_are_the_calling_lines():
         a, first = bind(ew.SIN, (x,)), _here()
         _, second = x * a, _here()
     assert [n.location for n in graph.nodes] == [first, second]
+
+
+def test_view_of_an_empty_tensor_shares_its_version_counter():
+    base = tg.zeros(0, 3)
+    view = base[::2].t()
+    base.add_(1)
+    assert view._version == base._version == 1
+
+
+def test_write_to_an_empty_tensor_whose_view_was_saved_raises_as_when_compiled():
+    # Fuzz seed 30163: compiled raised the version error (as PyTorch does), eager did not.
+    def program(x):
+        base = tg.zeros(0, 0)
+        product = base[::2] * x  # (saves the view)
+        base.add_(1)
+        product.sum().backward()
+
+    for fn in (program, tg.compile(program)):
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            fn(tg.ones(0, 0, requires_grad=True))
