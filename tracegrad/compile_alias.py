@@ -42,6 +42,7 @@ from tracegrad.ir.graph import Node, Value
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import indexing
 from tracegrad.ops.dispatch import bind
+from tracegrad.ops.layout import views_memory_of
 from tracegrad.ops.primitive import MOVEMENT
 from tracegrad.tensor import Tensor, lazy_tensor
 
@@ -317,7 +318,7 @@ def _eager_view(base: Tensor, chain: list[Node], proxies: dict) -> bool:
         array = real._data if real is not None else np.empty(base._type.shape, base._type.dtype.np)
     for node in reversed(chain):
         result = node.op.impl(array, **node.attrs)
-        if not np.may_share_memory(result, array):
+        if not views_memory_of(result, array):
             return False
         array = result
     return True

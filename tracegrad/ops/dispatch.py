@@ -15,6 +15,7 @@ import numpy as np
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.autograd.saved import SavedTensor
 from tracegrad.ir.graph import Node, Value, user_location
+from tracegrad.ops.layout import views_memory_of
 from tracegrad.ops.primitive import MOVEMENT, Primitive
 from tracegrad.tensor import Tensor, lazy_tensor
 
@@ -183,21 +184,6 @@ def _record(prim: Primitive, node: Node, inputs: tuple, outputs: tuple) -> None:
     node.saved = tuple(saved) if saved.count(None) != n_inputs + saves_output else None
 
 
-def _same_memory(source: np.ndarray, view: np.ndarray) -> bool:
-    """Whether NumPy's `view` views `source`'s memory. An empty array shares no element
-    (`may_share_memory` says False), but its view is still a view, as in PyTorch: decided
-    by the buffer each one views."""
-    if source.size and view.size:
-        return np.may_share_memory(source, view)
-    return _buffer(source) is _buffer(view)
-
-
-def _buffer(array: np.ndarray) -> np.ndarray:
-    while array.base is not None and isinstance(array.base, np.ndarray):
-        array = array.base
-    return array
-
-
 def _needed_saves(prim: Primitive, needs: tuple) -> tuple[tuple, bool]:
     """The inputs `prim` saves and whether it saves its output, given which inputs need
     grad (`Primitive.saved_for`)."""
@@ -222,7 +208,7 @@ def _share_storage(source, view) -> None:
                 view._view_graph_history = counter.history
                 view._base = source
             return
-        if not _same_memory(source._data, view._data):
+        if not views_memory_of(view._data, source._data):
             return
     counter = view._version_counter = source._version_counter
     if view._data is not None:
