@@ -849,7 +849,15 @@ def _deliver(alive: list[Tensor], slots: list[int], writes: list, write_slots: l
     for t, slot in zip(alive, slots):
         # A program result becomes the tensor's own buffer (results may be views or
         # read-only broadcasts); an input passed through stays the array it is.
-        t._data = owned_array(np.asarray(arrays[slot])) if slot >= 0 else np.asarray(inputs[-slot - 1])
+        if slot >= 0:
+            array = np.asarray(arrays[slot])
+            t._data = owned_array(array)
+            if t._data is array and _is_one_of(array, inputs):
+                # A result the optimizer found equal to an input (`where(m, x, x)` is `x`):
+                # eager execution made a new tensor, which a write back below must not reach.
+                t._data = array.copy()
+        else:
+            t._data = np.asarray(inputs[-slot - 1])
         if t._grad_fn is None:
             t._value = None
         if t._base is not None:  # now real: its graph is as current as its base's
@@ -858,6 +866,13 @@ def _deliver(alive: list[Tensor], slots: list[int], writes: list, write_slots: l
         array = arrays[slot] if slot >= 0 else inputs[-slot - 1]
         if array is not target._data:  # else the program wrote it in place (a donation)
             np.copyto(target._data, array, casting="unsafe")
+
+
+def _is_one_of(array: np.ndarray, arrays: list[np.ndarray]) -> bool:
+    for candidate in arrays:
+        if candidate is array:
+            return True
+    return False
 
 
 def _finish_followed(trace: CompileTrace, recording, alive: list[Tensor], alive_values: list[Value],

@@ -174,6 +174,25 @@ def test_empty_view_in_a_graph_taken_before_a_write_of_its_base_raises_as_in_eag
             fn(tg.ones(3, 4, requires_grad=True))
 
 
+def test_result_the_optimizer_finds_equal_to_an_argument_keeps_its_values_when_the_argument_is_written():
+    # Fuzz seed 800243: `where(m, x, x)` is `x` to the optimizer, and the program returned
+    # x's own array, which the write back then changed (and the result shared x's memory).
+    def select_then_write(a, mask):
+        selected = tg.where(mask, a, a)
+        a.add_(1)
+        return selected
+
+    def make(call):
+        x = _base(call)
+        return (x, tg.from_numpy(np.arange(12).reshape(3, 4) % 2 == 0)), (x,)
+
+    compiled = _assert_compiled_matches_eager(select_then_write, make)
+    (x, mask), _ = make(0)
+    selected = compiled(x, mask)
+    x.add_(1)
+    np.testing.assert_array_equal(selected.numpy(), _base(0).numpy())
+
+
 def test_write_through_a_detach_of_an_expanded_argument_raises_as_in_eager():
     def write_alias(a):
         a.detach().add_(1)
