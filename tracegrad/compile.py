@@ -866,21 +866,19 @@ def _slot(value: Value, position: dict, inputs: list[Value]) -> int:
 def _deliver(alive: list[Tensor], slots: list[int], writes: list, write_slots: list[int],
              arrays: list[np.ndarray], inputs: list[np.ndarray]) -> None:
     """Give the live tensors their values, and write the written tensors'."""
-    given = None
     for t, slot in zip(alive, slots):
         # A program result becomes the tensor's own buffer (results may be views or
         # read-only broadcasts); an input passed through stays the array it is.
-        if slot < 0:
-            t._data = np.asarray(inputs[-slot - 1])
-        else:
+        if slot >= 0:
             array = np.asarray(arrays[slot])
-            if given is None:
-                given = {id(a) for a in inputs}
-            if id(array) in given and slot not in write_slots:
-                # An op the passes found equal to an input (`where(m, a, a)` -> a): a tensor
-                # of its own eagerly, so not the input's memory (written or not).
-                array = array.copy()
             t._data = owned_array(array)
+            if t._data is array and slot not in write_slots and _is_one_of(array, inputs):
+                # A result the optimizer found equal to an input (`where(m, x, x)` is `x`):
+                # eager execution made a new tensor, which a write back below must not reach
+                # (a result written to an input in place is that input's new value: shared).
+                t._data = array.copy()
+        else:
+            t._data = np.asarray(inputs[-slot - 1])
         if t._grad_fn is None:
             t._value = None
         if t._base is not None:  # now real: its graph is as current as its base's
@@ -889,6 +887,13 @@ def _deliver(alive: list[Tensor], slots: list[int], writes: list, write_slots: l
         array = arrays[slot] if slot >= 0 else inputs[-slot - 1]
         if array is not target._data:  # else the program wrote it in place (a donation)
             np.copyto(target._data, array, casting="unsafe")
+
+
+def _is_one_of(array: np.ndarray, arrays: list[np.ndarray]) -> bool:
+    for candidate in arrays:
+        if candidate is array:
+            return True
+    return False
 
 
 def _finish_followed(trace: CompileTrace, recording, alive: list[Tensor], alive_values: list[Value],

@@ -42,6 +42,7 @@ from tracegrad.ir.graph import Node, Value
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import elementwise, indexing
 from tracegrad.ops.dispatch import bind
+from tracegrad.ops.layout import views_memory_of
 from tracegrad.ops.primitive import MOVEMENT
 from tracegrad.tensor import Tensor, lazy_tensor
 
@@ -181,6 +182,8 @@ class SharedMemory:
             current._requires_grad = True
             current._grad_fn = new._grad_fn
             current._value = new._value
+        if current is not reader:  # (an argument's stand-in: its detached aliases share its memory)
+            trace.alias_written(current, new)
         trace.overrides[id(reader)] = (reader, new._value)
         if id(reader) in trace.writes:  # (its value written back at the end is this one)
             trace.writes[id(reader)] = (reader, new)
@@ -330,7 +333,7 @@ def _eager_view(base: Tensor, chain: list[Node], proxies: dict) -> bool:
         array = real._data if real is not None else np.empty(base._type.shape, base._type.dtype.np)
     for node in reversed(chain):
         result = node.op.impl(array, **node.attrs)
-        if result.size and not np.may_share_memory(result, array):  # (empty: a view, `_share_storage`)
+        if not views_memory_of(result, array):
             return False
         array = result
     return True

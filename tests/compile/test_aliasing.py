@@ -83,6 +83,17 @@ def test_write_to_an_argument_is_read_through_its_detach_taken_in_the_call():
     _assert_compiled_matches_eager(detach_between_writes, _view(lambda x: x))
 
 
+def test_write_to_an_argument_is_read_through_a_detach_of_another_argument_viewing_it():
+    # Fuzz seed 30214: the detach of `b` kept the values `b` had before `a` was written.
+    def detach_then_write_other(a, b):
+        alias = b.detach()
+        a.add_(1)
+        return alias * 1
+
+    _assert_compiled_matches_eager(detach_then_write_other, _views(lambda x: x, lambda x: x.T))
+    _assert_compiled_matches_eager(detach_then_write_other, _views(lambda x: x, lambda x: x[1:]))
+
+
 def test_write_to_a_detach_taken_in_the_call_reaches_the_argument():
     def write_alias(a):
         alias = a.detach()
@@ -136,6 +147,50 @@ def test_detached_leaf_made_in_the_call_reads_a_no_grad_write_of_its_source():
 
     _assert_compiled_matches_eager(detach_leaf_then_write, leaf)
     _assert_compiled_matches_eager(detach_leaf_then_write, _view(lambda x: x))
+
+
+def test_detached_leaf_reads_a_write_to_another_argument_viewing_its_source():
+    # Fuzz seed 30463: the leaf kept the values `b` had before `a` was written.
+    def detach_leaf_then_write_other(a, b):
+        leaf = b.detach().requires_grad_()
+        a.add_(1)
+        loss = (leaf * leaf).sum()
+        loss.backward()
+        return loss, leaf.grad
+
+    _assert_compiled_matches_eager(detach_leaf_then_write_other, _views(lambda x: x, lambda x: x[1:]))
+
+
+def test_empty_view_in_a_graph_taken_before_a_write_of_its_base_raises_as_in_eager():
+    # Fuzz seeds 800575, 801121: an empty view is a view (eager raised, compiled did not).
+    def stale(w):
+        y = w * 1.0
+        view = y[::2, 2:2]
+        y[1, 1:2] = 0.5  # (with grad: the view's recorded graph is out of date)
+        (view * view).sum().backward()
+
+    for fn in (stale, tg.compile(stale)):
+        with pytest.raises(RuntimeError, match="view was created before an in-place operation"):
+            fn(tg.ones(3, 4, requires_grad=True))
+
+
+def test_result_the_optimizer_finds_equal_to_an_argument_keeps_its_values_when_the_argument_is_written():
+    # Fuzz seed 800243: `where(m, x, x)` is `x` to the optimizer, and the program returned
+    # x's own array, which the write back then changed (and the result shared x's memory).
+    def select_then_write(a, mask):
+        selected = tg.where(mask, a, a)
+        a.add_(1)
+        return selected
+
+    def make(call):
+        x = _base(call)
+        return (x, tg.from_numpy(np.arange(12).reshape(3, 4) % 2 == 0)), (x,)
+
+    compiled = _assert_compiled_matches_eager(select_then_write, make)
+    (x, mask), _ = make(0)
+    selected = compiled(x, mask)
+    x.add_(1)
+    np.testing.assert_array_equal(selected.numpy(), _base(0).numpy())
 
 
 def test_write_through_a_detach_of_an_expanded_argument_raises_as_in_eager():

@@ -424,21 +424,3 @@ def test_a_leaf_copied_from_a_traced_tensor_under_no_grad_keeps_both_gradients_a
     np.testing.assert_array_equal(results[0][1], [3.0, 3.0])
     np.testing.assert_array_equal(results[0][2], [4.0, -12.0])
 
-
-def test_a_result_the_passes_find_equal_to_an_argument_is_a_tensor_of_its_own():
-    # fuzz seed 800243: `where(m, a, a)` simplifies to `a`; the result was delivered as the
-    # argument's own buffer, so the call's (and any later) write to `a` showed in it
-    def f(a, m):
-        t = tg.where(m, a, a)
-        with tg.no_grad():
-            a.add_(1)
-        return t
-
-    compiled = tg.compile(f)
-    for _ in range(3):
-        a = tg.tensor([1.0, 2.0], requires_grad=True)
-        t = compiled(a, tg.tensor([True, False]))
-        np.testing.assert_array_equal(t.detach().numpy(), [1.0, 2.0])
-        with tg.no_grad():
-            a.add_(10)
-        np.testing.assert_array_equal(t.detach().numpy(), [1.0, 2.0])

@@ -1,6 +1,6 @@
 """`bind`: the source location recorded on nodes, eager and traced, whichever frame
-calls `bind` (a user-facing function of tracegrad, or user code directly); the version
-counter a view shares with its base."""
+calls `bind` (a user-facing function of tracegrad, or user code directly); views sharing
+their base's version counter."""
 
 import os
 import sys
@@ -59,3 +59,23 @@ def test_an_update_of_a_tensor_saved_through_a_size_zero_view_raises_as_in_pytor
         w.mul_(2)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+def test_view_of_an_empty_tensor_shares_its_version_counter():
+    base = tg.zeros(0, 3)
+    view = base[::2].t()
+    base.add_(1)
+    assert view._version == base._version == 1
+
+
+def test_write_to_an_empty_tensor_whose_view_was_saved_raises_as_when_compiled():
+    # Fuzz seed 30163: compiled raised the version error (as PyTorch does), eager did not.
+    def program(x):
+        base = tg.zeros(0, 0)
+        product = base[::2] * x  # (saves the view)
+        base.add_(1)
+        product.sum().backward()
+
+    for fn in (program, tg.compile(program)):
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            fn(tg.ones(0, 0, requires_grad=True))

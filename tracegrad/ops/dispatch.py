@@ -15,6 +15,7 @@ import numpy as np
 from tracegrad.autograd.grad_mode import MODE
 from tracegrad.autograd.saved import SavedTensor
 from tracegrad.ir.graph import Node, Value, user_location
+from tracegrad.ops.layout import views_memory_of
 from tracegrad.ops.primitive import MOVEMENT, Primitive
 from tracegrad.tensor import Tensor, lazy_tensor
 
@@ -215,8 +216,7 @@ def _share_storage(source, view) -> None:
                 view._view_graph_history = counter.history
                 view._base = source
             return
-        # (A size-0 NumPy view holds no bytes to share, yet it is a view, as in PyTorch.)
-        if view._data.size and not np.may_share_memory(source._data, view._data):
+        if not views_memory_of(view._data, source._data):
             return
     counter = view._version_counter = source._version_counter
     if view._data is not None:

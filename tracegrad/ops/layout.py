@@ -39,6 +39,21 @@ def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     return True
 
 
+def views_memory_of(view: np.ndarray, source: np.ndarray) -> bool:
+    """Whether NumPy's `view` views `source`'s memory, as eager execution decides what is
+    a view. An empty array shares no element (`may_share_memory` says False), but a view
+    of it is still a view, as in PyTorch: decided by the buffer each one views."""
+    if view.size and source.size:
+        return np.may_share_memory(view, source)
+    return _buffer(view) is _buffer(source)
+
+
+def _buffer(array: np.ndarray) -> np.ndarray:
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
 def array_strides(array: np.ndarray) -> tuple[int, ...]:
     size = array.itemsize
     return tuple(s // size for s in array.strides)
