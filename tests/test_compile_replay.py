@@ -542,3 +542,30 @@ def test_a_value_python_reads_after_a_saved_write_diverges_without_a_false_versi
         grad, total = compiled(w)
         np.testing.assert_array_equal(grad.numpy(), want_grad.numpy())
         assert total == want_total
+
+
+def test_a_view_saved_by_a_followed_op_then_gone_stale_is_saved_as_the_op_read_it():
+    # fuzz seed 1001304: a followed call makes its saved tensors late; a view read by a
+    # node (the 1-D matmul operand) whose base was written since must not be brought up to
+    # date then (it was: a node outside the graph, a KeyError in the cache key)
+    def program(a5, a9):
+        t4 = tg.tensor([-4.0]).requires_grad_()
+        t6 = t4 @ a5
+        t7 = t4[[-1, 0, 0, -1]]
+        t8 = t4 + -1.5
+        t10 = tg.matmul(t6, a9)
+        with tg.no_grad():
+            t4.pow_(2)
+        t11 = t10.log_softmax(-1)
+        loss = (t8 * t8).mean() + (t7 * t7).sum() * 0.5 + (t4 * t4).mean()
+        loss.backward()
+        return [t7, t8, t10, t11, loss, t4.grad]
+
+    def run(fn):
+        a5 = tg.ones(1, 1, requires_grad=True)
+        return [t.detach().numpy().tolist() for t in fn(a5, tg.ones(1, 4))]
+
+    expected = run(program)
+    compiled = tg.compile(program)
+    for _ in range(3):
+        assert run(compiled) == expected

@@ -254,6 +254,9 @@ class CompileTrace(Tracer):
         else:
             former[1].append(value)
 
+    def real_tensor(self, tensor: Tensor) -> Tensor | None:
+        return self.proxies.get(id(tensor)) if self.proxies else None
+
     def refresh_view(self, view: Tensor) -> bool:
         return compile_alias.refresh_view(self, view)
 

@@ -132,7 +132,17 @@ def _save(node, prim, inputs: tuple, outputs: tuple, versions: tuple) -> None:
     """The saved tensors `_record` gives `node`, with the versions its inputs had when the
     node was followed (as `_record` would have saved them then: an in-place write since
     must still be seen by the version check)."""
-    _record(prim, node, inputs, outputs)
+    # A lazy view the node read may have gone stale since (its base written): it is saved
+    # as the node read it, not brought up to date (`Tensor._check_view_is_current`).
+    stale = [(t, t._view_history) for t in inputs
+             if t._base is not None and t._data is None and t._view_history != t._version_counter.value]
+    for t, _ in stale:
+        t._view_history = t._version_counter.value
+    try:
+        _record(prim, node, inputs, outputs)
+    finally:
+        for t, history in stale:
+            t._view_history = history
     if node.saved:
         for slot, saved in enumerate(node.saved):
             if saved is not None and saved.output_index is None:

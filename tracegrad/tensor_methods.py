@@ -169,6 +169,10 @@ def _apply_traced_inplace(self: Tensor, result: Tensor, name: str, fresh: bool =
         _check_view_update(self, result, name)  # (a real view: its buffer is its base's memory)
         if self._data is None:
             return _write_through_view(self, result, name, tracer)
+    elif self._data is None:
+        real = tracer.real_tensor(self)
+        if real is not None and real._base is not None:  # an argument that is a real view
+            _check_view_update(real, result, name)
     if result._grad_fn is not None:
         _keep_value_read(self, result._grad_fn, tracer)
     if self._requires_grad and not result._requires_grad:

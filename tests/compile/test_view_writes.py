@@ -155,3 +155,20 @@ def test_empty_view_taken_before_a_write_with_grad_of_its_base_raises_as_eagerly
         read_after_write(*make())
     with pytest.raises(RuntimeError, match="This view was created before"):
         tg.compile(read_after_write)(*make())
+
+
+def test_write_into_an_argument_that_views_a_leaf_raises_as_eagerly():
+    # fuzz seed 2001019: the argument's stand-in is no view in the trace, but its tensor is
+    # a view of a leaf that requires grad: the write raises as eagerly, state unchanged
+    def write(v):
+        t = v.contiguous()  # (v itself)
+        t[0, ::3] = 0.5
+        return [t * 1]
+
+    a = tg.ones(2, 3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="a view of a leaf Variable"):
+        write(a[1:])
+    with pytest.raises(RuntimeError, match="a view of a leaf Variable"):
+        tg.compile(write)(a[1:])
+    np.testing.assert_array_equal(a.detach().numpy(), np.ones((2, 3)))
+    assert a._version == 0

@@ -118,6 +118,10 @@ class Tracer:
         from tracegrad.tensor import Tensor
         return Tensor._make_lazy(self.graph.add_input(type, name), type)
 
+    def real_tensor(self, tensor):
+        """The real tensor a lazy stand-in stands for (`CompileTrace.argument`), else None."""
+        return None
+
     def array_of(self, value: Value):
         """The concrete array behind graph input `value`, if it was captured (else None)."""
         for tensor, captured in self.captured.values():
