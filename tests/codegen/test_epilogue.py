@@ -395,3 +395,22 @@ def test_an_epilogue_output_the_program_returns_gets_a_buffer_of_its_own(path):
         _assert_close(compiled(a, b), F.relu(a @ b), tg.float32)
     (step,) = _epilogue_steps(compiled)
     assert not step.donated and step.pool_product
+
+
+def test_a_gather_beside_a_product_checks_its_index_as_eagerly():
+    # fuzz seed 4009507: a kernel with a gather fused as a product's epilogue ran no index
+    # check, so a negative index was read instead of raising gather's error
+    def program(a, b, index):
+        product = tg.matmul(a, b)
+        return [b.gather(-1, index), product <= b]
+
+    a, b = tg.ones(1), tg.ones(1, 3)
+    with pytest.raises(IndexError, match="gather: index -2 is out of bounds"):
+        program(a, b, tg.tensor([[0, -2, 1]]))
+    compiled = tg.compile(program)
+    with pytest.raises(IndexError, match="gather: index -2 is out of bounds"):
+        compiled(a, b, tg.tensor([[0, -2, 1]]))
+    got = compiled(a, b * 2, tg.tensor([[2, 0, 1]]))
+    expected = program(a, b * 2, tg.tensor([[2, 0, 1]]))
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(g.numpy(), e.numpy())

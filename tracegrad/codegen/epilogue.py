@@ -81,9 +81,12 @@ def fusible_product(node: Node) -> bool:
 def _epilogue_candidate(step) -> bool:
     """A map kernel over a 2-D domain, runnable on any rectangle of it: its folded
     reductions (a bias gradient) all sum over the rows into a buffer along the columns.
-    (Reductions over the last axis are row kernels, never folded: see `fusion._collect`.)"""
+    (Reductions over the last axis are row kernels, never folded: see `fusion._collect`.)
+    Not a kernel with an index to check (gather): the product's step runs no `KernelStep`
+    checks, so an index out of bounds would be read instead of raising eager's error."""
     return (isinstance(step, FusedKernel) and not isinstance(step, RowGroup) and step.reduction is None
-            and len(step.domain) == 2 and all(tuple(node.attrs["axes"]) == (0,) for node in step.folded))
+            and len(step.domain) == 2 and all(tuple(node.attrs["axes"]) == (0,) for node in step.folded)
+            and all(node.op.index_checks is None for node in step.nodes))
 
 
 def _writes(step) -> list[Value]:
