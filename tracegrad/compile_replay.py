@@ -134,15 +134,21 @@ def _save(node, prim, inputs: tuple, outputs: tuple, versions: tuple) -> None:
     must still be seen by the version check)."""
     # A lazy view the node read may have gone stale since (its base written): it is saved
     # as the node read it, not brought up to date (`Tensor._check_view_is_current`).
-    stale = [(t, t._view_history) for t in inputs
-             if t._base is not None and t._data is None and t._view_history != t._version_counter.value]
-    for t, _ in stale:
-        t._view_history = t._version_counter.value
-    try:
+    stale = None
+    for t in inputs:  # (a loop, not a comprehension: every followed saving node pays this)
+        if t._base is not None and t._data is None and t._view_history != t._version_counter.value:
+            if stale is None:
+                stale = []
+            stale.append((t, t._view_history))
+            t._view_history = t._version_counter.value
+    if stale is None:
         _record(prim, node, inputs, outputs)
-    finally:
-        for t, history in stale:
-            t._view_history = history
+    else:
+        try:
+            _record(prim, node, inputs, outputs)
+        finally:
+            for t, history in stale:
+                t._view_history = history
     if node.saved:
         for slot, saved in enumerate(node.saved):
             if saved is not None and saved.output_index is None:
