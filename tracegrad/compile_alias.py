@@ -39,18 +39,14 @@ from tracegrad.compile_key import owner
 from tracegrad.functional import arith, shape
 from tracegrad.ir import types
 from tracegrad.ir.graph import Node, Value
+from tracegrad.ir.tracer import VIEW_WRITE_MESSAGE
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import elementwise, indexing
 from tracegrad.ops.dispatch import bind
+from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
 from tracegrad.ops.layout import views_memory_of
 from tracegrad.ops.primitive import MOVEMENT
 from tracegrad.tensor import Tensor, lazy_tensor
-
-# As eager execution says it (`tensor_methods._apply_inplace`), and PyTorch.
-OVERLAPPING_WRITE_MESSAGE = (
-    "unsupported operation: more than one element of the written-to tensor refers to a single "
-    "memory location. Please clone() the tensor before performing the operation.")
-
 
 class SharedMemory:
     """The real tensors a trace knows, grouped by the buffer they view, and which of them
@@ -315,11 +311,6 @@ def _new_identity(value: Value) -> bool:
     return (node is not None and node.op is elementwise.COPY
             and (value.leaf is not None or value.origin is not None))
 
-
-VIEW_WRITE_MESSAGE = (
-    "in-place update of a view inside a compiled function is not supported: the update "
-    "would not reach the tensor it views. Write to the base tensor instead (for example "
-    "base[index] = value), or use an out-of-place op.")
 
 
 def _eager_view(base: Tensor, chain: list[Node], proxies: dict) -> bool:

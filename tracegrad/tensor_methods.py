@@ -12,6 +12,7 @@ from tracegrad.autograd.grad_mode import MODE
 from tracegrad.autograd.saved import SavedTensor
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
+from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
 from tracegrad.tensor import Tensor, lazy_tensor
 
 LEAF_INPLACE_MESSAGE = "a leaf Variable that requires grad is being used in an in-place operation."
@@ -134,9 +135,7 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False, replac
         saved.counter = type(saved.counter)()
         saved.version = 0
     if not self._data.flags.writeable:
-        raise RuntimeError("unsupported operation: more than one element of the written-to tensor "
-                           "refers to a single memory location. Please clone() the tensor before "
-                           "performing the operation.")
+        raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
     np.copyto(self._data, result._data, casting="unsafe")
     self._version_counter.value += 1
     if result._requires_grad:

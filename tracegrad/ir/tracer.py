@@ -13,6 +13,12 @@ from tracegrad.autograd.grad_mode import MODE
 from tracegrad.ir.graph import Graph, Value
 
 
+VIEW_WRITE_MESSAGE = (
+    "in-place update of a view inside a compiled function is not supported: the update "
+    "would not reach the tensor it views. Write to the base tensor instead (for example "
+    "base[index] = value), or use an out-of-place op.")
+
+
 class Tracer:
     replay = None  # a compile trace may follow an earlier call's graph (compile_replay.Replay)
     version_checks = None  # when a list: collects (node, node.saved, saved tensor) per version check
@@ -72,10 +78,7 @@ class Tracer:
     def base_update(self, view, result):
         """The new value of lazy `view`'s base when `result` is written into the view in
         place (`CompileTrace.base_update`); None: the view is a copy in eager execution."""
-        raise RuntimeError(
-            "in-place update of a view inside a compiled function is not supported: the update "
-            "would not reach the tensor it views. Write to the base tensor instead (for example "
-            "base[index] = value), or use an out-of-place op.")
+        raise RuntimeError(VIEW_WRITE_MESSAGE)
 
     def note_update(self, tensor) -> None:
         """Called before an in-place op gives `tensor` (not a view) its new value."""

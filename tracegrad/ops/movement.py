@@ -135,11 +135,15 @@ def _expand_rule(x: TensorType, shape):
     return (TensorType(tuple(shape), x.dtype),)
 
 
+# A write into an expanded view (NumPy's broadcast is read-only), as PyTorch says it.
+OVERLAPPING_WRITE_MESSAGE = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single "
+    "memory location. Please clone() the tensor before performing the operation.")
+
+
 def _expand_write_back(new, source, shape):
-    if source.shape != new.shape:  # (as eager execution refuses it: NumPy's broadcast is read-only)
-        raise RuntimeError("unsupported operation: more than one element of the written-to tensor "
-                           "refers to a single memory location. Please clone() the tensor before "
-                           "performing the operation.")
+    if source.shape != new.shape:
+        raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
     return new
 
 
