@@ -381,3 +381,18 @@ def test_gradient_of_var_over_one_element_is_nan_as_in_eager():
     x = tg.from_numpy(np.array([[0.7]])).requires_grad_()
     b = tg.from_numpy(np.array(0.3)).requires_grad_()
     _assert_close(tg.compile(fn)(x, b), fn(x, b), np.float64)
+
+
+def test_negated_zero_of_zero_fill_keeps_its_sign_as_in_eager():
+    # zero_ traces as full(0); neg of it folds to full(-0.0), which the optimizer once
+    # merged with full(0): 1/-0 gave +inf (fuzz seed 6006246).
+    def fn(a):
+        t = a * 1.0
+        t.zero_()
+        u = tg.neg(t)
+        return t, u, u ** -1
+
+    a = tg.tensor(2.0)
+    for got, want in zip(tg.compile(fn)(a), fn(a)):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        assert np.signbit(got.numpy()) == np.signbit(want.numpy())

@@ -62,6 +62,24 @@ def test_equal_nodes_are_merged():
     assert _ops(graph).count("exp") == 1
 
 
+def test_a_negative_zero_constant_is_not_merged_with_a_positive_zero():
+    # neg(0) folds to full(-0.0), which `==` cannot tell from full(0.0): merged, 1/x
+    # gave +inf where eager gives -inf (fuzz seed 6006246).
+    ew = tg.ops.elementwise
+    graph = optimize(_trace(lambda x: (ew.full_like(x, 0.0), ew.div(x, tg.neg(ew.full_like(x, 0.0)))),
+                            F64_3))
+    zero, quotient = interpret(graph, [np.ones(3)])
+    assert not np.signbit(zero).any()
+    np.testing.assert_array_equal(quotient, np.full(3, -np.inf))
+
+
+def test_nan_constants_are_merged():
+    ew = tg.ops.elementwise
+    graph = optimize(_trace(lambda x: (ew.add(x, ew.full_like(x, float("nan"))),
+                                       ew.add(x, ew.full_like(x, float("nan")))), F64_3))
+    assert _ops(graph) == ["full", "add"]
+
+
 def test_unused_nodes_are_removed():
     def fn(x):
         x.sin()  # computed and dropped

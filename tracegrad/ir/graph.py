@@ -9,6 +9,7 @@ eager graph has no reference cycles and is freed as soon as its tensors die.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import Any
@@ -182,12 +183,25 @@ class Graph:
 
 
 def attr_key(attrs: dict) -> tuple:
-    """A node's attributes as a hashable, order-independent key (lists become tuples)."""
+    """A node's attributes as a hashable, order-independent key (lists become tuples).
+    Floats that `==` cannot tell apart get a marker: -0.0 equals 0.0 but divides to -inf,
+    and NaN equals nothing, so neither may be merged with, or miss, another node's key."""
     items = sorted(attrs.items())  # names are unique, so values are never compared
     for _, v in items:
-        if isinstance(v, list):
-            return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in items)
+        if isinstance(v, list) or (isinstance(v, float) and (v == 0.0 or v != v)):
+            return tuple((k, _attr_part(v)) for k, v in items)
     return tuple(items)
+
+
+def _attr_part(value):
+    if isinstance(value, list):
+        return tuple(_attr_part(v) for v in value)
+    if isinstance(value, float):
+        if value != value:
+            return ("float", "nan")
+        if value == 0.0 and math.copysign(1.0, value) < 0:
+            return ("float", "-0.0")
+    return value
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
