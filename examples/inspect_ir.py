@@ -39,8 +39,8 @@ def main() -> None:
     recorded = tg.ir.dump(loss)
     print(recorded)
 
-    section("2. its backward IR, from the reverse-mode transform: tg.ir.backward_graph(loss, [w])")
-    backward = tg.ir.backward_graph(loss, [w])
+    section("2. its backward IR, from the reverse-mode transform: tg.autograd.backward_graph(loss, [w])")
+    backward = tg.autograd.backward_graph(loss, [w])
     print(backward)
     (grad_w,) = tg.ir.interpret(backward, {**backward.bindings, backward.inputs[0]: np.float32(1.0)})
     loss.backward()

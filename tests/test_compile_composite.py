@@ -1,5 +1,5 @@
 """Composite functions taken in one step by a compiled call following a recording
-(tracegrad/compile_composite.py): the same results, gradients and errors as following
+(tracegrad/jit/composite.py): the same results, gradients and errors as following
 each primitive, and no step taken where the call differs from the recorded one."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
-from tracegrad import compile_composite
+from tracegrad.jit import composite as compile_composite
 from tracegrad.functional._util import composite
 
 GLOBAL = {"tensor": tg.tensor(np.arange(3.0))}

@@ -4,8 +4,8 @@ of the graph it recorded, and programs of pruned graphs are fed the right inputs
 import numpy as np
 
 import tracegrad as tg
-from tracegrad.compile import CompiledFunction, key_with_donations
-from tracegrad.compile_key import alias_pattern, structural_key
+from tracegrad.jit.function import CompiledFunction, key_with_donations
+from tracegrad.ir.structural_key import alias_pattern, structural_key
 
 W = tg.randn(3, dtype=tg.float64, requires_grad=True)
 

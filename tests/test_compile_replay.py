@@ -1,4 +1,4 @@
-"""A compiled call following the previous call's trace (tracegrad/compile_replay.py):
+"""A compiled call following the previous call's trace (tracegrad/jit/replay.py):
 same results, gradients, errors and side effects as a full trace, and it diverges into a
 full trace wherever the call does something else."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import compile_replay
+from tracegrad.jit import replay as compile_replay
 
 
 def _followed(compiled, *args, **kwargs):
@@ -272,7 +272,7 @@ def test_an_error_from_the_shape_rule_is_still_raised_when_shapes_change():
 
 
 def test_an_in_place_update_of_a_saved_tensor_is_caught_in_a_followed_call():
-    # The replay makes saved tensors late (compile_replay.Replay.save), with the versions
+    # The replay makes saved tensors late (jit.replay.Replay.save), with the versions
     # their tensors had when the op ran: the update after it must still be seen.
     def fn(x, update):
         y = x.exp()

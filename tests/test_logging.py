@@ -1,4 +1,4 @@
-"""TRACEGRAD_LOG / TRACEGRAD_DUMP_DIR (`tracegrad.inspect_log`): compile stages printed to
+"""TRACEGRAD_LOG / TRACEGRAD_DUMP_DIR (`tracegrad.jit.inspect_log`): compile stages printed to
 stderr or written to one file per graph, and per-step timings of compiled programs."""
 
 import os
@@ -11,20 +11,21 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import inspect_log
+from tracegrad.jit import inspect_log
+from tracegrad.codegen import timings as program_timings
 from tracegrad.codegen.program import build_numpy_program
 
 
 @pytest.fixture
 def log_stages():
     """Enable stages for one test; restore the settings afterwards."""
-    saved = (inspect_log.stages, inspect_log.dump_dir, inspect_log.ACTIVE, inspect_log.TIMING)
+    saved = (inspect_log.stages, inspect_log.dump_dir, inspect_log.ACTIVE, program_timings.ENABLED)
 
     def enable(stages, directory=None):
         inspect_log.configure(stages, directory)
 
     yield enable
-    inspect_log.stages, inspect_log.dump_dir, inspect_log.ACTIVE, inspect_log.TIMING = saved
+    inspect_log.stages, inspect_log.dump_dir, inspect_log.ACTIVE, program_timings.ENABLED = saved
     inspect_log.reset_timings()  # nothing left for the report at exit
 
 
@@ -267,7 +268,7 @@ def test_timings_are_not_recorded_when_the_stage_is_off(log_stages):
     inspect_log.reset_timings()
     compiled = tg.compile(lambda x: x.exp())
     compiled(tg.ones(4))
-    assert not inspect_log.TIMING and inspect_log.timings() == []
+    assert not program_timings.ENABLED and inspect_log.timings() == []
     assert "nothing recorded" in inspect_log.timings_report()
 
 

@@ -11,7 +11,9 @@ import pytest
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
-from tracegrad import compile_composite, compile_replay, reference
+from tracegrad import reference
+from tracegrad.jit import composite as compile_composite
+from tracegrad.jit import replay as compile_replay
 from tracegrad.autograd import backward_cache, traced_backward
 from tracegrad.autograd.recency import RecencyCache
 from tracegrad.codegen import cache, program

@@ -5,30 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracegrad.autograd.grad_mode import MODE
+from tracegrad.grad_mode import MODE
 from tracegrad.ir import types
-from tracegrad.tensor import Tensor
-
-
-def as_array(data, dtype: types.DType | None = None) -> np.ndarray:
-    """Data (nested lists, scalars, arrays, tensors) as a NumPy array of a tracegrad dtype.
-    Python floats become float32 (the default) unless `dtype` says otherwise, NumPy
-    float64 arrays stay float64."""
-    if isinstance(data, Tensor):
-        data = data._concrete()
-    if isinstance(data, np.ndarray):
-        array = data
-    else:
-        array = np.asarray(data)
-        if array.dtype == np.float64 and not isinstance(data, np.floating) and dtype is None:
-            # Python floats default to float32; with a dtype given they convert straight to
-            # it (tensor([0.3], dtype=float64) is 0.3, not 0.3 rounded to float32).
-            array = array.astype(types.default_float.np)
-    if array.dtype == object:
-        raise TypeError("tensor: could not infer dtype of the data; expected numbers, nested "
-                        "lists of numbers or an array")
-    target = dtype if dtype is not None else types.from_numpy(array.dtype)
-    return np.array(array, dtype=target.np, copy=True)
+from tracegrad.tensor import Tensor, as_array
 
 
 def _make(array: np.ndarray, requires_grad: bool = False) -> Tensor:

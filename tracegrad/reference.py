@@ -9,7 +9,7 @@ own switch:
 
 | layer                                                        | its own switch              |
 |--------------------------------------------------------------|-----------------------------|
-| followed traces (`compile_replay`), composites taken in one step (`compile_composite`) | `TRACEGRAD_REPLAY=0` |
+| followed traces (`jit.replay`), composites taken in one step (`jit.composite`) | `TRACEGRAD_REPLAY=0` |
 | traced-backward templates (`autograd/traced_backward.py`)    | none                        |
 | the eager backward cache (`autograd/backward_cache.py`)      | none                        |
 | eager fusion (`functional/eager_fusion.py`)                  | `TRACEGRAD_EAGER_COMPILE=0` |
@@ -65,7 +65,7 @@ def eager_compile() -> bool:
 
 
 class InterpretedProgram:
-    """A graph run by the NumPy interpreter, with the interface `tracegrad.compile` uses of a
+    """A graph run by the NumPy interpreter, with the interface `tracegrad.jit.function` uses of a
     `codegen.program.Program` (`run`, `feeds`, `kernel_count`)."""
 
     kernel_count = 0
@@ -90,17 +90,3 @@ def interpreted_program(graph, donations: tuple = ()) -> InterpretedProgram:
     the interpreter; results never go into donated buffers."""
     return InterpretedProgram(graph)
 
-
-def backend_builder(backend: str, builder=None) -> tuple:
-    """The program builder of compile backend `backend` (or the explicit `builder`), and
-    whether it gets the optimized graph (else the pruned traced graph)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"compile: unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-    if builder is not None:
-        if backend != "llvm":
-            raise ValueError(f"compile: pass either builder= or backend={backend!r}, not both")
-        return builder, True
-    if backend == "llvm":
-        from tracegrad.codegen.program import build_program
-        return build_program, True
-    return interpreted_program, backend == "interpret-optimized"

@@ -12,10 +12,11 @@ import weakref
 
 import numpy as np
 
-from tracegrad.autograd.grad_mode import MODE
+from tracegrad.grad_mode import MODE
 from tracegrad.ir import types
 from tracegrad.ir.graph import Value
 from tracegrad.ir.types import TensorType
+from tracegrad.printing import tensor_repr
 
 
 class VersionCounter:
@@ -51,7 +52,6 @@ class Tensor:
     __array_priority__ = 1000
 
     def __init__(self, data=None, dtype=None, requires_grad: bool = False):
-        from tracegrad.creation import as_array
         array = as_array(data, dtype)
         self._init(array, TensorType(array.shape, types.from_numpy(array.dtype)))
         if requires_grad:
@@ -292,11 +292,7 @@ class Tensor:
     def volatile(self, flag: bool) -> None:
         self._volatile = bool(flag)
 
-    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None) -> None:
-        from tracegrad.autograd.engine import backward
-        backward(self, gradient, retain_graph, create_graph, inputs)
-
-    # A lazy view: its base's history count when it was taken (`compile_alias.refresh_view`).
+    # A lazy view: its base's history count when it was taken (`jit.alias.refresh_view`).
     _view_graph_history = None
 
     def detach(self) -> Tensor:
@@ -393,7 +389,6 @@ class Tensor:
         return int(self.item())
 
     def __repr__(self) -> str:
-        from tracegrad.printing import tensor_repr
         return tensor_repr(self)
 
     def __hash__(self) -> int:
@@ -439,6 +434,27 @@ def owned_array(array: np.ndarray) -> np.ndarray:
     return np.array(array, copy=True)
 
 
+def as_array(data, dtype: types.DType | None = None) -> np.ndarray:
+    """Data (nested lists, scalars, arrays, tensors) as a NumPy array of a tracegrad dtype.
+    Python floats become float32 (the default) unless `dtype` says otherwise, NumPy
+    float64 arrays stay float64."""
+    if isinstance(data, Tensor):
+        data = data._concrete()
+    if isinstance(data, np.ndarray):
+        array = data
+    else:
+        array = np.asarray(data)
+        if array.dtype == np.float64 and not isinstance(data, np.floating) and dtype is None:
+            # Python floats default to float32; with a dtype given they convert straight to
+            # it (tensor([0.3], dtype=float64) is 0.3, not 0.3 rounded to float32).
+            array = array.astype(types.default_float.np)
+    if array.dtype == object:
+        raise TypeError("tensor: could not infer dtype of the data; expected numbers, nested "
+                        "lists of numbers or an array")
+    target = dtype if dtype is not None else types.from_numpy(array.dtype)
+    return np.array(array, dtype=target.np, copy=True)
+
+
 def _rebuild(array, requires_grad):
     return Tensor(array, requires_grad=requires_grad)
 
@@ -454,8 +470,7 @@ class _RetainGrad:
         if tensor is None:
             return
         if grad._data is None:  # traced: a value of its own (the engine passes this one on)
-            from tracegrad.ops.elementwise import copy
-            grad = copy(grad.detach())
+            grad = grad.detach().clone()
         elif not grad._requires_grad:  # own the buffer: the engine may reuse it
             grad = Tensor._make(np.array(grad._data, copy=True), grad._type)
         tensor._grad = grad if tensor._grad is None else tensor._grad + grad

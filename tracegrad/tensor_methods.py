@@ -1,5 +1,6 @@
-"""Tensor methods and operators, installed on `Tensor` from `tracegrad.functional`, and the
-in-place ops (`add_`, `t[idx] = v`, ...) with their version-counter and autograd rules."""
+"""Tensor methods and operators, installed on `Tensor` from `tracegrad.functional` and
+`tracegrad.autograd` (the layers above `tensor.py`), and the in-place ops (`add_`,
+`t[idx] = v`, ...) with their version-counter and autograd rules."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from types import FunctionType
 import numpy as np
 
 from tracegrad import functional as F
-from tracegrad.autograd.grad_mode import MODE
-from tracegrad.autograd.saved import SavedTensor
+from tracegrad.autograd.engine import backward
+from tracegrad.grad_mode import MODE
+from tracegrad.ops.saved import SavedTensor
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
@@ -61,6 +63,13 @@ for _name, _fn in _METHODS.items():
     # traced op pays); anything else is wrapped.
     setattr(Tensor, _name, _fn if isinstance(_fn, FunctionType) else _method(_fn))
 
+def _backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None) -> None:
+    """Accumulate the gradient of this tensor into the `.grad` of the leaves it depends on
+    (`tracegrad.autograd.backward`)."""
+    backward(self, gradient, retain_graph, create_graph, inputs)
+
+
+Tensor.backward = _backward
 Tensor.T = property(F.T)
 Tensor.mT = property(lambda self: F.transpose(self, -2, -1))
 
@@ -162,7 +171,7 @@ def _check_view_update(self: Tensor, result: Tensor, name: str) -> None:
 def _apply_traced_inplace(self: Tensor, result: Tensor, name: str, fresh: bool = False) -> Tensor:
     """Inside a trace an in-place op rebinds `self` to the new IR value; a real tensor's
     buffer is written when the traced graph runs (the tracer records the write, and gives
-    tensors sharing its memory their new values: compile_alias)."""
+    tensors sharing its memory their new values: jit.alias)."""
     tracer = MODE.tracer
     if self._base is not None:
         _check_view_update(self, result, name)  # (a real view: its buffer is its base's memory)

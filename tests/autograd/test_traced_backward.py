@@ -1,14 +1,16 @@
 """backward()/autograd.grad inside tg.compile replayed from a template: same graph,
 same results, same errors and side effects as running the gradient rules."""
 
+import sys
+
 import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import compile_replay
+from tracegrad.jit import replay as compile_replay
 from tracegrad.autograd import engine, traced_backward
-from tracegrad.autograd.grad_mode import MODE
-from tracegrad.ir import autodiff
+from tracegrad.grad_mode import MODE
+from tracegrad.autograd import autodiff
 
 
 @pytest.fixture
@@ -25,7 +27,8 @@ def transform_calls(monkeypatch):
 
     monkeypatch.setattr(traced_backward, "reverse_mode", counting)
     monkeypatch.setattr(engine, "reverse_mode", counting)
-    # Every call traces in full: a call following an earlier one (compile_replay) would not
+    monkeypatch.setattr(sys.modules["tracegrad.jit.function"], "reverse_mode", counting)  # CompileTrace
+    # Every call traces in full: a call following an earlier one (jit.replay) would not
     # look for a template at all.
     monkeypatch.setattr(compile_replay, "ENABLED", False)
     traced_backward.clear()

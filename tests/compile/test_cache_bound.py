@@ -16,7 +16,7 @@ import pytest
 
 import tracegrad as tg
 from tracegrad.codegen import objload
-from tracegrad.compile_events import RecompileWarning
+from tracegrad.jit.events import RecompileWarning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -328,7 +328,7 @@ def test_a_call_that_cannot_finish_puts_back_the_history_an_in_place_op_gave_a_r
 
 
 def test_an_error_inside_the_tracer_changes_nothing(monkeypatch):
-    from tracegrad.compile_key import KeyedGraph
+    from tracegrad.ir.structural_key import KeyedGraph
     model, opt = _model_and_optimizer("sgd")
     x = tg.tensor(np.random.default_rng(1).normal(size=(5, 3)))
     compiled = tg.compile(_training_step(model, opt, "none"))

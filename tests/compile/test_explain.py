@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.compile_events import RecompileWarning
+from tracegrad.jit.events import RecompileWarning
 
 THIS_FILE = os.path.basename(__file__)
 

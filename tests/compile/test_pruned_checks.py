@@ -1,7 +1,7 @@
 """An op with an index operand whose result no one reads: eager execution runs it and
 raises its out-of-bounds error, so a compiled call raises the same error although its
 program drops the op, before anything the call did reaches a tensor, a `.grad` or the
-optimizer state (`tracegrad/compile_checks.py`)."""
+optimizer state (`tracegrad/jit/checks.py`)."""
 
 import numpy as np
 import pytest

@@ -264,7 +264,7 @@ def test_random_graph_gradients_match_eager(recipe, seed):
     assert len(actual) == len(expected)
     for a, e in zip(actual, expected):
         _assert_close(a, e)
-    # A second call with other values follows the first call's trace (compile_replay).
+    # A second call with other values follows the first call's trace (jit.replay).
     inputs = _inputs(recipe, seed + 1)
     expected = grads(weight, *inputs)
     _assume_finite(expected)

@@ -70,7 +70,8 @@ def test_control_flow_compiles_each_path_once():
 
 def test_inspect_ir_prints_every_stage():
     output = run_example("inspect_ir.py")
-    for heading in ("tg.ir.dump(loss)", "tg.ir.backward_graph(loss, [w])", "fn.explain(x, w)", "report.llvm_ir()"):
+    for heading in ("tg.ir.dump(loss)", "tg.autograd.backward_graph(loss, [w])", "fn.explain(x, w)",
+                    "report.llvm_ir()"):
         assert heading in output
     assert "compiled result equals eager: ok" in output
 

@@ -1,4 +1,4 @@
-"""`tg.ir.backward_graph(output, inputs)`: the backward IR of a recorded eager graph. Run
+"""`tg.autograd.backward_graph(output, inputs)`: the backward IR of a recorded eager graph. Run
 by the NumPy interpreter, it gives the gradients eager `autograd.grad` gives."""
 
 import numpy as np
@@ -75,7 +75,7 @@ def test_interpreted_backward_graph_matches_eager_grad(case, dtype):
     output, inputs = case(dtype)
     seed = _seed(output)
     expected = tg.autograd.grad(output, inputs, grad_outputs=tg.tensor(seed), retain_graph=True)
-    graph = tg.ir.backward_graph(output, inputs)
+    graph = tg.autograd.backward_graph(output, inputs)
     for got, want in zip(_run(graph, seed), expected, strict=True):
         assert got.dtype == want.dtype.np
         np.testing.assert_allclose(got, want.numpy(), **TOLERANCE[dtype.name])
@@ -84,32 +84,32 @@ def test_interpreted_backward_graph_matches_eager_grad(case, dtype):
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.__name__)
 def test_backward_graph_passes_the_verifier(case):
     output, inputs = case(tg.float32)
-    tg.ir.verify(tg.ir.backward_graph(output, inputs))
+    tg.ir.verify(tg.autograd.backward_graph(output, inputs))
 
 
 def test_backward_graph_first_input_is_grad_output_of_the_output_type():
     output, inputs = layer_norm(tg.float64)
-    graph = tg.ir.backward_graph(output, inputs)
+    graph = tg.autograd.backward_graph(output, inputs)
     assert graph.inputs[0].name == "grad_output"
     assert graph.inputs[0].type == output._type
 
 
 def test_backward_graph_bindings_bind_every_saved_input_and_not_grad_output():
     output, inputs = mlp_cross_entropy(tg.float32)
-    graph = tg.ir.backward_graph(output, inputs)
+    graph = tg.autograd.backward_graph(output, inputs)
     assert set(graph.bindings) == set(graph.inputs[1:])
     assert all(value.name.startswith("saved") for value in graph.inputs[1:])
 
 
 def test_backward_graph_has_one_output_per_input_with_its_type():
     output, inputs = mlp_cross_entropy(tg.float32)
-    graph = tg.ir.backward_graph(output, inputs)
+    graph = tg.autograd.backward_graph(output, inputs)
     assert [value.type for value in graph.outputs] == [t._type for t in inputs]
 
 
 def test_backward_graph_is_linear_in_the_seed():
     output, inputs = softmax(tg.float64)
-    graph = tg.ir.backward_graph(output, inputs)
+    graph = tg.autograd.backward_graph(output, inputs)
     seed = _seed(output)
     (once,), (twice,) = _run(graph, seed), _run(graph, 2.0 * seed)
     np.testing.assert_allclose(twice, 2.0 * once, rtol=1e-12)
@@ -117,7 +117,7 @@ def test_backward_graph_is_linear_in_the_seed():
 
 def test_backward_graph_gives_zeros_for_an_input_the_output_does_not_use():
     x, unused = tg.randn(3, requires_grad=True), tg.randn(2, requires_grad=True)
-    graph = tg.ir.backward_graph(x.exp().sum(), [x, unused])
+    graph = tg.autograd.backward_graph(x.exp().sum(), [x, unused])
     _, grad_unused = _run(graph, np.float32(1.0))
     np.testing.assert_array_equal(grad_unused, np.zeros(2, np.float32))
 
@@ -127,20 +127,20 @@ def test_backward_graph_with_respect_to_an_intermediate_tensor():
     hidden = x.exp()
     output = (hidden * hidden.sin()).sum()
     (expected,) = tg.autograd.grad(output, [hidden], retain_graph=True)
-    (got,) = _run(tg.ir.backward_graph(output, [hidden]), np.float64(1.0))
+    (got,) = _run(tg.autograd.backward_graph(output, [hidden]), np.float64(1.0))
     np.testing.assert_allclose(got, expected.numpy(), rtol=1e-12)
 
 
 def test_backward_graph_accepts_a_single_tensor_as_inputs():
     x = tg.randn(3, requires_grad=True)
-    graph = tg.ir.backward_graph((x * x).sum(), x)
+    graph = tg.autograd.backward_graph((x * x).sum(), x)
     (got,) = _run(graph, np.float32(1.0))
     np.testing.assert_allclose(got, 2 * x.detach().numpy(), rtol=1e-6)
 
 
 def test_backward_graph_leaves_the_eager_graph_usable_for_backward():
     output, inputs = mlp_cross_entropy(tg.float64)
-    graph = tg.ir.backward_graph(output, inputs)
+    graph = tg.autograd.backward_graph(output, inputs)
     output.backward()
     for t, got in zip(inputs, _run(graph, np.float64(1.0))):
         np.testing.assert_allclose(t.grad.numpy(), got, rtol=1e-12)
@@ -148,7 +148,7 @@ def test_backward_graph_leaves_the_eager_graph_usable_for_backward():
 
 def test_backward_graph_of_a_tensor_without_grad_fn_raises():
     with pytest.raises(RuntimeError, match="no recorded graph"):
-        tg.ir.backward_graph(tg.randn(3).exp().sum(), [tg.randn(3, requires_grad=True)])
+        tg.autograd.backward_graph(tg.randn(3).exp().sum(), [tg.randn(3, requires_grad=True)])
 
 
 def test_backward_graph_after_the_graph_was_freed_raises_the_pytorch_error():
@@ -156,17 +156,17 @@ def test_backward_graph_after_the_graph_was_freed_raises_the_pytorch_error():
     output = x.exp().sum()
     output.backward()
     with pytest.raises(RuntimeError, match="backward through the graph a second time"):
-        tg.ir.backward_graph(output, [x])
+        tg.autograd.backward_graph(output, [x])
 
 
 def test_backward_graph_shows_float64_types_in_its_dump():
     output, inputs = broadcasting(tg.float64)
-    text = tg.ir.dump(tg.ir.backward_graph(output, inputs))
+    text = tg.ir.dump(tg.autograd.backward_graph(output, inputs))
     assert "%grad_output: f64[4]" in text and "f32" not in text
 
 
 def test_a_value_saved_by_several_nodes_is_one_backward_input():
     x = tg.randn(4, requires_grad=True)
     y = x.tanh()  # saves its output; the mul below saves it twice more
-    graph = tg.ir.backward_graph((y * y).sum(), [x])
+    graph = tg.autograd.backward_graph((y * y).sum(), [x])
     assert [value.name for value in graph.inputs] == ["grad_output", "saved0"]

@@ -7,7 +7,7 @@ import pytest
 import tracegrad as tg
 import tracegrad.nn.functional as F
 from tracegrad.ir.graph import Graph, Node
-from tracegrad.ir.tracer import Tracer
+from tracegrad.ops.tracer import Tracer
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import REGISTRY
 

@@ -77,7 +77,7 @@ graph eager(%leaf0: f32[2,3], %leaf1: f32[3]) {{
 def test_golden_dump_of_a_backward_graph():
     x = tg.ones(3, requires_grad=True)
     y = x.exp().sum()
-    graph = tg.ir.backward_graph(y, [x]); line = _line()
+    graph = tg.autograd.backward_graph(y, [x]); line = _line()
     assert tg.ir.dump(graph) == f"""\
 graph backward(%grad_output: f32[], %saved0: f32[3]) {{
   %0: f32[1] = reshape(%grad_output, shape=[1])              # {THIS_FILE}:{line}
@@ -191,7 +191,7 @@ def test_recorded_forward_graphs_round_trip(recipe, seed):
 def test_backward_graphs_round_trip(recipe, seed):
     inputs = RANDOM._inputs(recipe, seed)
     loss = (recipe.run(inputs) * 1.5).sum()
-    _round_trip(tg.ir.backward_graph(loss, inputs))
+    _round_trip(tg.autograd.backward_graph(loss, inputs))
 
 
 @SETTINGS

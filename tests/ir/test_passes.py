@@ -9,7 +9,7 @@ import tracegrad.nn.functional as F
 from tracegrad.ir.graph import Graph
 from tracegrad.ir.interpreter import interpret
 from tracegrad.ir.passes import dead_code_elimination, optimize, simplify
-from tracegrad.ir.tracer import Tracer
+from tracegrad.ops.tracer import Tracer
 from tracegrad.ir.types import TensorType
 
 
@@ -106,7 +106,7 @@ def test_backward_graph_verifies_after_every_pass_and_computes_the_same(name):
     fn, shapes = CASES[name]
     rng = np.random.default_rng(0)
     inputs = [tg.tensor(rng.standard_normal(s), dtype=tg.float64, requires_grad=True) for s in shapes]
-    graph = tg.ir.backward_graph(fn(*inputs), inputs)
+    graph = tg.autograd.backward_graph(fn(*inputs), inputs)
     optimized = optimize(graph, verify_each=True)
     seed = np.array(1.0)
     bindings = dict(graph.bindings)

@@ -127,7 +127,7 @@ def test_dump_of_a_graph_equals_its_str():
 
 def test_backward_graph_dumps_in_the_same_format():
     x, y = _small_loss()
-    graph = tg.ir.backward_graph(y.sum(), [x])
+    graph = tg.autograd.backward_graph(y.sum(), [x])
     lines = tg.ir.dump(graph).splitlines()
     assert lines[0].startswith("graph backward(%grad_output: f32[], %saved0: ")
     for line in lines[1:-2]:

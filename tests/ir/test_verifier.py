@@ -43,7 +43,7 @@ def test_a_recorded_eager_graph_passes():
 ], ids=["softmax", "layer_norm", "broadcast", "matmul", "index_amax"])
 def test_backward_graphs_pass(fn):
     x = tg.randn(3, 5, dtype=tg.float64, requires_grad=True)
-    tg.ir.verify(tg.ir.backward_graph(fn(x), [x]))
+    tg.ir.verify(tg.autograd.backward_graph(fn(x), [x]))
 
 
 def test_a_node_reading_a_value_defined_later_fails():

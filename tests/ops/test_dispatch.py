@@ -9,7 +9,7 @@ import pytest
 
 import tracegrad as tg
 from tracegrad.ir.graph import Graph
-from tracegrad.ir.tracer import Tracer
+from tracegrad.ops.tracer import Tracer
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops.dispatch import bind
 

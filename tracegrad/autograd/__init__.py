@@ -1,12 +1,18 @@
-"""Autograd: grad mode, `backward`/`grad`, custom `Function`, gradcheck, `Variable`.
+"""Autograd: `backward`/`grad`, the reverse-mode transform (`backward_graph`), custom
+`Function`, gradcheck, `Variable`, and grad mode (defined below tensors, in
+`tracegrad.grad_mode`, and named here as in PyTorch: `tg.autograd.no_grad`,
+`tracegrad.autograd.grad_mode`).
 
-Names are loaded on first use (then bound here): the tensor and dispatch modules import
-grad mode from here while the engine imports them.
+Names are loaded on first use (then bound here), so importing the package stays cheap.
 """
 
 import importlib
 import sys
 import types
+
+from tracegrad import grad_mode
+
+sys.modules[__name__ + ".grad_mode"] = grad_mode  # `from torch.autograd.grad_mode import ...`
 
 _EXPORTS = {
     "backward": "engine", "grad": "engine",
@@ -14,6 +20,7 @@ _EXPORTS = {
     "GradcheckError": "gradcheck", "gradcheck": "gradcheck", "gradgradcheck": "gradcheck",
     "enable_grad": "grad_mode", "inference_mode": "grad_mode", "is_grad_enabled": "grad_mode",
     "no_grad": "grad_mode", "set_grad_enabled": "grad_mode",
+    "backward_graph": "autodiff",
     "Variable": "variable",
 }
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 
 from tracegrad import reference
-from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.grad_mode import no_grad
 from tracegrad.autograd.recency import RecencyCache
-from tracegrad.ir.autodiff import FREED, _leads_to_targets, forward_order, reverse_mode
+from tracegrad.autograd.autodiff import FREED, _leads_to_targets, forward_order, reverse_mode
 from tracegrad.ir.graph import Graph, Node, Value, attr_key
-from tracegrad.ir.tracer import Tracer
+from tracegrad.ops.tracer import Tracer
 
 NUMPY_AFTER = 2       # sightings of a structure before it gets a cached NumPy program
 # ... and before that program is rebuilt with LLVM kernels. Building one costs about as

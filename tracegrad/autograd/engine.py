@@ -1,6 +1,6 @@
 """`backward()` and `autograd.grad()`: run the reverse-mode transform and deliver results.
 
-Gradients are computed by `tracegrad.ir.autodiff.reverse_mode` over NumPy tensors (in
+Gradients are computed by `tracegrad.autograd.autodiff.reverse_mode` over NumPy tensors (in
 no-grad mode), or over recording tensors when `create_graph=True` so that the backward
 computation is itself a recorded graph (higher-order gradients).
 """
@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracegrad.autograd.grad_mode import MODE, enable_grad, no_grad
-from tracegrad import compile_replay
-from tracegrad.autograd import backward_cache, traced_backward
-from tracegrad.ir.autodiff import apply_hooks, reverse_mode
+from tracegrad.grad_mode import MODE, enable_grad, no_grad
+from tracegrad.autograd import backward_cache
+from tracegrad.autograd.autodiff import apply_hooks, reverse_mode
 from tracegrad.tensor import Tensor, _argument_of, owned_array
 
 _new_object = object.__new__
@@ -63,38 +62,14 @@ def _run(roots, targets, retain_graph: bool, create_graph: bool):
             return {value: Tensor._make(array, value.type) for value, array in cached.items()}
     elif tracer is not None:
         try:
-            if not create_graph and getattr(tracer, "replays_backward", False):
-                return _traced(tracer, roots, targets, retain_graph)
-            if tracer.replay is not None:  # the rules read saved tensors: a replay makes them late
-                tracer.replay.save_all()
+            # The trace may take the backward its own way (a compile trace replays one).
+            results = tracer.process_backward(roots, targets, retain_graph, create_graph)
+            if results is not None:
+                return results
             return _transform(roots, targets, retain_graph, create_graph)
         finally:
             tracer.backwards += 1
     return _transform(roots, targets, retain_graph, create_graph)
-
-
-def _traced(tracer, roots, targets, retain_graph: bool) -> dict:
-    """A backward inside a compile trace: the recorded call's if the trace follows one
-    (compile_replay), else a replayed template or the rules run; described for later calls."""
-    if tracer.replay is not None:
-        results = tracer.replay.backward(tracer, roots, targets, retain_graph)
-        if results is not None:
-            return results
-    graph = tracer.graph
-    start, inputs_before, realizations = len(graph.nodes), len(graph.inputs), tracer.realization_count
-    tracer.version_checks = checks = []
-    try:
-        results = traced_backward.run(tracer, roots, targets, retain_graph)
-        if results is None:
-            # The graph a replay or a recording would build, by running the rules.
-            with no_grad():
-                results = reverse_mode(roots, targets, retain_graph=retain_graph,
-                                       unpack=traced_backward.unpacker(tracer))
-    finally:
-        tracer.version_checks = None
-    tracer.note_backward(start, compile_replay.describe_backward(
-        tracer, start, inputs_before, roots, targets, retain_graph, results, realizations, checks))
-    return results
 
 
 def _transform(roots, targets, retain_graph: bool, create_graph: bool):
@@ -183,10 +158,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
     """Gradients of `outputs` w.r.t. `inputs`, returned; `.grad` fields are left alone."""
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)  # (_as_list, inline)
     tracer = MODE.tracer
-    if (tracer is not None and tracer.replay is not None and isinstance(outputs, Tensor) and grad_outputs is None
+    if (tracer is not None and isinstance(outputs, Tensor) and grad_outputs is None
             and not retain_graph and not create_graph):
-        # A compiled call following its recording (compile_replay): the usual form, taken short.
-        answer = tracer.replay.grad(tracer, outputs, inputs)
+        answer = tracer.process_grad(outputs, inputs)  # (a compile trace may take it short)
         if answer is not None:
             return answer
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)

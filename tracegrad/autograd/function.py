@@ -13,11 +13,11 @@ import weakref
 
 import numpy as np
 
-from tracegrad.autograd.grad_mode import MODE, no_grad
-from tracegrad.autograd.saved import SavedTensor
+from tracegrad.grad_mode import MODE, no_grad
+from tracegrad.ops.saved import SavedTensor
 from tracegrad.ir.graph import Node, user_location
 from tracegrad.ir.types import TensorType
-from tracegrad.ops.primitive import REGISTRY, Primitive
+from tracegrad.ir.primitive import REGISTRY, Primitive
 from tracegrad.tensor import Tensor
 
 
@@ -39,8 +39,8 @@ class FunctionCtx:
 
     @property
     def saved_tensors(self) -> tuple:
-        from tracegrad.ir.autodiff import FREED
-        from tracegrad.autograd.saved import FREED_MESSAGE
+        from tracegrad.autograd.autodiff import FREED
+        from tracegrad.ops.saved import FREED_MESSAGE
         node = self._node_ref() if self._node_ref is not None else None
         if self._saved is FREED or (node is not None and node.saved is FREED):
             raise RuntimeError(FREED_MESSAGE)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracegrad.autograd.engine import grad as autograd_grad
-from tracegrad.autograd.grad_mode import enable_grad, no_grad
+from tracegrad.grad_mode import enable_grad, no_grad
 from tracegrad.tensor import Tensor
 
 

@@ -3,7 +3,7 @@
 `@tg.compile` re-runs the function on every call, so every call asks for the backward of
 a forward graph it has usually seen before. The nodes the reverse-mode transform appends
 to the trace depend only on the forward graph's structure: the trace's own key so far
-(`compile_key.KeyedGraph`), which nodes need which input gradients, which saved tensors
+(`ir.structural_key.KeyedGraph`), which nodes need which input gradients, which saved tensors
 are concrete, and which values are the roots, targets and seeds. The first time a
 structure is seen the transform runs as usual, and the nodes it appended are recorded as
 a template over an environment: the seeds, the saved tensors, then the appended nodes'
@@ -31,9 +31,9 @@ from __future__ import annotations
 from operator import itemgetter
 
 from tracegrad import reference
-from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.grad_mode import no_grad
 from tracegrad.autograd.recency import RecencyCache
-from tracegrad.ir.autodiff import FREED, forward_order, reverse_mode
+from tracegrad.autograd.autodiff import FREED, forward_order, reverse_mode
 from tracegrad.ir.graph import Node, Value, user_location
 
 CAPACITY = 256

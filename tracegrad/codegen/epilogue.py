@@ -31,7 +31,7 @@ from tracegrad.codegen.fusion import FusedKernel, RowGroup, Unfused, touches_emp
 from tracegrad.codegen.kernels import _Emitter, _loop, _map_body
 from tracegrad.codegen.llvm import I8, I64, ScalarBuilder, memory_type
 from tracegrad.ir.graph import Graph, Node, Value
-from tracegrad.ops.primitive import MATMUL, MOVEMENT
+from tracegrad.ir.primitive import MATMUL, MOVEMENT
 
 FLOAT_DTYPES = ("float32", "float64")  # what the generated GEMM computes
 ENABLED = os.environ.get("TRACEGRAD_MATMUL_EPILOGUE", "").strip() != "0"

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tracegrad.ir.dot import set_kernel_planner
 from tracegrad.ir.graph import Graph, Node, Value
-from tracegrad.ops.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
+from tracegrad.ir.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
 
 
 def lowerable(node: Node) -> bool:
@@ -442,3 +443,11 @@ def _collect(root: Node, materialized) -> FusedKernel:
             return FusedKernel([], nodes, leaves, reduction=root, **common)
         return FusedKernel([], nodes, leaves, folded=[root], **common)
     return FusedKernel([root.output(0)], nodes, leaves, **common)
+
+
+def fused_kernels(graph: Graph) -> list[FusedKernel]:
+    """The fused kernels of `graph`'s plan (what `Graph.to_dot` draws as clusters)."""
+    return [step for step in plan(graph) if isinstance(step, FusedKernel)]
+
+
+set_kernel_planner(fused_kernels)

@@ -34,7 +34,7 @@ from tracegrad.codegen.llvm import (I8, I64, ScalarBuilder, emit_loop,
                                     memory_type, register_type)
 from tracegrad.ir import types
 from tracegrad.ir.graph import Node, Value
-from tracegrad.ops.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
+from tracegrad.ir.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
 
 _names = itertools.count()
 # Kernels of at most this many elements compile without loop unrolling and interleaving

@@ -46,6 +46,7 @@ from tracegrad.codegen import gemm
 from tracegrad.codegen.kernels import (data_address, data_addresses, take_buffer, take_keyed,
                                        write_over_leaves)
 from tracegrad.codegen.program import NumpyStep
+from tracegrad.ops.linalg import set_eager_matmul
 
 ROUNDS = 3
 COMPILE_AFTER = 2  # runs of a step through NumPy before its generated kernel is compiled
@@ -442,3 +443,6 @@ def eager_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if gemm.ready(a, b, compile=seen >= COMPILE_AFTER or _mode() == GENERATED):
         return gemm.matmul(a, b, out=out)
     return np.matmul(a, b, out=out)
+
+
+set_eager_matmul(eager_matmul)

@@ -7,9 +7,9 @@ NumPy implementation (never wrong, only slower). A buffer a kernel wrote is hand
 later kernel of the same run once nothing can read it any more (neither its slot nor a
 view of it, and it is not a result).
 
-With the `timings` stage of `TRACEGRAD_LOG` on (`inspect_log.TIMING`, tested once per
+With the `timings` stage of `TRACEGRAD_LOG` on (`timings.ENABLED`, tested once per
 run), `run` times every step and records calls, time, bytes and matmul FLOPs in
-`inspect_log` (see `timings_report()`).
+`codegen.timings` (see `timings_report()`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import time
 
 import numpy as np
 
-from tracegrad import inspect_log
+from tracegrad.codegen import timings
 from tracegrad.ir.graph import Graph, Value
 from tracegrad.ir.types import TensorType, from_numpy
-from tracegrad.ops.primitive import MATMUL, MOVEMENT
+from tracegrad.ir.primitive import MATMUL, MOVEMENT
 
 
 class NumpyStep:
@@ -61,9 +61,9 @@ STEP_BYTES = 4096
 
 
 class Program:
-    interpreted = False  # every step a NumPy step, kernels to come (`tracegrad.compile`)
+    interpreted = False  # every step a NumPy step, kernels to come (`tracegrad.jit.function`)
     last_use = 0  # when the compile cache last ran it (its count of hits then)
-    dropped_checks = None  # index checks of the ops pruning dropped (set by tracegrad.compile)
+    dropped_checks = None  # index checks of the ops pruning dropped (set by tracegrad.jit.function)
 
     def __init__(self, graph: Graph, steps: list, slot_of: dict[Value, int], n_slots: int):
         self.steps = steps
@@ -83,7 +83,7 @@ class Program:
         # The memory it keeps, estimated: its steps and their kernels' machine code.
         self.nbytes = sum(STEP_BYTES + _code_bytes(step) for step in steps)
         # Which of its caller's arrays the program reads, when the caller's graph had inputs
-        # the program's (pruned) graph dropped; None: all of them (set by tracegrad.compile).
+        # the program's (pruned) graph dropped; None: all of them (set by tracegrad.jit.function).
         self.feeds: tuple[int, ...] | None = None
         # What `run` does per call, worked out once: the slots after the inputs, and per
         # step its bound `run` with the slots it recycles and frees (None when none).
@@ -99,7 +99,7 @@ class Program:
                 self._alone = (steps[0].compute, tuple(outputs.index(slot) for slot in self.output_slots))
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        if inspect_log.TIMING:
+        if timings.ENABLED:
             return self._run_timed(inputs)
         if self._alone is not None and len(inputs) == self.n_inputs:
             compute, order = self._alone
@@ -120,8 +120,8 @@ class Program:
         return [slots[i] for i in self.output_slots]
 
     def _run_timed(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        """`run`, timing each step and recording it in `inspect_log`."""
-        record = inspect_log.program_timings(self, self._describe)
+        """`run`, timing each step and recording it in `codegen.timings`."""
+        record = timings.program_timings(self, self._describe)
         count = len(self.steps)
         seconds, moved, flops, threads = [0.0] * count, [0] * count, [0] * count, [1] * count
         describe_shapes = record.runs == 0

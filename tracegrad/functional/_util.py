@@ -7,7 +7,7 @@ import functools
 
 import numpy as np
 
-from tracegrad.autograd.grad_mode import MODE
+from tracegrad.grad_mode import MODE
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops import movement as mv
@@ -22,7 +22,7 @@ def scalar_tensor(value, dtype: types.DType) -> Tensor:
         if tracer.replay is not None:
             return tracer.replay.scalar(value, dtype, _new_scalar_tensor)
         made = tracer.scalars
-        if made is not None:  # (a composite may capture it: `compile_composite.record`)
+        if made is not None:  # (a composite may capture it: `jit.composite.record`)
             t = _new_scalar_tensor(value, dtype)
             made[id(t)] = (t, value, dtype)
             return t
@@ -32,7 +32,7 @@ def scalar_tensor(value, dtype: types.DType) -> Tensor:
 def composite(function):
     """Mark `function` (made of several primitives, depending on nothing but its
     arguments) as a composite: a compiled call following an earlier one's trace may take
-    all its primitives in one step (`tracegrad.compile_composite`)."""
+    all its primitives in one step (`tracegrad.jit.composite`)."""
     @functools.wraps(function)
     def run(*args, **kwargs):
         tracer = MODE.tracer

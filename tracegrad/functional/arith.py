@@ -7,7 +7,7 @@ import numpy as np
 
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
-from tracegrad.autograd.grad_mode import MODE
+from tracegrad.grad_mode import MODE
 from tracegrad.ops.dispatch import NO_ATTRS, bind
 from tracegrad.tensor import Tensor
 from tracegrad.functional._util import (as_operand, broadcast_to, check_operand, common_operands, composite,

@@ -28,11 +28,11 @@ import threading
 import numpy as np
 
 from tracegrad import reference
-from tracegrad.autograd.grad_mode import MODE
+from tracegrad.grad_mode import MODE
 from tracegrad.autograd.recency import RecencyCache
 from tracegrad.ir.graph import Graph, Node, Value
-from tracegrad.ir.tracer import Tracer
-from tracegrad.ops.primitive import MOVEMENT
+from tracegrad.ops.tracer import Tracer
+from tracegrad.ir.primitive import MOVEMENT
 from tracegrad.tensor import Tensor
 
 MIN_ELEMENTS = 1 << 16  # the largest tensor argument must have this many elements
@@ -85,7 +85,7 @@ def fused(composite=None, *, single_op: bool = False):
     def run(*args, **kwargs):
         tracer = MODE.tracer
         if tracer is not None:  # traced: recorded op by op (checked first, for its per-op cost),
-            return tracer.composite(composite, args, kwargs)  # or in one step (compile_composite)
+            return tracer.composite(composite, args, kwargs)  # or in one step (jit.composite)
         if not kwargs:  # small eager tensors (the common call) leave before `_signature`
             threshold = MIN_ELEMENTS * factor
             for item in args:
@@ -268,7 +268,7 @@ def _program_graph(trace: FusionTrace, outputs: list[Value], given: dict) -> tup
 
 def _program(graph: Graph, inputs: list[np.ndarray]):
     from tracegrad.codegen.program import build_program
-    from tracegrad.compile_key import structural_key
+    from tracegrad.ir.structural_key import structural_key
     from tracegrad.ir.passes import optimize
 
     key = structural_key(graph, inputs)

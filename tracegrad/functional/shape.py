@@ -3,7 +3,7 @@ unsqueeze/squeeze, expand/broadcast_to, cat/stack, clone/contiguous."""
 
 from __future__ import annotations
 
-from tracegrad.autograd.grad_mode import MODE
+from tracegrad.grad_mode import MODE
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops import layout
 from tracegrad.ops import movement as mv

@@ -1,6 +1,8 @@
-"""The IR: types, graphs, the text printer and parser, the NumPy interpreter, the tracer
-and the reverse-mode transform. `dump(t)` shows the recorded graph of a tensor,
-`parse(text)` reads a dump back, `render(obj, "graph.svg")` draws one with Graphviz."""
+"""The IR, the ground of the package (it imports nothing else of tracegrad): types, the
+primitive record, graphs, the text printer and parser, the verifier, the passes and the
+NumPy interpreter. `dump(t)` shows the recorded graph of a tensor, `parse(text)` reads a
+dump back, `render(obj, "graph.svg")` draws one with Graphviz. The backward IR of a
+recorded graph is `tracegrad.autograd.backward_graph`."""
 
 from tracegrad.ir.graph import Graph, Node, Value  # noqa: F401
 from tracegrad.ir.interpreter import interpret  # noqa: F401
@@ -20,8 +22,3 @@ def dump(obj) -> str:
         raise ValueError("dump: the tensor has no recorded graph (it is a leaf or does not require grad)")
     return format_graph(Graph.from_outputs([obj._value], name="eager"))
 
-
-def backward_graph(output, inputs) -> Graph:
-    """The backward IR of `output` w.r.t. `inputs` (see `tracegrad.ir.autodiff`)."""
-    from tracegrad.ir.autodiff import backward_graph as build
-    return build(output, inputs)

@@ -1,6 +1,9 @@
 """Graphviz export: `to_dot(graph)` gives DOT text (one box per node, the fusion groups of
 the code generator as clusters), `render(obj, "graph.svg")` runs Graphviz's `dot` on it.
 
+The IR knows no code generator: the fusion planner registers itself here
+(`set_kernel_planner`, done by `tracegrad.codegen.fusion` when it is imported).
+
 Nothing here needs Graphviz except `render`, which says how to install it when the `dot`
 program is missing.
 """
@@ -29,9 +32,18 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+_kernel_planner = None  # graph -> its fused kernels (objects with nodes, reduction, name)
+
+
+def set_kernel_planner(planner) -> None:
+    """Register `planner(graph)`, which lists the fused kernels `to_dot` draws as clusters."""
+    global _kernel_planner
+    _kernel_planner = planner
+
+
 def to_dot(graph: Graph, kernels=True) -> str:
     """DOT text of `graph`. `kernels`: True to cluster nodes by the fusion plan of `graph`,
-    False for none, or an explicit plan (a list of `FusedKernel`/`Unfused`)."""
+    False for none, or the fused kernels to draw (objects with `nodes`, `reduction`, `name`)."""
     names = value_names(graph)
     ids = {id(node): f"n{i}" for i, node in enumerate(graph.nodes)}
     lines = [f"digraph {_quote(graph.name)} {{",
@@ -68,10 +80,12 @@ def to_dot(graph: Graph, kernels=True) -> str:
 def _clusters(graph: Graph, kernels, ids: dict[int, str]) -> list[str]:
     if kernels is False or kernels is None:
         return []
-    from tracegrad.codegen.fusion import FusedKernel, plan
-    steps = plan(graph) if kernels is True else kernels
+    if kernels is True:
+        if _kernel_planner is None:
+            return []
+        kernels = _kernel_planner(graph)
     lines = []
-    for position, step in enumerate(s for s in steps if isinstance(s, FusedKernel)):
+    for position, step in enumerate(kernels):
         members = [ids[id(n)] for n in step.nodes if id(n) in ids]
         if step.reduction is not None and id(step.reduction) in ids and ids[id(step.reduction)] not in members:
             members.append(ids[id(step.reduction)])

@@ -14,6 +14,7 @@ import re
 
 from tracegrad.ir import types
 from tracegrad.ir.graph import Graph, Node, Value
+from tracegrad.ir.primitive import REGISTRY
 from tracegrad.ir.types import TensorType
 
 
@@ -34,8 +35,6 @@ _DTYPES = {d.short: d for d in types.ALL_DTYPES}
 
 def parse(text: str) -> Graph:
     """The `Graph` printed as `text` by `tg.ir.dump`. Raises `IRParseError` on bad input."""
-    from tracegrad.ops import REGISTRY
-
     lines = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not lines:
         raise IRParseError("empty text: expected 'graph NAME(...) {'")
@@ -89,7 +88,7 @@ def _parse_node(line: str, number: int, values: dict[str, Value], registry) -> N
     op_name = call.group("op")
     op = registry.get(op_name)
     if op is None:
-        raise IRParseError(f"line {number}: unknown op {op_name!r} (not in tracegrad.ops.REGISTRY)")
+        raise IRParseError(f"line {number}: unknown op {op_name!r} (not in the primitive table)")
     end = _closing_paren(rhs, call.end() - 1, number)
     inputs, attrs = [], {}
     for arg in _split_top_level(rhs[call.end():end], number):

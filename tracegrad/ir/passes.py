@@ -18,7 +18,7 @@ from collections import Counter
 import numpy as np
 
 from tracegrad.ir.graph import Graph, Node, Value, attr_key
-from tracegrad.ops.primitive import ELEMENTWISE
+from tracegrad.ir.primitive import ELEMENTWISE, constant_primitive
 
 
 def constant_of(value: Value):
@@ -30,7 +30,6 @@ def constant_of(value: Value):
 
 
 def _fold(node: Node, inputs: tuple[Value, ...]) -> Node | None:
-    from tracegrad.ops.elementwise import FULL
     if node.op.kind != ELEMENTWISE or not inputs or node.op.lower is None:
         return None
     scalars = [constant_of(v) for v in inputs]
@@ -40,7 +39,7 @@ def _fold(node: Node, inputs: tuple[Value, ...]) -> Node | None:
     with np.errstate(all="ignore"):
         result = np.asarray(node.op.impl(*arrays, **node.attrs))
     out = node.out_types[0]
-    return Node(FULL, (), {"shape": out.shape, "dtype": out.dtype, "value": result.item()},
+    return Node(constant_primitive(), (), {"shape": out.shape, "dtype": out.dtype, "value": result.item()},
                 node.out_types, node.location)
 
 
@@ -139,7 +138,7 @@ PIPELINE = (simplify, rewrite, dead_code_elimination)
 
 def optimize(graph: Graph, verify_each: bool = False, dead_code: bool = True) -> Graph:
     """Run the pass pipeline; with `verify_each`, verify the graph after every pass. Without
-    `dead_code`, the nodes the passes leave dead stay, for the caller to drop (`tracegrad.compile`
+    `dead_code`, the nodes the passes leave dead stay, for the caller to drop (`tracegrad.jit.function`
     keeps the index checks of those it drops)."""
     from tracegrad.ir.verifier import verify
     for run_pass in PIPELINE:

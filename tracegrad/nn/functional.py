@@ -6,7 +6,7 @@ with primitives and tracegrad functions and have no gradient code of their own."
 from __future__ import annotations
 
 from tracegrad import functional as F
-from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.grad_mode import no_grad
 from tracegrad.ir import types
 from tracegrad.ops import indexing
 from tracegrad.tensor import Tensor

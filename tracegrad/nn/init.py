@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.grad_mode import no_grad
 from tracegrad.random import generator
 from tracegrad.tensor import Tensor
 

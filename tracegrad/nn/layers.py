@@ -7,7 +7,7 @@ import math
 
 from tracegrad import creation
 from tracegrad import functional as F
-from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.grad_mode import no_grad
 from tracegrad.ir import types
 from tracegrad.nn import functional as nnF
 from tracegrad.nn import init

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterator, Mapping
 
-from tracegrad.autograd.grad_mode import MODE, no_grad
+from tracegrad.grad_mode import MODE, no_grad
 from tracegrad.ir import types
 from tracegrad.nn.parameter import Parameter
 from tracegrad.tensor import Tensor

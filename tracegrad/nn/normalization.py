@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracegrad import functional as F
-from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.grad_mode import no_grad
 from tracegrad.nn import functional as nnF
 from tracegrad.nn import init
 from tracegrad.nn.layers import _empty

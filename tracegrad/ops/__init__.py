@@ -2,4 +2,4 @@
 importing this package registers all of them in `REGISTRY`."""
 
 from tracegrad.ops import elementwise, indexing, linalg, movement, reduction  # noqa: F401
-from tracegrad.ops.primitive import REGISTRY, Primitive  # noqa: F401
+from tracegrad.ir.primitive import REGISTRY, Primitive  # noqa: F401

@@ -4,7 +4,7 @@ This is the one entry point every op goes through. It runs the primitive's shape
 (so bad input fails before anything changes), then either computes with NumPy (eager)
 or appends a node to the active tracer's graph (lazy), and records the node for
 autograd when grad mode is on and an input requires grad. A compile trace following an
-earlier call (`tracegrad.compile_replay`) checks the op against the node recorded there
+earlier call (`tracegrad.jit.replay`) checks the op against the node recorded there
 instead, and returns that node's outputs.
 """
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracegrad.autograd.grad_mode import MODE
-from tracegrad.autograd.saved import SavedTensor
+from tracegrad.grad_mode import MODE
+from tracegrad.ops.saved import SavedTensor
 from tracegrad.ir.graph import Node, Value, user_location
 from tracegrad.ops.layout import views_memory_of
-from tracegrad.ops.primitive import MOVEMENT, Primitive
+from tracegrad.ir.primitive import MOVEMENT, Primitive
 from tracegrad.tensor import Tensor, lazy_tensor
 
 
@@ -42,7 +42,7 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = NO_ATTRS):
     grad_enabled = mode.grad_enabled
     volatile = requires_grad = False
     concrete = True
-    for t in inputs:  # (compile_replay.Replay.bind mirrors this loop: keep the two alike)
+    for t in inputs:  # (jit.replay.Replay.bind mirrors this loop: keep the two alike)
         # A traced view does not share memory with its base: after an in-place update of
         # the base it would read old values, so it is refused whatever the grad mode.
         if t._base is not None and (grad_enabled or t._data is None):

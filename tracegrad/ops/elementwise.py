@@ -16,7 +16,7 @@ from tracegrad.ir.types import TensorType
 from tracegrad.ops.dispatch import bind
 from tracegrad.ops.fp_errors import quiet
 from tracegrad.ops.mathfn import erf as _np_erf
-from tracegrad.ops.primitive import ELEMENTWISE, Primitive
+from tracegrad.ir.primitive import ELEMENTWISE, Primitive
 
 
 def _unary_float_rule(name):

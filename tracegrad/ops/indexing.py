@@ -13,7 +13,7 @@ import numpy as np
 from tracegrad.ir import types
 from tracegrad.ir.types import TensorType
 from tracegrad.ops.dispatch import bind
-from tracegrad.ops.primitive import OTHER, Primitive
+from tracegrad.ir.primitive import OTHER, Primitive
 
 
 def _check_index_dtype(name, index: TensorType):
@@ -60,7 +60,7 @@ def check_bounds(name, index, size, dim, negative=False, target=False):
 class BoundsCheck:
     """The bounds check of one index operand, as a primitive's `index_checks` lists it:
     calling it on the index array raises the op's eager error (`check_bounds`). `bounds`
-    says what it accepts, so two checks of one index can be compared (compile_undo)."""
+    says what it accepts, so two checks of one index can be compared (jit.undo)."""
 
     __slots__ = ("name", "size", "dim", "negative", "target")
 

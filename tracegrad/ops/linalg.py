@@ -10,7 +10,7 @@ import numpy as np
 from tracegrad.ir.types import TensorType
 from tracegrad.ops.dispatch import bind
 from tracegrad.ops.movement import permute
-from tracegrad.ops.primitive import MATMUL, Primitive
+from tracegrad.ir.primitive import MATMUL, Primitive
 
 
 def _matmul_rule(a: TensorType, b: TensorType):
@@ -32,9 +32,20 @@ def _matmul_vjp(ctx, g):
             matmul(transpose_last(a), g) if ctx.needs_input_grad[1] else None)
 
 
+_eager_matmul = np.matmul  # the code generator installs its own choice: set_eager_matmul
+
+
+def set_eager_matmul(impl) -> None:
+    """Make `impl(a, b)` (arrays) the matmul primitive's implementation for eager ops and
+    interpreted graphs. `tracegrad.codegen.matmul_step` installs the choice a compiled
+    program would make (NumPy's BLAS or the generated GEMM), so the table knows no
+    compiler."""
+    global _eager_matmul
+    _eager_matmul = impl
+
+
 def _matmul_impl(a, b):
-    from tracegrad.codegen.matmul_step import eager_matmul  # the compiler's matmul choice, lazily
-    return eager_matmul(np.asarray(a), np.asarray(b))
+    return _eager_matmul(np.asarray(a), np.asarray(b))
 
 
 MATMUL_PRIM = Primitive("matmul", shape_rule=_matmul_rule, impl=_matmul_impl, kind=MATMUL,

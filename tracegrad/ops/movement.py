@@ -15,7 +15,7 @@ from tracegrad.ir.types import TensorType
 from tracegrad.ops import elementwise, reduction
 from tracegrad.ops.layout import reshape_strides
 from tracegrad.ops.dispatch import bind
-from tracegrad.ops.primitive import MATMUL, MOVEMENT, Primitive
+from tracegrad.ir.primitive import MATMUL, MOVEMENT, Primitive
 from tracegrad.tensor import Tensor
 
 

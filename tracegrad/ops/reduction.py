@@ -12,7 +12,7 @@ from tracegrad.ir import types
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops.dispatch import bind
-from tracegrad.ops.primitive import REDUCTION, Primitive
+from tracegrad.ir.primitive import REDUCTION, Primitive
 
 
 def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdim: bool) -> tuple[int, ...]:

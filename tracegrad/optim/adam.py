@@ -13,7 +13,7 @@ from typing import Any
 
 from tracegrad import functional as F
 from tracegrad.creation import zeros_like
-from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.grad_mode import no_grad
 from tracegrad.optim.optimizer import Optimizer, ParamsT
 
 

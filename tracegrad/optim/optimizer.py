@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import Any
 
-from tracegrad.autograd.grad_mode import MODE, enable_grad
+from tracegrad.grad_mode import MODE, enable_grad
 from tracegrad.tensor import Tensor
 
 ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]]

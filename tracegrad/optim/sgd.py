@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tracegrad.autograd.grad_mode import no_grad
+from tracegrad.grad_mode import no_grad
 from tracegrad.optim.optimizer import Optimizer, ParamsT
 
 

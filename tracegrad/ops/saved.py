@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracegrad.autograd.grad_mode import MODE
+from tracegrad.grad_mode import MODE
 from tracegrad.ir.graph import Node, Value
 
 FREED_MESSAGE = (
@@ -59,7 +59,7 @@ class SavedTensor:
         """Raise as PyTorch does when the saved tensor was modified in place since saved."""
         tracer = MODE.tracer
         if tracer is not None and tracer.version_checks is not None and self.lazy is None:
-            # A replayed backward (compile_replay) checks it too. (A traced tensor changes
+            # A replayed backward (jit.replay) checks it too. (A traced tensor changes
             # version only by an in-place op in the trace, where a replay diverges.)
             tracer.version_checks.append((node, node.saved, self))
         if self.counter.value != self.version:

@@ -101,6 +101,15 @@ class Primitive:
         return (REGISTRY.__getitem__, (self.name,))
 
 
+def constant_primitive() -> Primitive:
+    """The entry that makes a constant tensor: the one with a `constant` rule, whose attrs
+    are (shape, dtype, value). Constant folding (`ir.passes`) makes its nodes."""
+    for prim in REGISTRY.values():
+        if prim.constant is not None:
+            return prim
+    raise LookupError("no primitive with a `constant` rule is registered (tracegrad.ops not imported)")
+
+
 def _camel(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("_"))
 

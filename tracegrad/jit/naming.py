@@ -84,7 +84,7 @@ def _roots(fn) -> list[tuple[str, object]]:
 
 def tensor_names(fn) -> dict[int, str]:
     """id(tensor) -> a readable path for the tensors reachable from `fn`."""
-    from tracegrad.compile import CompiledModule
+    from tracegrad.jit.function import CompiledModule
     from tracegrad.nn.module import Module
     from tracegrad.optim.optimizer import Optimizer
     from tracegrad.tensor import Tensor

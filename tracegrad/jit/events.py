@@ -19,7 +19,7 @@ import threading
 import warnings
 from collections import Counter
 
-from tracegrad import inspect_log
+from tracegrad.jit import inspect_log
 from tracegrad.ir.types import TensorType, from_name
 
 # A compiled function warns (once) after recompiling more than this many times; change
@@ -135,7 +135,7 @@ def record_miss(compiled, trace, graph, key: tuple, program, seconds: float) -> 
     """Remember where `key` came from, explain the miss, record and log the event."""
     state = compiled._inspect
     if trace is not None:
-        from tracegrad.naming import name_captured_inputs, name_outputs
+        from tracegrad.jit.naming import name_captured_inputs, name_outputs
         name_captured_inputs(trace)
         name_outputs(trace, graph)
     from tracegrad.ir.printer import value_names

@@ -2,7 +2,7 @@
 
 A composite is a function built of several primitives that depends on nothing but its
 arguments: `linear`, and the `@fused` functions (`log_softmax`, `cross_entropy`,
-`layer_norm`, `gelu`, ...). A call following an earlier call's trace (`compile_replay`)
+`layer_norm`, `gelu`, ...). A call following an earlier call's trace (`jit.replay`)
 checks each primitive against the recorded node at the cursor, 3-6 µs per primitive;
 `linear` with a bias is five of them and `cross_entropy` about twenty. So:
 
@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import weakref
 
-from tracegrad.autograd.grad_mode import MODE
+from tracegrad.grad_mode import MODE
 from tracegrad.functional._util import _new_scalar_tensor
 from tracegrad.ops.dispatch import _share_storage, traced_view
-from tracegrad.ops.primitive import MOVEMENT
+from tracegrad.ir.primitive import MOVEMENT
 from tracegrad.tensor import Tensor, lazy_tensor
 
 _new_object = object.__new__
@@ -356,7 +356,7 @@ class Deferred:
         self.versions = versions    # their versions when the composite was taken
         self.captured = captured    # (graph input, tensor) of the inputs it created
         self.results = results
-        self.entries = None         # node -> what `compile_replay._save` takes, once made
+        self.entries = None         # node -> what `jit.replay._save` takes, once made
 
     def current(self, node, slot: int) -> bool:
         """Whether saved slot `slot` of `node` would pass its version check now."""
@@ -369,7 +369,7 @@ class Deferred:
         return self.results[index]._version_counter.value == 0  # (made at the jump)
 
     def entry(self, node) -> tuple:
-        """(node, primitive, tensors read, outputs, versions) for `compile_replay._save`."""
+        """(node, primitive, tensors read, outputs, versions) for `jit.replay._save`."""
         if self.entries is None:
             self.entries = self._make()
         return self.entries[node]

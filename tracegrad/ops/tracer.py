@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import weakref
 
-from tracegrad.autograd.grad_mode import MODE
+from tracegrad.grad_mode import MODE
 from tracegrad.ir.graph import Graph, Value
 
 
@@ -20,7 +20,7 @@ VIEW_WRITE_MESSAGE = (
 
 
 class Tracer:
-    replay = None  # a compile trace may follow an earlier call's graph (compile_replay.Replay)
+    replay = None  # a compile trace may follow an earlier call's graph (jit.replay.Replay)
     version_checks = None  # when a list: collects (node, node.saved, saved tensor) per version check
     created = None  # when a list: a weak reference to every lazy tensor made while this tracer is active
     scalars = None  # when a dict: id -> (tensor, number, dtype) of each 0-d tensor `scalar_tensor` made
@@ -55,8 +55,19 @@ class Tracer:
 
     def composite(self, function, args: tuple, kwargs: dict):
         """Call a composite function (`functional._util.composite`): here op by op; a
-        compile trace may take it in one step (`tracegrad.compile_composite`)."""
+        compile trace may take it in one step (`tracegrad.jit.composite`)."""
         return function(*args, **kwargs)
+
+    def process_backward(self, roots: list, targets, retain_graph: bool, create_graph: bool):
+        """A backward inside this trace (`autograd.backward` / `grad`): the gradients by
+        value (a dict), or None for the engine to run the gradient rules op by op, as here.
+        A compile trace may replay a recorded backward instead (`CompileTrace`)."""
+        return None
+
+    def process_grad(self, output, inputs: list):
+        """`autograd.grad(output, inputs)` in its usual form (one output, implicit seed,
+        graph not retained) taken short, or None (the general path), as here."""
+        return None
 
     def note_hooks(self) -> None:
         """Called before a hook is put on a traced node."""
@@ -93,7 +104,7 @@ class Tracer:
         (`requires_grad_()` on a detached or no-grad result): a value of its own, marked as
         that leaf, so gradients stop there and reach its `.grad` instead of flowing into
         the ops that computed it (its old value may be another tensor's identity)."""
-        from tracegrad.autograd.grad_mode import no_grad
+        from tracegrad.grad_mode import no_grad
         from tracegrad.ops.elementwise import copy
         with no_grad():
             value = copy(tensor)._value

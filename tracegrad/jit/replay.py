@@ -34,9 +34,9 @@ import weakref
 import numpy as np
 
 from tracegrad import reference
-from tracegrad.autograd.grad_mode import MODE
+from tracegrad.grad_mode import MODE
 from tracegrad.autograd.traced_backward import leaf_hooks
-from tracegrad.ir.autodiff import FREED
+from tracegrad.autograd.autodiff import FREED
 from tracegrad.ir.graph import Value, attr_key
 from tracegrad.ops.dispatch import _record, _share_storage, _tensors_read, traced_view
 from tracegrad.tensor import Tensor, lazy_tensor, owned_array
@@ -180,7 +180,7 @@ class Recording:
         # Tensors of Python numbers the calls following it made (`Replay.scalar`): input
         # position -> (the number, its 0-d tensor, read-only), reused by the next calls.
         self.scalars: dict[int, tuple] = {}
-        # Composite calls a following call may take in one step (`compile_composite`):
+        # Composite calls a following call may take in one step (`jit.composite`):
         # node position -> {function: Composite}.
         self.composites: dict = composites or {}
 
@@ -522,7 +522,7 @@ class Replay:
         for node, slot in step.checked:  # the version checks of the saved tensors it unpacked
             entry = unsaved.get(node)
             if entry is not None:  # (what the saved tensor's check would find, without making it)
-                if len(entry) == 2:  # (`compile_composite.Deferred`)
+                if len(entry) == 2:  # (`jit.composite.Deferred`)
                     if entry[1].current(node, slot):
                         continue
                 elif slot < len(entry[4]) and entry[2][slot]._version_counter.value == entry[4][slot]:

@@ -10,7 +10,7 @@ the buffer at once, so the other tensor reads the new elements; a graph input of
 other tensor would read the old ones.
 
 `SharedMemory` keeps, from the first write of a call on, the real tensors the trace knows
-by the buffer they view (`compile_key.owner`). A write gives every known tensor that
+by the buffer they view (`ir.structural_key.owner`). A write gives every known tensor that
 shares an element with the written one a new value: the shared elements taken from the
 written value (by address: `index` of the flattened value, at the positions where the
 other tensor's elements lie in it), the others from its own current value (`where`). A
@@ -34,18 +34,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracegrad.autograd.grad_mode import MODE, enable_grad, no_grad
-from tracegrad.compile_key import owner
+from tracegrad.grad_mode import MODE, enable_grad, no_grad
+from tracegrad.ir.structural_key import owner
 from tracegrad.functional import arith, shape
 from tracegrad.ir import types
 from tracegrad.ir.graph import Node, Value
-from tracegrad.ir.tracer import VIEW_WRITE_MESSAGE
+from tracegrad.ops.tracer import VIEW_WRITE_MESSAGE
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import elementwise, indexing
 from tracegrad.ops.dispatch import bind
 from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
 from tracegrad.ops.layout import views_memory_of
-from tracegrad.ops.primitive import MOVEMENT
+from tracegrad.ir.primitive import MOVEMENT
 from tracegrad.tensor import Tensor, lazy_tensor
 
 class SharedMemory:

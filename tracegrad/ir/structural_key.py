@@ -126,7 +126,7 @@ class KeyedGraph(Graph):
     def prefix(self, n_inputs: int, n_nodes: int) -> KeyedGraph:
         """A graph of this one's first `n_inputs` inputs and `n_nodes` nodes (the same
         objects), keyed as if only those had been added (where a replay that diverged from
-        a recorded graph goes on: `compile_replay`)."""
+        a recorded graph goes on: `jit.replay`)."""
         graph = KeyedGraph(self.name)
         graph.inputs = self.inputs[:n_inputs]
         graph.nodes = self.nodes[:n_nodes]

@@ -1,4 +1,4 @@
-"""`@tracegrad.compile`: trace a function into one IR graph per call, run it from a cache.
+"""`@tracegrad.jit.function`: trace a function into one IR graph per call, run it from a cache.
 
 Each call re-runs the Python function with lazy tensors (so Python control flow picks a
 path), records every op, `backward()` and in-place update into one graph, then looks the
@@ -10,7 +10,7 @@ At the end of a call, every lazy tensor of the trace that is still referenced (r
 materialized in place, and writes to real tensors (optimizer steps) are applied. A call
 that raises ends the same way with what it did up to the raise, as eager execution
 would leave it, then the exception goes on; if even that fails, what the call changed is
-put back as it was (`compile_undo`). No later call follows the trace of a failed one.
+put back as it was (`jit.undo`). No later call follows the trace of a failed one.
 """
 
 from __future__ import annotations
@@ -23,20 +23,25 @@ import weakref
 
 import numpy as np
 
-from tracegrad import compile_composite, compile_events, compile_replay, inspect_log, memory, reference
-from tracegrad import compile_alias
-from tracegrad.compile_alias import OVERLAPPING_WRITE_MESSAGE, SharedMemory
+from tracegrad import memory, reference
+from tracegrad.jit import composite as compile_composite
+from tracegrad.jit import events as compile_events
+from tracegrad.jit import replay as compile_replay
+from tracegrad.jit import inspect_log
+from tracegrad.jit import alias as compile_alias
+from tracegrad.jit.alias import OVERLAPPING_WRITE_MESSAGE, SharedMemory
 from tracegrad.autograd import traced_backward
-from tracegrad.compile_checks import DroppedChecks, dropped_checks, merged_checks
-from tracegrad.compile_undo import UndoLog, index_checks_come_first, index_inputs_checked
-from tracegrad.autograd.grad_mode import MODE, no_grad
-from tracegrad.ir.autodiff import FREED
+from tracegrad.jit.checks import DroppedChecks, dropped_checks, merged_checks
+from tracegrad.jit.undo import UndoLog, index_checks_come_first, index_inputs_checked
+from tracegrad.grad_mode import MODE, no_grad
+from tracegrad.autograd.autodiff import FREED, reverse_mode
+from tracegrad.codegen import program as codegen_program
 from tracegrad.codegen.program import Program, build_program
-from tracegrad.compile_key import KeyedGraph, alias_pattern, owner, structural_key
+from tracegrad.ir.structural_key import KeyedGraph, alias_pattern, owner, structural_key
 from tracegrad.ir.graph import Graph, Node, Value, user_location
-from tracegrad.naming import ArgumentNames, bound_module
+from tracegrad.jit.naming import ArgumentNames, bound_module
 from tracegrad.ir.passes import optimize
-from tracegrad.ir.tracer import Tracer
+from tracegrad.ops.tracer import Tracer
 from tracegrad.ir.types import TensorType, float32
 from tracegrad.ops import elementwise
 from tracegrad.ops.dispatch import NO_ATTRS
@@ -47,18 +52,17 @@ class CompileTrace(Tracer):
     """A tracer that captures real tensors by identity, records writes to them and can
     realize any traced value on demand."""
 
-    replays_backward = True  # backward() inside the trace may replay a template (traced_backward)
     writes_real_tensors = True
 
     def __init__(self, compiled: CompiledFunction, name: str, recording: compile_replay.Recording | None = None):
         super().__init__(KeyedGraph(name=name) if recording is None else recording.graph)
         self.compiled = compiled
-        # Following `recording` (see compile_replay) until the call does something else.
+        # Following `recording` (see jit.replay) until the call does something else.
         self.replay = compile_replay.Replay(recording) if recording is not None else None
         self.backward_steps: list[tuple] = []  # (node position, BackwardStep or None) per backward
         self.created: list[weakref.ref] = []
         self.writes: dict[int, tuple[Tensor, Tensor]] = {}
-        self.memory: SharedMemory | None = None  # from the first write on (see compile_alias)
+        self.memory: SharedMemory | None = None  # from the first write on (see jit.alias)
         # Per tensor updated in place (by id): (the tensor, the values it held before), for
         # a view of it kept past the call (`current_view`).
         self.former_values: dict[int, tuple[Tensor, list[Value]]] = {}
@@ -78,7 +82,7 @@ class CompileTrace(Tracer):
         # What the function returned and which tensors became graph outputs (naming.name_outputs).
         self.result = None
         self.output_tensors: tuple = ((), ())
-        # Composite calls of this trace a later call may take in one step (compile_composite):
+        # Composite calls of this trace a later call may take in one step (jit.composite):
         # node position -> {function: Composite}; and the 0-d tensors `scalar_tensor` made
         # (id -> (tensor, number, dtype)), which those may capture. None: not recorded.
         recorded = compile_replay.enabled()
@@ -90,7 +94,7 @@ class CompileTrace(Tracer):
         self.note_grad, self.note_change = self.undo.note_grad, self.undo.note_change
 
     def composite(self, function, args: tuple, kwargs: dict):
-        """Call a composite function (`compile_composite`): in one step if the call follows
+        """Call a composite function (`jit.composite`): in one step if the call follows
         a recording that has it at the cursor, else op by op (noted if this is a full trace)."""
         replay = self.replay
         if replay is not None and replay.recording.composites:
@@ -161,7 +165,7 @@ class CompileTrace(Tracer):
 
     def diverge(self) -> None:
         """Stop following the recorded call (if this trace does): go on from the graph
-        built so far as a graph of this call's own (see compile_replay)."""
+        built so far as a graph of this call's own (see jit.replay)."""
         replay = self.replay
         if replay is None:
             return
@@ -181,10 +185,37 @@ class CompileTrace(Tracer):
         self.diverge()
         super().note_hooks()
 
-    def note_backward(self, start: int, step) -> None:
-        """A backward just appended nodes from position `start`: `step` describes it
-        (None: a replay cannot repeat it)."""
-        self.backward_steps.append((start, step))
+    def process_backward(self, roots: list, targets, retain_graph: bool, create_graph: bool):
+        """The recorded call's backward if the trace follows one (jit.replay), else a
+        replayed template or the rules run; described for later calls. With `create_graph`
+        the engine runs the rules (None)."""
+        if create_graph:
+            if self.replay is not None:  # the rules read saved tensors: a replay makes them late
+                self.replay.save_all()
+            return None
+        if self.replay is not None:
+            results = self.replay.backward(self, roots, targets, retain_graph)
+            if results is not None:
+                return results
+        graph = self.graph
+        start, inputs_before, realizations = len(graph.nodes), len(graph.inputs), self.realization_count
+        self.version_checks = checks = []
+        try:
+            results = traced_backward.run(self, roots, targets, retain_graph)
+            if results is None:
+                # The graph a replay or a recording would build, by running the rules.
+                with no_grad():
+                    results = reverse_mode(roots, targets, retain_graph=retain_graph,
+                                           unpack=traced_backward.unpacker(self))
+        finally:
+            self.version_checks = None
+        # (None: a replay cannot repeat this backward.)
+        self.backward_steps.append((start, compile_replay.describe_backward(
+            self, start, inputs_before, roots, targets, retain_graph, results, realizations, checks)))
+        return results
+
+    def process_grad(self, output, inputs: list):
+        return self.replay.grad(self, output, inputs) if self.replay is not None else None
 
     def rebind(self, tensor, result) -> None:
         # An in-place update of an argument's stand-in updates the real argument.
@@ -405,12 +436,26 @@ _KEY_PART_BYTES = 512
 _EVICT_TO = 0.75
 
 
+def _backend_builder(backend: str, builder=None) -> tuple:
+    """The program builder of compile backend `backend` (or the explicit `builder`), and
+    whether it gets the optimized graph (else the pruned traced graph)."""
+    if backend not in reference.BACKENDS:
+        raise ValueError(f"compile: unknown backend {backend!r}; expected one of {', '.join(reference.BACKENDS)}")
+    if builder is not None:
+        if backend != "llvm":
+            raise ValueError(f"compile: pass either builder= or backend={backend!r}, not both")
+        return builder, True
+    if backend == "llvm":
+        return codegen_program.build_program, True  # (looked up now: tests spy on it)
+    return reference.interpreted_program, backend == "interpret-optimized"
+
+
 class CompiledFunction:
     def __init__(self, fn, builder=None, recompile_limit: int | None = None, cache_size: int | None = None,
                  backend: str = "llvm"):
         functools.update_wrapper(self, fn)
         self.fn = fn
-        # key -> program. After `recompile_limit` graphs (`compile_events.RECOMPILE_LIMIT`),
+        # key -> program. After `recompile_limit` graphs (`jit.events.RECOMPILE_LIMIT`),
         # a new graph first runs as an interpreted program (NumPy steps: no code generation,
         # whose cost a graph run once never repays) and gets its kernels when it runs again.
         self._programs: dict[tuple, Program] = {}
@@ -424,7 +469,7 @@ class CompiledFunction:
         self._misses = 0
         self._compile_time = 0.0
         # How a graph becomes a program, and whether it is optimized first (reference.py).
-        self._builder, self._optimizes = reference.backend_builder(backend, builder)
+        self._builder, self._optimizes = _backend_builder(backend, builder)
         self._argument_names = ArgumentNames(fn)
         self._inspect = compile_events.InspectState(recompile_limit)
         self._graph_name = _graph_name(fn)
@@ -644,7 +689,7 @@ class CompiledFunction:
         """Run one call (with its side effects, as a normal call) and return a report of
         what happened: traced and optimized graphs, realization points, kernels, cache
         events with miss reasons, compile times. `str(report)` shows it all."""
-        from tracegrad.explain import explain_call
+        from tracegrad.jit.explain import explain_call
         return explain_call(self, args, kwargs)
 
 
@@ -688,7 +733,7 @@ def _feed(value: Value, tensor: Tensor) -> None:
 
 def _cached_bytes(program: Program, key: tuple) -> int:
     """What keeping `program` under `key` takes: the program, its key and the graph its
-    origin keeps (`compile_events`), estimated."""
+    origin keeps (`jit.events`), estimated."""
     return program.nbytes + _KEY_PART_BYTES * len(key)
 
 
@@ -701,7 +746,7 @@ def _graph_name(fn) -> str:
 
 def _run_program(program: Program, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """Run `program` on the arrays of its graph's inputs (it reads those its pruned graph
-    kept), with the checks of the ops pruning dropped (`compile_checks`) around it."""
+    kept), with the checks of the ops pruning dropped (`jit.checks`) around it."""
     checks = program.dropped_checks
     if checks is None:
         return program.run([inputs[i] for i in program.feeds] if program.feeds is not None else inputs)
@@ -738,7 +783,7 @@ def _finish_failed(trace: CompileTrace) -> None:
 
 
 def _undo(trace: CompileTrace) -> None:
-    """Put back what a call that cannot finish changed (`compile_undo`), and never follow it."""
+    """Put back what a call that cannot finish changed (`jit.undo`), and never follow it."""
     if trace.replay is not None:  # tensors of the failed call may reference its nodes
         trace.compiled._forget(trace.replay.recording)
     trace.undo.restore()
@@ -751,7 +796,7 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
         trace.diverge()  # the call did less than the recorded one
     pending = trace.writes
     # (An argument whose value changed because a write shared its memory is written back
-    # by that write: compile_alias.)
+    # by that write: jit.alias.)
     refreshed = trace.memory.changed if trace.memory is not None else ()
     for tensor, proxy, value in trace.arguments:
         if proxy._value is not value and id(tensor) not in pending and id(tensor) not in refreshed:
@@ -977,7 +1022,7 @@ def _donations(writes: list, position: dict, inputs: list[np.ndarray], aliasing:
 def _prune(graph: Graph) -> tuple[Graph, tuple[int, ...] | None, DroppedChecks | None]:
     """Keep only the nodes and inputs the outputs depend on (dead-code elimination), and
     say which of the original inputs were kept (None: all) and what the dropped nodes
-    still check (`compile_checks`: a computed index checked becomes an extra output)."""
+    still check (`jit.checks`: a computed index checked becomes an extra output)."""
     needed = Graph.from_outputs(graph.outputs, graph.name)
     kept_nodes = {id(n) for n in needed.nodes}
     outputs = graph.outputs

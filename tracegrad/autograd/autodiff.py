@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tracegrad.autograd.saved import FREED_MESSAGE
+from tracegrad.ops.saved import FREED_MESSAGE
 from tracegrad.ir.graph import Graph, Node, Value
-from tracegrad.ops.primitive import VJPContext
+from tracegrad.ir.primitive import VJPContext
 
 FREED = ()  # node.saved after backward freed it
 
@@ -189,8 +189,8 @@ def apply_hooks(hooks, grad):
 def backward_graph(output, inputs) -> Graph:
     """The backward IR of `output` w.r.t. `inputs`: a graph from (grad_output, saved
     values) to one gradient per input. `graph.bindings` holds the saved arrays."""
-    from tracegrad.autograd.grad_mode import no_grad
-    from tracegrad.ir.tracer import Tracer
+    from tracegrad.grad_mode import no_grad
+    from tracegrad.ops.tracer import Tracer
     from tracegrad.ops.elementwise import full
 
     inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]

@@ -1,17 +1,17 @@
 """`fn.explain(*args)`: what one compiled call did, as a report object.
 
-The report holds the call's cache events (`tracegrad.compile_events`) and realization
+The report holds the call's cache events (`tracegrad.jit.events`) and realization
 points. Everything else is derived when asked for: the optimized graph (the pass pipeline
 again: it is deterministic), the fusion plan of that graph paired step by step with the
 cached program's kernels (for their LLVM modules, symbols and compile times), the LLVM IR
-and the assembly. `TRACEGRAD_LOG` (`tracegrad.inspect_log`) prints the same sections.
+and the assembly. `TRACEGRAD_LOG` (`tracegrad.jit.inspect_log`) prints the same sections.
 """
 
 from __future__ import annotations
 
-from tracegrad.compile_events import CacheEvent, Realization
+from tracegrad.jit.events import CacheEvent, Realization
 from tracegrad.ir.printer import format_graph, format_node, value_names
-from tracegrad.ops.primitive import MATMUL
+from tracegrad.ir.primitive import MATMUL
 
 
 def _milliseconds(seconds: float) -> str:
@@ -224,7 +224,8 @@ class GraphReport:
     def to_dot(self) -> str:
         from tracegrad.ir.dot import to_dot
         self.kernels  # noqa: B018 - pairs steps with the fusion plan and names the kernels
-        return to_dot(self.optimized, kernels=self._items)
+        from tracegrad.codegen.fusion import FusedKernel
+        return to_dot(self.optimized, kernels=[item for item in self._items if isinstance(item, FusedKernel)])
 
     def __str__(self) -> str:
         return "\n".join([
@@ -301,9 +302,9 @@ class ExplainReport:
 
 
 def explain_call(compiled, args: tuple, kwargs: dict) -> ExplainReport:
-    from tracegrad.autograd.grad_mode import MODE
-    from tracegrad.compile import CompileTrace
-    from tracegrad.naming import name_captured_inputs, name_outputs
+    from tracegrad.grad_mode import MODE
+    from tracegrad.jit.function import CompileTrace
+    from tracegrad.jit.naming import name_captured_inputs, name_outputs
     if isinstance(MODE.tracer, CompileTrace):
         raise RuntimeError("explain() cannot run inside another compiled function's trace")
     result, trace = compiled._traced_call(args, kwargs, follow=False)  # locations of this call

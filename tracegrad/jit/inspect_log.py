@@ -24,7 +24,9 @@ its traffic.
 
 The environment is read once, at import; `configure()` changes the settings at run time.
 When nothing is enabled the compiler only tests the flags `ACTIVE` (per compile-cache
-lookup) and `TIMING` (once per program run).
+lookup) and `codegen.timings.ENABLED` (once per program run). The timings are recorded by
+`tracegrad.codegen.timings`; `timings()`, `timings_report()` and `reset_timings()` are
+named here too.
 """
 
 from __future__ import annotations
@@ -35,13 +37,14 @@ import re
 import sys
 import threading
 import warnings
-import weakref
+
+from tracegrad.codegen import timings as program_timings
+from tracegrad.codegen.timings import reset_timings, timings, timings_report  # noqa: F401
 
 STAGES = ("graphs", "kernels", "llvm", "asm", "recompiles", "cache", "timings")
 PER_GRAPH = ("graphs", "kernels", "llvm", "asm")
 
 ACTIVE = False
-TIMING = False  # the `timings` stage: read by Program.run once per run
 stages: frozenset[str] = frozenset()
 dump_dir: str | None = None
 _lock = threading.Lock()
@@ -67,7 +70,7 @@ _FROM_ENV = object()
 def configure(log=_FROM_ENV, directory=_FROM_ENV) -> None:
     """Set the stages (a comma-separated string or a list; None for none) and the dump
     directory (None for stderr). An argument left out is read from the environment."""
-    global ACTIVE, TIMING, stages, dump_dir
+    global ACTIVE, stages, dump_dir
     if log is _FROM_ENV:
         log = os.environ.get("TRACEGRAD_LOG") or None
     if directory is _FROM_ENV:
@@ -77,7 +80,7 @@ def configure(log=_FROM_ENV, directory=_FROM_ENV) -> None:
         chosen = frozenset(STAGES)
     stages, dump_dir = chosen, directory
     ACTIVE = bool(stages)
-    TIMING = "timings" in stages
+    program_timings.ENABLED = "timings" in stages
 
 
 def _safe(name: str) -> str:
@@ -116,7 +119,7 @@ def graph_event(trace, event) -> None:
     lines = _event_lines(event)
     sections = []
     if not event.hit and stages.intersection(PER_GRAPH):
-        from tracegrad.explain import GraphReport
+        from tracegrad.jit.explain import GraphReport
         report = GraphReport(event, len(trace.events))
         sections = _graph_sections(report)
     with _lock:
@@ -137,121 +140,8 @@ def graph_event(trace, event) -> None:
                 f.write(f"{report.title()}\ncache: {report.status()}\n\n" + "\n\n".join(sections) + "\n")
 
 
-# -- timings -------------------------------------------------------------------------------
-
-class StepTiming:
-    """What one step of one program spent, summed over its calls."""
-
-    __slots__ = ("kind", "label", "shapes", "calls", "seconds", "bytes", "flops", "threads")
-
-    def __init__(self, kind: str, label: str):
-        self.kind, self.label = kind, label
-        self.shapes = ""
-        self.calls = 0
-        self.seconds = 0.0
-        self.bytes = 0
-        self.flops = 0
-        self.threads = 1
-
-
-class ProgramTimings:
-    """The step timings of one compiled program (one optimized graph)."""
-
-    def __init__(self, title: str, steps: list[tuple[str, str]]):
-        self.title = title
-        self.runs = 0
-        self.steps = [StepTiming(kind, label) for kind, label in steps]
-
-    @property
-    def seconds(self) -> float:
-        return sum(step.seconds for step in self.steps)
-
-    def add_run(self, seconds: list[float], moved: list[int], flops: list[int], threads: list[int]) -> None:
-        with _lock:
-            self.runs += 1
-            for step, spent, size, count, used in zip(self.steps, seconds, moved, flops, threads):
-                step.calls += 1
-                step.seconds += spent
-                step.bytes += size
-                step.flops += count
-                step.threads = max(step.threads, used)
-
-
-_timed: list[ProgramTimings] = []  # in order of first run; kept until reset_timings()
-_timings_of: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # program -> its record
-
-
-def program_timings(program, describe) -> ProgramTimings:
-    """The record of `program`, made (from `describe()`: title and steps) on first use."""
-    record = _timings_of.get(program)
-    if record is None:
-        with _lock:
-            record = _timings_of.get(program)
-            if record is None:
-                title, steps = describe()
-                record = _timings_of[program] = ProgramTimings(title, steps)
-                _timed.append(record)
-    return record
-
-
-def timings() -> list[ProgramTimings]:
-    """The records of the programs run since the last reset (most time first)."""
-    with _lock:
-        return sorted(_timed, key=lambda record: -record.seconds)
-
-
-def reset_timings() -> None:
-    """Forget every recorded timing."""
-    with _lock:
-        _timed.clear()
-        _timings_of.clear()
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 1] + "…"
-
-
-def _rate(amount: int, seconds: float) -> str:
-    return f"{amount / seconds / 1e9:.2f}" if amount and seconds > 0 else "-"
-
-
-def _program_table(record: ProgramTimings) -> list[str]:
-    total = record.seconds
-    header = ("step", "kind", "label", "shapes (out <- in)", "calls", "mean µs", "GB/s", "GFLOP/s", "threads",
-              "share")
-    rows = [header]
-    for index, step in enumerate(record.steps):
-        if not step.calls:
-            continue
-        rows.append((str(index), step.kind, _clip(step.label, 40), _clip(step.shapes, 60), str(step.calls),
-                     f"{step.seconds / step.calls * 1e6:.1f}", _rate(step.bytes, step.seconds),
-                     _rate(step.flops, step.seconds), str(step.threads),
-                     f"{step.seconds / total:.1%}" if total > 0 else "-"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    left = {1, 2, 3}  # text columns
-    lines = [f"graph {record.title}: {record.runs} runs, {total * 1e3:.3f} ms in steps "
-             f"({total / max(record.runs, 1) * 1e6:.1f} µs per run)"]
-    for row in rows:
-        lines.append("  " + "  ".join(cell.ljust(w) if i in left else cell.rjust(w)
-                                      for i, (cell, w) in enumerate(zip(row, widths))).rstrip())
-    return lines
-
-
-def timings_report() -> str:
-    """The per-step timing table of every program run with the `timings` stage on."""
-    records = timings()
-    if not records:
-        return "[tracegrad] timings: nothing recorded (enable TRACEGRAD_LOG=timings)\n"
-    total = sum(record.seconds for record in records)
-    lines = [f"[tracegrad] timings: {len(records)} compiled graph(s), {total * 1e3:.3f} ms in steps"]
-    with _lock:
-        for record in records:
-            lines += [""] + _program_table(record)
-    return "\n".join(lines) + "\n"
-
-
 def _report_at_exit() -> None:
-    if not _timed:
+    if not timings():
         return
     text = timings_report()
     if dump_dir is None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracegrad.compile_undo import _checked_operands
+from tracegrad.jit.undo import _checked_operands
 from tracegrad.ir.graph import Graph, Value
 
 
