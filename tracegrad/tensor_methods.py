@@ -236,9 +236,7 @@ def _keep_value_read(self: Tensor, node, tracer) -> None:
     """Inside a trace: the saved tensor of `node` holding `self` (`_saved_self`) is
     replaced by a lazy tensor of the value the node read, with a version counter of its
     own, as eager execution keeps a copy of the pre-update data."""
-    replay = tracer.replay
-    if replay is not None:
-        replay.save(node)  # a followed node's saved tensors, made now (before the update)
+    tracer.make_saved(node)  # (a followed node's saved tensors are made late: now, before the update)
     saved = _saved_self(self, node)
     if saved is None:
         return

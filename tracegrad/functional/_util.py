@@ -19,13 +19,7 @@ def scalar_tensor(value, dtype: types.DType) -> Tensor:
     call following an earlier one's trace reuses that call's tensor of the same number."""
     tracer = MODE.tracer
     if tracer is not None:
-        if tracer.replay is not None:
-            return tracer.replay.scalar(value, dtype, _new_scalar_tensor)
-        made = tracer.scalars
-        if made is not None:  # (a composite may capture it: `jit.composite.record`)
-            t = _new_scalar_tensor(value, dtype)
-            made[id(t)] = (t, value, dtype)
-            return t
+        return tracer.scalar_tensor(value, dtype, _new_scalar_tensor)
     return _new_scalar_tensor(value, dtype)
 
 

@@ -25,10 +25,8 @@ def _binary(prim, name):
             common = common_operands(input, other)  # (prepare's common case, one frame less per op)
             a, b = common if common is not None else prepare(name, input, other)
         tracer = MODE.tracer
-        if tracer is not None and tracer.replay is not None:  # (bind's first step, inline)
-            outputs = tracer.replay.bind(tracer, prim, (a, b), NO_ATTRS)
-            if outputs is not None:
-                return outputs
+        if tracer is not None:  # (bind's hand-off to the trace, inline: one frame less per op)
+            return tracer.process_primitive(prim, (a, b), NO_ATTRS)
         return bind(prim, (a, b))  # not through ew's function: one frame less per op
     op.__name__ = name
     return op
@@ -66,10 +64,8 @@ def div(input, other) -> Tensor:
     common = common_operands(input, other)
     if common is not None and common[0]._type.dtype.is_floating:
         tracer = MODE.tracer
-        if tracer is not None and tracer.replay is not None:  # (bind's first step, inline)
-            outputs = tracer.replay.bind(tracer, ew.DIV, (common[0], common[1]), NO_ATTRS)
-            if outputs is not None:
-                return outputs
+        if tracer is not None:  # (bind's hand-off to the trace, inline)
+            return tracer.process_primitive(ew.DIV, (common[0], common[1]), NO_ATTRS)
         return bind(ew.DIV, (common[0], common[1]))
     for operand in (input, other):
         check_operand("div", operand)
@@ -94,10 +90,8 @@ def _float_unary(prim, name):
         if not input._type.dtype.is_floating:
             input = ew.convert(input, types.default_float)
         tracer = MODE.tracer
-        if tracer is not None and tracer.replay is not None:  # (bind's first step, inline)
-            outputs = tracer.replay.bind(tracer, prim, (input,), NO_ATTRS)
-            if outputs is not None:
-                return outputs
+        if tracer is not None:  # (bind's hand-off to the trace, inline)
+            return tracer.process_primitive(prim, (input,), NO_ATTRS)
         return bind(prim, (input,))
     op.__name__ = name
     return op

@@ -44,7 +44,6 @@ from tracegrad.ir.passes import optimize
 from tracegrad.ops.tracer import Tracer
 from tracegrad.ir.types import TensorType, float32
 from tracegrad.ops import elementwise
-from tracegrad.ops.dispatch import NO_ATTRS
 from tracegrad.tensor import Tensor, lazy_tensor, owned_array
 
 
@@ -58,7 +57,12 @@ class CompileTrace(Tracer):
         super().__init__(KeyedGraph(name=name) if recording is None else recording.graph)
         self.compiled = compiled
         # Following `recording` (see jit.replay) until the call does something else.
-        self.replay = compile_replay.Replay(recording) if recording is not None else None
+        self.replay = None
+        if recording is not None:
+            self.replay = replay = compile_replay.Replay(recording, self)
+            # While following, the replay takes each op and 0-d number first (`diverge` ends it).
+            self.process_primitive = replay.process_primitive
+            self.scalar_tensor = replay.scalar
         self.backward_steps: list[tuple] = []  # (node position, BackwardStep or None) per backward
         self.created: list[weakref.ref] = []
         self.writes: dict[int, tuple[Tensor, Tensor]] = {}
@@ -163,6 +167,19 @@ class CompileTrace(Tracer):
         self.arguments.append((tensor, proxy, value))
         return proxy
 
+    def end(self) -> None:
+        """The call is over: its replay takes no more ops, and it and the trace stop
+        referencing each other (a reference cycle would keep the call's tensors alive
+        until a garbage collection, and a later call could not follow the recording)."""
+        if self.replay is not None:
+            self._stop_following_ops()
+            self.replay.tracer = None
+
+    def _stop_following_ops(self) -> None:
+        """Ops and 0-d numbers go to the class's methods from now on (not the replay's)."""
+        self.__dict__.pop("process_primitive", None)
+        self.__dict__.pop("scalar_tensor", None)
+
     def diverge(self) -> None:
         """Stop following the recorded call (if this trace does): go on from the graph
         built so far as a graph of this call's own (see jit.replay)."""
@@ -170,6 +187,7 @@ class CompileTrace(Tracer):
         if replay is None:
             return
         self.replay = None
+        self._stop_following_ops()
         replay.save_all()
         self.graph = self.graph.prefix(replay.n_inputs, replay.position)
         if replay.recording.histories and not self.histories:  # (`Replay.input` set origins)
@@ -214,6 +232,10 @@ class CompileTrace(Tracer):
             self, start, inputs_before, roots, targets, retain_graph, results, realizations, checks)))
         return results
 
+    def make_saved(self, node) -> None:
+        if self.replay is not None:
+            self.replay.save(node)
+
     def process_grad(self, output, inputs: list):
         return self.replay.grad(self, output, inputs) if self.replay is not None else None
 
@@ -240,11 +262,8 @@ class CompileTrace(Tracer):
         elif MODE.grad_enabled:
             with no_grad():
                 fresh_value = elementwise.copy(result)
-        else:  # (under no_grad already; followed: `bind`'s first step inline)
-            replay = self.replay
-            fresh_value = replay.bind(self, elementwise.COPY, (result,), NO_ATTRS) if replay is not None else None
-            if fresh_value is None:  # (not followed, or the replay diverged: as any op)
-                fresh_value = elementwise.copy(result)
+        else:  # (under no_grad already)
+            fresh_value = elementwise.copy(result)
         if leaf._grad_fn is None:
             fresh_value._value.leaf = weakref.ref(self.proxies.get(id(leaf), leaf) if self.proxies else leaf)
         else:
@@ -623,21 +642,24 @@ class CompiledFunction:
         recording = self._follow() if follow and compile_replay.enabled() else None
         trace = CompileTrace(self, self._graph_name, recording)
         try:
-            with trace:
-                names = self._argument_names.first(len(args))
-                traced_args = [_substitute(a, trace, name) for a, name in zip(args, names)]
-                traced_kwargs = {k: _substitute(v, trace, k) for k, v in kwargs.items()} if kwargs else {}
-                result = self.fn(*traced_args, **traced_kwargs)
-                del traced_args, traced_kwargs
-        except BaseException:
-            _finish_failed(trace)
-            raise  # (the function's own exception, unchanged)
-        trace.result = result
-        try:
-            _finish(trace)
-        except BaseException:
-            _undo(trace)
-            raise
+            try:
+                with trace:
+                    names = self._argument_names.first(len(args))
+                    traced_args = [_substitute(a, trace, name) for a, name in zip(args, names)]
+                    traced_kwargs = {k: _substitute(v, trace, k) for k, v in kwargs.items()} if kwargs else {}
+                    result = self.fn(*traced_args, **traced_kwargs)
+                    del traced_args, traced_kwargs
+            except BaseException:
+                _finish_failed(trace)
+                raise  # (the function's own exception, unchanged)
+            trace.result = result
+            try:
+                _finish(trace)
+            except BaseException:
+                _undo(trace)
+                raise
+        finally:
+            trace.end()
         compile_events.call_finished(trace)
         return result, trace
 

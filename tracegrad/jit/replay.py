@@ -38,7 +38,8 @@ from tracegrad.grad_mode import MODE
 from tracegrad.autograd.traced_backward import leaf_hooks
 from tracegrad.autograd.autodiff import FREED
 from tracegrad.ir.graph import Value, attr_key
-from tracegrad.ops.dispatch import _record, _share_storage, _tensors_read, traced_view
+from tracegrad.ops.dispatch import _record, _share_storage, traced_view
+from tracegrad.ops.tracer import Tracer
 from tracegrad.tensor import Tensor, lazy_tensor, owned_array
 
 _new_object = object.__new__
@@ -227,12 +228,13 @@ def _plans(graph, steps: list) -> list[tuple]:
 class Replay:
     """A cursor over a `Recording`, moved by the ops of the call following it."""
 
-    __slots__ = ("recording", "plans", "n_nodes", "inputs", "position", "n_inputs",
+    __slots__ = ("recording", "tracer", "plans", "n_nodes", "inputs", "position", "n_inputs",
                  "steps", "step_index", "next_step_at", "unsaved", "scalar_taken", "saved_made")
 
-    def __init__(self, recording: Recording):
+    def __init__(self, recording: Recording, tracer):
         graph = recording.graph
         self.recording = recording
+        self.tracer = tracer  # the CompileTrace following the recording
         self.plans = recording.plans
         self.n_nodes = len(graph.nodes)
         self.inputs = graph.inputs
@@ -296,18 +298,21 @@ class Replay:
             return t
         return make(value, dtype)
 
-    def bind(self, tracer, prim, inputs: tuple, attrs: dict):
-        """The outputs of the recorded node at the cursor if `prim(inputs, attrs)` is that
-        node as `dispatch.bind` would record it here (None: the replay diverged)."""
+    def process_primitive(self, prim, inputs: tuple, attrs: dict):
+        """The following trace's `process_primitive` (`CompileTrace` makes it so while it
+        follows): the outputs of the recorded node at the cursor if `prim(inputs, attrs)`
+        is that node as the trace would record it here; else the replay diverges and the
+        op is traced as in any trace (`Tracer.process_primitive`)."""
+        tracer = self.tracer
         position = self.position
         if position >= self.n_nodes or position == self.next_step_at:
             tracer.diverge()
-            return None
+            return Tracer.process_primitive(tracer, prim, inputs, attrs)
         node, op, n_inputs, attr_part, recordable, saves, movement, single, values = self.plans[position]
         if op is not prim or n_inputs != len(inputs) or (
                 attrs != node.attrs and attr_key(attrs) != attr_part if attrs else attr_part is not None):
             tracer.diverge()
-            return None
+            return Tracer.process_primitive(tracer, prim, inputs, attrs)
         # What `bind` computes from its inputs (and in the same order: the view check may raise).
         mode = MODE
         grad_enabled = mode.grad_enabled
@@ -320,19 +325,19 @@ class Replay:
             if t._base is not None and (grad_enabled or t._data is None):
                 t._check_view_is_current()
                 if tracer.replay is not self:  # (a stale view brought up to date diverged)
-                    return None
+                    return Tracer.process_primitive(tracer, prim, inputs, attrs)
             if t._volatile:
                 volatile = True
             if t._requires_grad:
                 requires_grad = True
             if t._inference:  # cannot be saved: `bind` raises the error
                 tracer.diverge()
-                return None
+                return Tracer.process_primitive(tracer, prim, inputs, attrs)
             if t._data is None:
                 value = t._value
                 if value is not recorded and value != recorded:
                     tracer.diverge()
-                    return None
+                    return Tracer.process_primitive(tracer, prim, inputs, attrs)
             else:
                 # (CompileTrace.value_of, inline for a tensor captured by now or next)
                 entry = tracer.captured.get(id(t)) if not tracer.overrides else None
@@ -345,7 +350,7 @@ class Replay:
                 if value is not recorded and value != recorded:
                     if tracer.replay is not None:
                         tracer.diverge()
-                    return None
+                    return Tracer.process_primitive(tracer, prim, inputs, attrs)
         record = requires_grad and recordable and grad_enabled and not volatile
         needs = node.needs_input_grad
         if record:
@@ -357,10 +362,10 @@ class Replay:
                 same = needs == tuple([t._requires_grad for t in inputs])
             if not same:
                 tracer.diverge()
-                return None
+                return Tracer.process_primitive(tracer, prim, inputs, attrs)
         elif needs:
             tracer.diverge()
-            return None
+            return Tracer.process_primitive(tracer, prim, inputs, attrs)
         if single is not None:  # one output (the usual op, written out: no tuple, no loops)
             out = _new_object(Tensor)  # (lazy_tensor, inline: one frame less per op)
             out._init(None, single.type)
@@ -397,8 +402,8 @@ class Replay:
                     versions = tuple([t._version_counter.value for t in inputs])
                 read = inputs
                 if tracer.overrides:
-                    read = _tensors_read(inputs, [t._value if t._data is None else tracer.value_of(t)
-                                                  for t in inputs], tracer)
+                    read = tracer.tensors_read(inputs, [t._value if t._data is None else tracer.value_of(t)
+                                                         for t in inputs])
                 self.unsaved[node] = (node, prim, read, outputs, versions)
         elif volatile:
             for out in outputs:

@@ -1,11 +1,11 @@
 """`bind`: apply a primitive to tensors.
 
-This is the one entry point every op goes through. It runs the primitive's shape rule
-(so bad input fails before anything changes), then either computes with NumPy (eager)
-or appends a node to the active tracer's graph (lazy), and records the node for
-autograd when grad mode is on and an input requires grad. A compile trace following an
-earlier call (`tracegrad.jit.replay`) checks the op against the node recorded there
-instead, and returns that node's outputs.
+This is the one entry point every op goes through. Without an active trace it runs the
+primitive's shape rule (so bad input fails before anything changes), computes with NumPy
+(eager execution) and records the node for autograd when grad mode is on and an input
+requires grad. With a trace active (`MODE.tracer`: a `Tracer`, `ops/tracer.py`) it hands
+the op to that trace, `tracer.process_primitive(prim, inputs, attrs)`, and knows nothing
+of what the trace does with it (append a node, follow a recorded call, ...).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tracegrad.ops.saved import SavedTensor
 from tracegrad.ir.graph import Node, Value, user_location
 from tracegrad.ops.layout import views_memory_of
 from tracegrad.ir.primitive import MOVEMENT, Primitive
-from tracegrad.tensor import Tensor, lazy_tensor
+from tracegrad.tensor import Tensor
 
 
 NO_ATTRS: dict = {}  # the attributes of an op without any (one shared empty dict)
@@ -27,10 +27,8 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = NO_ATTRS):
     """Apply `prim` to `inputs` (Tensors). Returns a Tensor, or a tuple for multi-output ops."""
     mode = MODE
     tracer = mode.tracer
-    if tracer is not None and tracer.replay is not None:  # following a recorded trace
-        outputs = tracer.replay.bind(tracer, prim, inputs, attrs)
-        if outputs is not None:
-            return outputs
+    if tracer is not None:
+        return tracer.process_primitive(prim, inputs, attrs)
     # (No comprehensions on this path: in Python 3.11 each one is a function call.)
     if len(inputs) == 1:
         in_types = (inputs[0]._type,)
@@ -41,111 +39,51 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict = NO_ATTRS):
     out_types = prim.shape_rule(*in_types, **attrs) if attrs else prim.shape_rule(*in_types)
     grad_enabled = mode.grad_enabled
     volatile = requires_grad = False
-    concrete = True
-    for t in inputs:  # (jit.replay.Replay.bind mirrors this loop: keep the two alike)
-        # A traced view does not share memory with its base: after an in-place update of
-        # the base it would read old values, so it is refused whatever the grad mode.
-        if t._base is not None and (grad_enabled or t._data is None):
+    for t in inputs:  # (Tracer.process_primitive and jit.replay mirror this loop: keep them alike)
+        if t._base is not None and grad_enabled:
             t._check_view_is_current()
         if t._volatile:
             volatile = True
         if t._requires_grad:
             requires_grad = True
         if t._data is None:
-            concrete = False
-    record = (requires_grad and grad_enabled and prim.vjp is not None and not volatile
-              and out_types[0].dtype.is_floating)
-    if tracer is None and concrete:
-        if len(inputs) == 1:
-            arrays = (inputs[0]._data,)
-        elif len(inputs) == 2:
-            arrays = (inputs[0]._data, inputs[1]._data)
-        else:
-            arrays = tuple([t._data for t in inputs])
-        result = prim.impl(*arrays, **attrs) if attrs else prim.impl(*arrays)
-        if prim.num_outputs == 1:
-            if prim.kind != MOVEMENT and not result.flags.c_contiguous:
-                # NumPy keeps an operand's layout (order "K"); a computed result is C-ordered
-                # in compiled and fused code, and layout is observable (`contiguous()`).
-                result = np.ascontiguousarray(result)
-            outputs = (Tensor._make(result, out_types[0], mode.inference),)
-        else:
-            outputs = tuple(Tensor._make(array, typ, mode.inference) for array, typ in zip(result, out_types))
-        if prim.kind == MOVEMENT and len(inputs) == 1 and not outputs[0]._data.flags.owndata:
-            _share_storage(inputs[0], outputs[0])
-        node = None
-        if record:
-            if len(inputs) == 1:
-                values = (inputs[0]._autograd_value(),)
-            elif len(inputs) == 2:
-                values = (inputs[0]._autograd_value(), inputs[1]._autograd_value())
-            else:
-                values = tuple([t._autograd_value() for t in inputs])
-            node = Node(prim, values, attrs, out_types, user_location(skip=1))  # skip: bind
-    else:
-        if tracer is None:
             raise RuntimeError(f"{prim.name}: a traced (lazy) tensor was used outside of its trace")
-        outputs = _bind_traced(prim, inputs, attrs, out_types, tracer, record)
-        if record:
-            return outputs[0] if prim.num_outputs == 1 else outputs
-        node = None
-    if record:
-        _record(prim, node, inputs, outputs)
+    if len(inputs) == 1:
+        arrays = (inputs[0]._data,)
+    elif len(inputs) == 2:
+        arrays = (inputs[0]._data, inputs[1]._data)
+    else:
+        arrays = tuple([t._data for t in inputs])
+    result = prim.impl(*arrays, **attrs) if attrs else prim.impl(*arrays)
+    if prim.num_outputs == 1:
+        if prim.kind != MOVEMENT and not result.flags.c_contiguous:
+            # NumPy keeps an operand's layout (order "K"); a computed result is C-ordered
+            # in compiled and fused code, and layout is observable (`contiguous()`).
+            result = np.ascontiguousarray(result)
+        outputs = (Tensor._make(result, out_types[0], mode.inference),)
+    else:
+        outputs = tuple(Tensor._make(array, typ, mode.inference) for array, typ in zip(result, out_types))
+    if prim.kind == MOVEMENT and len(inputs) == 1 and not outputs[0]._data.flags.owndata:
+        _share_storage(inputs[0], outputs[0])
+    if (requires_grad and grad_enabled and prim.vjp is not None and not volatile
+            and out_types[0].dtype.is_floating):
+        if len(inputs) == 1:
+            values = (inputs[0]._autograd_value(),)
+        elif len(inputs) == 2:
+            values = (inputs[0]._autograd_value(), inputs[1]._autograd_value())
+        else:
+            values = tuple([t._autograd_value() for t in inputs])
+        _record(prim, Node(prim, values, attrs, out_types, user_location(skip=1)), inputs, outputs)  # skip: bind
     elif volatile:
         for out in outputs:
             out._volatile = True
     return outputs[0] if prim.num_outputs == 1 else outputs
 
 
-def _bind_traced(prim: Primitive, inputs: tuple, attrs: dict, out_types: tuple, tracer, record: bool) -> tuple:
-    """Append a node to the tracer's graph; its outputs as lazy tensors (recorded for
-    autograd when `record`). Every traced op runs this, so it builds each object once."""
-    # Every tracer's value_of gives a lazy tensor its own value: asked only for concrete ones.
-    if len(inputs) == 1:
-        t = inputs[0]
-        values = (t._value if t._data is None else tracer.value_of(t),)
-    elif len(inputs) == 2:
-        a, b = inputs
-        values = (a._value if a._data is None else tracer.value_of(a),
-                  b._value if b._data is None else tracer.value_of(b))
-    else:
-        values = tuple([t._value if t._data is None else tracer.value_of(t) for t in inputs])
-    node = Node(prim, values, attrs, out_types, user_location(skip=2))  # skip: _bind_traced, bind
-    if len(out_types) == 1:
-        typ = out_types[0]
-        outputs = (lazy_tensor(Value(typ, node, 0), typ, tracer),)
-    else:
-        outputs = tuple([lazy_tensor(Value(typ, node, i), typ, tracer) for i, typ in enumerate(out_types)])
-    if traced_view(prim, len(inputs), out_types[0]):
-        _share_storage(inputs[0], outputs[0])
-    if record:
-        _record(prim, node, _tensors_read(inputs, values, tracer) if tracer.overrides else inputs, outputs)
-    # After recording: the graph keys what the backward will see of a recorded node.
-    tracer.graph.add_node(node)
-    return outputs
-
-
 def traced_view(prim: Primitive, n_inputs: int, out_type) -> bool:
     """Whether a traced op's result is a view of its input, sharing its version counter, as
     the eager op's NumPy view is (an empty one too, as in PyTorch: `_share_storage`)."""
     return prim.view_strides is not None and n_inputs == 1
-
-
-def _tensors_read(inputs: tuple, values: tuple, tracer) -> tuple:
-    """The tensors a traced node read, for its saved tensors: a real tensor written earlier
-    in the trace (an optimizer step) was read as its new value, a lazy stand-in here. The
-    stand-in shares the tensor's version counter: a later write to the tensor is seen by
-    the saved tensor's version check, as in eager execution."""
-    overrides = tracer.overrides
-    read = []
-    for t, value in zip(inputs, values):
-        if t._data is not None and id(t) in overrides:
-            stand_in = lazy_tensor(value, t._type, tracer)
-            stand_in._requires_grad = t._requires_grad
-            stand_in._version_counter = t._version_counter
-            t = stand_in
-        read.append(t)
-    return tuple(read)
 
 
 def _record(prim: Primitive, node: Node, inputs: tuple, outputs: tuple) -> None:

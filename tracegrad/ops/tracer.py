@@ -1,8 +1,17 @@
 """`Tracer`: while active, ops on tensors append nodes to a graph instead of computing.
 
+A tracer is a trace in the sense of JAX's core: `bind` hands it every op
+(`process_primitive`), the autograd engine every backward (`process_backward`,
+`process_grad`), and the layers above call its hooks where a trace may do something of
+its own (a 0-d tensor of a Python number, an in-place write, a view's base changing).
+The methods here are the plain graph trace; a subclass changes what it needs:
+`jit.function.CompileTrace` follows a recorded call, captures real tensors, records
+writes; `functional.eager_fusion.FusionTrace` records a composite to fuse. Nothing below
+`jit/` knows which trace is active.
+
 Concrete tensors an op reads become graph inputs by identity of their array (captured),
-so the graph can later run with their current data. Used to build backward graphs; the compiler
-traces whole functions with it.
+so the graph can later run with their current data. Used to build backward graphs; the
+compiler traces whole functions with it.
 """
 
 from __future__ import annotations
@@ -10,7 +19,10 @@ from __future__ import annotations
 import weakref
 
 from tracegrad.grad_mode import MODE
-from tracegrad.ir.graph import Graph, Value
+from tracegrad.ir.graph import Graph, Node, Value, user_location
+from tracegrad.ir.primitive import Primitive
+from tracegrad.ops.dispatch import _record, _share_storage, traced_view
+from tracegrad.tensor import lazy_tensor
 
 
 VIEW_WRITE_MESSAGE = (
@@ -20,7 +32,6 @@ VIEW_WRITE_MESSAGE = (
 
 
 class Tracer:
-    replay = None  # a compile trace may follow an earlier call's graph (jit.replay.Replay)
     version_checks = None  # when a list: collects (node, node.saved, saved tensor) per version check
     created = None  # when a list: a weak reference to every lazy tensor made while this tracer is active
     scalars = None  # when a dict: id -> (tensor, number, dtype) of each 0-d tensor `scalar_tensor` made
@@ -37,6 +48,88 @@ class Tracer:
         self.hooked = False
         self.rebound = False
         self.backwards = 0
+
+    def process_primitive(self, prim: Primitive, inputs: tuple, attrs: dict):
+        """`bind(prim, inputs, attrs)` while this trace is active: the shape rule, then a
+        node appended to the graph, its outputs lazy tensors, recorded for autograd as
+        eager execution records (a Tensor, or a tuple for multi-output ops)."""
+        # (No comprehensions on this path: in Python 3.11 each one is a function call.)
+        if len(inputs) == 1:
+            in_types = (inputs[0]._type,)
+        elif len(inputs) == 2:
+            in_types = (inputs[0]._type, inputs[1]._type)
+        else:
+            in_types = tuple(t._type for t in inputs)
+        out_types = prim.shape_rule(*in_types, **attrs) if attrs else prim.shape_rule(*in_types)
+        grad_enabled = MODE.grad_enabled
+        volatile = requires_grad = False
+        for t in inputs:  # (bind and jit.replay mirror this loop: keep them alike)
+            # A traced view does not share memory with its base: after an in-place update of
+            # the base it would read old values, so it is refused whatever the grad mode.
+            if t._base is not None and (grad_enabled or t._data is None):
+                t._check_view_is_current()
+            if t._volatile:
+                volatile = True
+            if t._requires_grad:
+                requires_grad = True
+        record = (requires_grad and grad_enabled and prim.vjp is not None and not volatile
+                  and out_types[0].dtype.is_floating)
+        # Every tracer's value_of gives a lazy tensor its own value: asked only for concrete ones.
+        if len(inputs) == 1:
+            t = inputs[0]
+            values = (t._value if t._data is None else self.value_of(t),)
+        elif len(inputs) == 2:
+            a, b = inputs
+            values = (a._value if a._data is None else self.value_of(a),
+                      b._value if b._data is None else self.value_of(b))
+        else:
+            values = tuple([t._value if t._data is None else self.value_of(t) for t in inputs])
+        node = Node(prim, values, attrs, out_types, user_location(skip=1))  # skip: this method
+        if len(out_types) == 1:
+            typ = out_types[0]
+            outputs = (lazy_tensor(Value(typ, node, 0), typ, self),)
+        else:
+            outputs = tuple([lazy_tensor(Value(typ, node, i), typ, self) for i, typ in enumerate(out_types)])
+        if traced_view(prim, len(inputs), out_types[0]):
+            _share_storage(inputs[0], outputs[0])
+        if record:
+            _record(prim, node, self.tensors_read(inputs, values) if self.overrides else inputs, outputs)
+        elif volatile:
+            for out in outputs:
+                out._volatile = True
+        # After recording: the graph keys what the backward will see of a recorded node.
+        self.graph.add_node(node)
+        return outputs[0] if prim.num_outputs == 1 else outputs
+
+    def tensors_read(self, inputs: tuple, values: tuple) -> tuple:
+        """The tensors a traced node read, for its saved tensors: a real tensor written
+        earlier in the trace (an optimizer step) was read as its new value, a lazy stand-in
+        here. The stand-in shares the tensor's version counter: a later write to the tensor
+        is seen by the saved tensor's version check, as in eager execution."""
+        overrides = self.overrides
+        read = []
+        for t, value in zip(inputs, values):
+            if t._data is not None and id(t) in overrides:
+                stand_in = lazy_tensor(value, t._type, self)
+                stand_in._requires_grad = t._requires_grad
+                stand_in._version_counter = t._version_counter
+                t = stand_in
+            read.append(t)
+        return tuple(read)
+
+    def scalar_tensor(self, value, dtype, make):
+        """The 0-d tensor of Python number `value` an op takes as an operand, `make(value,
+        dtype)` (a graph input when read; a compile trace following a recorded call reuses
+        that call's tensor)."""
+        t = make(value, dtype)
+        made = self.scalars
+        if made is not None:  # (a composite may capture it: `jit.composite.record`)
+            made[id(t)] = (t, value, dtype)
+        return t
+
+    def make_saved(self, node) -> None:
+        """Called before an in-place op updates a tensor `node` read: a trace that makes
+        saved tensors late (a followed call) makes those of `node` now."""
 
     def value_of(self, tensor) -> Value:
         if tensor._data is None:
