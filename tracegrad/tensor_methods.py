@@ -13,6 +13,7 @@ from tracegrad.autograd.engine import backward
 from tracegrad.grad_mode import MODE
 from tracegrad.ops.saved import SavedTensor
 from tracegrad.ir import types
+from tracegrad.ops import REGISTRY
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
 from tracegrad.tensor import Tensor, lazy_tensor
@@ -43,11 +44,8 @@ _METHODS = {
     "__eq__": F.eq, "__ne__": F.ne, "__and__": F.logical_and, "__or__": F.logical_or,
     "__invert__": F.logical_not, "__getitem__": F.getitem,
     "add": F.add, "sub": F.sub, "mul": F.mul, "div": F.div, "pow": F.pow, "matmul": F.matmul,
-    "mm": F.matmul, "neg": F.neg, "abs": F.abs, "exp": F.exp, "log": F.log, "sqrt": F.sqrt,
-    "rsqrt": F.rsqrt, "sin": F.sin, "cos": F.cos, "tanh": F.tanh, "sigmoid": F.sigmoid,
-    "erf": F.erf, "relu": F.relu, "sign": F.sign, "maximum": F.maximum, "minimum": F.minimum,
+    "mm": F.matmul, "rsqrt": F.rsqrt, "relu": F.relu,
     "clamp": F.clamp, "clip": F.clamp, "where": lambda self, cond, other: F.where(cond, self, other),
-    "lt": F.lt, "le": F.le, "gt": F.gt, "ge": F.ge, "eq": F.eq, "ne": F.ne,
     "logical_not": F.logical_not, "isnan": F.isnan, "isinf": F.isinf,
     "sum": F.sum, "mean": F.mean, "any": F.any, "all": F.all, "max": F.max, "min": F.min,
     "amax": F.amax, "amin": F.amin,
@@ -58,6 +56,7 @@ _METHODS = {
     "expand": F.expand, "expand_as": F.expand_as, "broadcast_to": F.broadcast_to,
     "gather": F.gather, "clone": F.clone, "contiguous": F.contiguous,
 }
+_METHODS.update(F.arith.GENERATED)  # (the functions generated from primitive entries)
 for _name, _fn in _METHODS.items():
     # A Python function is a method as it is (one call less per operator, which every
     # traced op pays); anything else is wrapped.
@@ -298,4 +297,15 @@ Tensor.zero_ = _zero_
 Tensor.copy_ = _copy_
 Tensor.__setitem__ = _setitem
 Tensor.relu_ = lambda self: _apply_inplace(self, "relu_", lambda: F.relu(self))
-Tensor.exp_ = lambda self: _apply_inplace(self, "exp_", lambda: F.exp(self))
+
+
+def _inplace_unary(fn, name):
+    def op(self):
+        return _apply_inplace(self, name, lambda: fn(self), fresh=True)
+    op.__name__ = name
+    return op
+
+
+for _name, _fn in F.arith.GENERATED.items():  # `exp_`, `neg_`, ...: of the generated unary ops
+    if REGISTRY[_name].api in ("unary", "float_unary"):
+        setattr(Tensor, _name + "_", _inplace_unary(_fn, _name + "_"))

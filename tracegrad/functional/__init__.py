@@ -1,11 +1,11 @@
 """User-facing functions (`tg.add`, `tg.softmax`, ...): composites of the primitives in
 `tracegrad.ops`, with PyTorch signatures, broadcasting and dtype promotion. Nothing here
-has gradient code of its own."""
+has gradient code of its own. The elementwise functions whose primitive entry names a
+calling convention are generated (`arith.GENERATED`) and exported here too."""
 
 from tracegrad.functional.arith import (  # noqa: F401
-    abs, add, clamp, clip, cos, div, eq, erf, exp, ge, gt, isinf, isnan, le, log, logical_and,
-    logical_not, logical_or, lt, maximum, minimum, mul, ne, neg, pow, relu, rsqrt, sigmoid, sign,
-    sin, sqrt, sub, tanh, to_dtype, where,
+    GENERATED, add, clamp, clip, div, isinf, isnan, logical_not, mul, pow, relu, rsqrt, sub, to_dtype,
+    where,
 )
 from tracegrad.functional.conv import avg_pool2d, conv2d, max_pool2d  # noqa: F401
 from tracegrad.functional.index import gather, getitem, index_put  # noqa: F401
@@ -21,5 +21,7 @@ from tracegrad.functional.shape import (  # noqa: F401
     reshape, squeeze, stack, t, transpose, unsqueeze, view,
 )
 
+globals().update(GENERATED)  # the functions generated from primitive entries (`Primitive.api`)
+
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {
-    "arith", "conv", "index", "linalg", "neural", "reduce", "shape"}]
+    "GENERATED", "arith", "conv", "index", "linalg", "neural", "reduce", "shape"}]

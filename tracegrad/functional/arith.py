@@ -1,11 +1,17 @@
 """Elementwise user-facing functions: arithmetic with broadcasting and promotion,
-unary math, comparisons, where, clamp, relu/sigmoid and friends."""
+unary math, comparisons, where, clamp, relu/sigmoid and friends.
+
+The functions of primitives whose entry names a calling convention (`Primitive.api`) are
+generated here, in `GENERATED` (name -> function): `functional/__init__` exports them as
+`tg.<name>` and `tensor_methods` installs them as methods, so adding such an op touches
+only its entry. The rest are written by hand below."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from tracegrad.ir import types
+from tracegrad.ops import REGISTRY
 from tracegrad.ops import elementwise as ew
 from tracegrad.grad_mode import MODE
 from tracegrad.ops.dispatch import NO_ATTRS, bind
@@ -36,16 +42,6 @@ def _binary(prim, name):
 add_same = fused(_binary(ew.ADD, "add"), single_op=True)
 sub_same = fused(_binary(ew.SUB, "sub"), single_op=True)
 mul = fused(_binary(ew.MUL, "mul"), single_op=True)
-maximum = _binary(ew.MAXIMUM, "maximum")
-minimum = _binary(ew.MINIMUM, "minimum")
-lt = _binary(ew.LT, "lt")
-le = _binary(ew.LE, "le")
-gt = _binary(ew.GT, "gt")
-ge = _binary(ew.GE, "ge")
-eq = _binary(ew.EQ, "eq")
-ne = _binary(ew.NE, "ne")
-logical_and = _binary(ew.LOGICAL_AND, "logical_and")
-logical_or = _binary(ew.LOGICAL_OR, "logical_or")
 
 
 def add(input, other, *, alpha=1) -> Tensor:
@@ -79,10 +75,6 @@ def pow(input, exponent) -> Tensor:  # noqa: A001
     return ew.pow(a, b)
 
 
-def neg(input: Tensor) -> Tensor:
-    return ew.neg(input)
-
-
 def _float_unary(prim, name):
     def op(input: Tensor) -> Tensor:
         if not isinstance(input, Tensor):
@@ -97,27 +89,27 @@ def _float_unary(prim, name):
     return op
 
 
-exp = _float_unary(ew.EXP, "exp")
-log = _float_unary(ew.LOG, "log")
-sqrt = _float_unary(ew.SQRT, "sqrt")
-sin = _float_unary(ew.SIN, "sin")
-cos = _float_unary(ew.COS, "cos")
-tanh = _float_unary(ew.TANH, "tanh")
-erf = _float_unary(ew.ERF, "erf")
-sigmoid = _float_unary(ew.SIGMOID, "sigmoid")
+def _unary(prim, name):
+    def op(input: Tensor) -> Tensor:
+        if not isinstance(input, Tensor):
+            raise TypeError(f"{name}(): argument 'input' must be Tensor, not {type(input).__name__}")
+        tracer = MODE.tracer
+        if tracer is not None:  # (bind's hand-off to the trace, inline)
+            return tracer.process_primitive(prim, (input,), NO_ATTRS)
+        return bind(prim, (input,))
+    op.__name__ = name
+    return op
+
+
+_CONVENTIONS = {"float_unary": _float_unary, "unary": _unary, "binary": _binary}
+GENERATED: dict = {prim.name: _CONVENTIONS[prim.api](prim, prim.name)
+                   for prim in REGISTRY.values() if prim.api is not None}
+globals().update(GENERATED)
 
 
 def rsqrt(input: Tensor) -> Tensor:
-    root = sqrt(input)
+    root = GENERATED["sqrt"](input)
     return ew.div(ew.full_like(root, 1.0), root)
-
-
-def abs(input: Tensor) -> Tensor:  # noqa: A001
-    return ew.abs(input)
-
-
-def sign(input: Tensor) -> Tensor:
-    return ew.sign(input)
 
 
 def logical_not(input: Tensor) -> Tensor:

@@ -28,13 +28,13 @@ class Primitive:
     __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output", "saved_for", "saves_by_needs",
                  "kind", "num_outputs", "backward_name", "lower", "index_map", "reduce_identity",
                  "simplify", "rewrite", "constant", "aligned", "lower_indexed", "lowers",
-                 "index_checks", "view_strides", "write_back", "__dict__")
+                 "index_checks", "view_strides", "write_back", "api", "__dict__")
 
     def __init__(self, name: str, *, shape_rule: Callable[..., tuple[TensorType, ...]],
                  impl: Callable, vjp: Callable | None = None,
                  saves_inputs: tuple[int, ...] = (), saves_output: bool = False,
                  saved_for: dict[int | str, tuple[int, ...]] | None = None,
-                 kind: str = OTHER, num_outputs: int = 1, backward_name: str | None = None,
+                 kind: str = OTHER, api: str | None = None, num_outputs: int = 1, backward_name: str | None = None,
                  lower: Callable | None = None, index_map: Callable | None = None,
                  reduce_identity: Callable | None = None, simplify: Callable | None = None,
                  rewrite: Callable | None = None, constant: Callable | None = None, aligned: Callable | None = None,
@@ -92,6 +92,12 @@ class Primitive:
         # `write_back(new, source, **attrs)`: `source` with `new` written where the view
         # shows it (an in-place write through a traced view reaching its base).
         self.write_back = write_back
+        # The user-facing function `tg.<name>` and method `Tensor.<name>` (with its in-place
+        # `<name>_` for a unary op) are generated from the entry by `functional.arith` when
+        # `api` names their calling convention: "float_unary" (an integer input becomes
+        # float first), "unary", "binary" (broadcasting, type promotion). None: written by
+        # hand in `functional/` and listed in `tensor_methods.py`.
+        self.api = api
         REGISTRY[name] = self
 
     def __repr__(self) -> str:

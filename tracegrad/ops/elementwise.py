@@ -84,27 +84,27 @@ def _undo(value, prim):
 
 # --- unary -------------------------------------------------------------------------
 
-NEG = Primitive("neg", shape_rule=_unary_any_rule, impl=np.negative, kind=ELEMENTWISE,
+NEG = Primitive("neg", api="unary", shape_rule=_unary_any_rule, impl=np.negative, kind=ELEMENTWISE,
                 vjp=lambda ctx, g: (neg(g),),
                 lower=lambda b, x: b.neg(x),
                 simplify=lambda inputs, attrs: _undo(inputs[0], NEG))
-EXP = Primitive("exp", shape_rule=_unary_float_rule("exp"), impl=_quiet(np.exp), kind=ELEMENTWISE,
+EXP = Primitive("exp", api="float_unary", shape_rule=_unary_float_rule("exp"), impl=_quiet(np.exp), kind=ELEMENTWISE,
                 saves_output=True, vjp=lambda ctx, g: (mul(g, ctx.out),),
                 lower=lambda b, x: b.math("exp", x))
-LOG = Primitive("log", shape_rule=_unary_float_rule("log"), impl=_quiet(np.log), kind=ELEMENTWISE,
+LOG = Primitive("log", api="float_unary", shape_rule=_unary_float_rule("log"), impl=_quiet(np.log), kind=ELEMENTWISE,
                 saves_inputs=(0,), vjp=lambda ctx, g: (div(g, ctx.inputs[0]),),
                 lower=lambda b, x: b.math("log", x))
-SQRT = Primitive("sqrt", shape_rule=_unary_float_rule("sqrt"), impl=_quiet(np.sqrt),
+SQRT = Primitive("sqrt", api="float_unary", shape_rule=_unary_float_rule("sqrt"), impl=_quiet(np.sqrt),
                  kind=ELEMENTWISE, saves_output=True,
                  vjp=lambda ctx, g: (div(g, mul(ctx.out, full_like(ctx.out, 2.0))),),
                 lower=lambda b, x: b.math("sqrt", x))
-SIN = Primitive("sin", shape_rule=_unary_float_rule("sin"), impl=_quiet(np.sin), kind=ELEMENTWISE,
+SIN = Primitive("sin", api="float_unary", shape_rule=_unary_float_rule("sin"), impl=_quiet(np.sin), kind=ELEMENTWISE,
                 saves_inputs=(0,), vjp=lambda ctx, g: (mul(g, cos(ctx.inputs[0])),),
                 lower=lambda b, x: b.math("sin", x))
-COS = Primitive("cos", shape_rule=_unary_float_rule("cos"), impl=_quiet(np.cos), kind=ELEMENTWISE,
+COS = Primitive("cos", api="float_unary", shape_rule=_unary_float_rule("cos"), impl=_quiet(np.cos), kind=ELEMENTWISE,
                 saves_inputs=(0,), vjp=lambda ctx, g: (neg(mul(g, sin(ctx.inputs[0]))),),
                 lower=lambda b, x: b.math("cos", x))
-TANH = Primitive("tanh", shape_rule=_unary_float_rule("tanh"), impl=_quiet(np.tanh),
+TANH = Primitive("tanh", api="float_unary", shape_rule=_unary_float_rule("tanh"), impl=_quiet(np.tanh),
                  kind=ELEMENTWISE, saves_output=True,
                  vjp=lambda ctx, g: (mul(g, sub(full_like(ctx.out, 1.0), mul(ctx.out, ctx.out))),),
                 lower=lambda b, x: b.math("tanh", x))
@@ -117,7 +117,7 @@ def _sigmoid_impl(x):
     return _where_impl(x >= 0, 1 / (1 + z), z / (1 + z)).astype(x.dtype, copy=False)
 
 
-SIGMOID = Primitive("sigmoid", shape_rule=_unary_float_rule("sigmoid"), impl=_sigmoid_impl,
+SIGMOID = Primitive("sigmoid", api="float_unary", shape_rule=_unary_float_rule("sigmoid"), impl=_sigmoid_impl,
                     kind=ELEMENTWISE, saves_output=True,
                     vjp=lambda ctx, g: (mul(g, mul(ctx.out, sub(full_like(ctx.out, 1.0), ctx.out))),),
                 lower=lambda b, x: b.math("sigmoid", x))
@@ -128,11 +128,11 @@ def _erf_vjp(ctx, g):
     return (mul(g, mul(full_like(x, 2.0 / math.sqrt(math.pi)), exp(neg(mul(x, x))))),)
 
 
-ERF = Primitive("erf", shape_rule=_unary_float_rule("erf"), impl=_np_erf, kind=ELEMENTWISE,
+ERF = Primitive("erf", api="float_unary", shape_rule=_unary_float_rule("erf"), impl=_np_erf, kind=ELEMENTWISE,
                 saves_inputs=(0,), vjp=_erf_vjp,
                 lower=lambda b, x: b.math("erf", x))
 # abs'(0) = 0 and sign's gradient is zero everywhere, as in PyTorch.
-ABS = Primitive("abs", shape_rule=_unary_any_rule, impl=np.abs, kind=ELEMENTWISE,
+ABS = Primitive("abs", api="unary", shape_rule=_unary_any_rule, impl=np.abs, kind=ELEMENTWISE,
                 saves_inputs=(0,), vjp=lambda ctx, g: (mul(g, sign(ctx.inputs[0])),),
                 lower=lambda b, x: b.select(b.compare("<", x, b.like(0, x)), b.neg(x), x))
 
@@ -145,7 +145,7 @@ def _sign_impl(x):
     return result
 
 
-SIGN = Primitive("sign", shape_rule=_unary_any_rule, impl=_sign_impl, kind=ELEMENTWISE,
+SIGN = Primitive("sign", api="unary", shape_rule=_unary_any_rule, impl=_sign_impl, kind=ELEMENTWISE,
                  vjp=lambda ctx, g: (full_like(g, 0.0),),
                 lower=lambda b, x: b.select(b.compare(">", x, b.like(0, x)), b.like(1, x),
                                         b.select(b.compare("<", x, b.like(0, x)), b.like(-1, x),
@@ -245,29 +245,29 @@ def _minmax_vjp(first_loses):
     return vjp
 
 
-MAXIMUM = Primitive("maximum", shape_rule=_binary_rule("maximum"), impl=np.maximum,
+MAXIMUM = Primitive("maximum", api="binary", shape_rule=_binary_rule("maximum"), impl=np.maximum,
                     kind=ELEMENTWISE, saves_inputs=(0, 1), vjp=_minmax_vjp(lambda a, b: lt(a, b)),
                 lower=lambda b, x, y: b.maximum(x, y))
-MINIMUM = Primitive("minimum", shape_rule=_binary_rule("minimum"), impl=np.minimum,
+MINIMUM = Primitive("minimum", api="binary", shape_rule=_binary_rule("minimum"), impl=np.minimum,
                     kind=ELEMENTWISE, saves_inputs=(0, 1), vjp=_minmax_vjp(lambda a, b: gt(a, b)),
                 lower=lambda b, x, y: b.minimum(x, y))
 
-LT = Primitive("lt", shape_rule=_compare_rule("lt"), impl=_quiet(np.less), kind=ELEMENTWISE,
+LT = Primitive("lt", api="binary", shape_rule=_compare_rule("lt"), impl=_quiet(np.less), kind=ELEMENTWISE,
                 lower=lambda b, x, y: b.compare("<", x, y))
-LE = Primitive("le", shape_rule=_compare_rule("le"), impl=_quiet(np.less_equal), kind=ELEMENTWISE,
+LE = Primitive("le", api="binary", shape_rule=_compare_rule("le"), impl=_quiet(np.less_equal), kind=ELEMENTWISE,
                 lower=lambda b, x, y: b.compare("<=", x, y))
-GT = Primitive("gt", shape_rule=_compare_rule("gt"), impl=_quiet(np.greater), kind=ELEMENTWISE,
+GT = Primitive("gt", api="binary", shape_rule=_compare_rule("gt"), impl=_quiet(np.greater), kind=ELEMENTWISE,
                 lower=lambda b, x, y: b.compare(">", x, y))
-GE = Primitive("ge", shape_rule=_compare_rule("ge"), impl=_quiet(np.greater_equal), kind=ELEMENTWISE,
+GE = Primitive("ge", api="binary", shape_rule=_compare_rule("ge"), impl=_quiet(np.greater_equal), kind=ELEMENTWISE,
                 lower=lambda b, x, y: b.compare(">=", x, y))
-EQ = Primitive("eq", shape_rule=_compare_rule("eq"), impl=np.equal, kind=ELEMENTWISE,
+EQ = Primitive("eq", api="binary", shape_rule=_compare_rule("eq"), impl=np.equal, kind=ELEMENTWISE,
                 lower=lambda b, x, y: b.compare("==", x, y))
-NE = Primitive("ne", shape_rule=_compare_rule("ne"), impl=np.not_equal, kind=ELEMENTWISE,
+NE = Primitive("ne", api="binary", shape_rule=_compare_rule("ne"), impl=np.not_equal, kind=ELEMENTWISE,
                 lower=lambda b, x, y: b.compare("!=", x, y))
-LOGICAL_AND = Primitive("logical_and", shape_rule=_compare_rule("logical_and"),
+LOGICAL_AND = Primitive("logical_and", api="binary", shape_rule=_compare_rule("logical_and"),
                         impl=np.logical_and, kind=ELEMENTWISE,
                 lower=lambda b, x, y: b.ir.and_(x, y))
-LOGICAL_OR = Primitive("logical_or", shape_rule=_compare_rule("logical_or"),
+LOGICAL_OR = Primitive("logical_or", api="binary", shape_rule=_compare_rule("logical_or"),
                        impl=np.logical_or, kind=ELEMENTWISE,
                 lower=lambda b, x, y: b.ir.or_(x, y))
 LOGICAL_NOT = Primitive("logical_not", shape_rule=lambda x: (TensorType(x.shape, types.bool_),),
