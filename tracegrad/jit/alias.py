@@ -44,7 +44,7 @@ from tracegrad.ir.types import TensorType
 from tracegrad.ops import elementwise, indexing
 from tracegrad.ops.dispatch import bind
 from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
-from tracegrad.ops.layout import views_memory_of
+from tracegrad.ops.layout import array_strides, value_strides
 from tracegrad.ir.primitive import MOVEMENT
 from tracegrad.tensor import Tensor, lazy_tensor
 
@@ -261,7 +261,7 @@ def view_now(trace, view: Tensor) -> tuple[Value, bool] | None:
             return None
         chain.append(node)
         value = node.inputs[0]
-    if not _eager_view(base, chain, trace.proxies):
+    if not _eager_view(trace, base, chain):
         return view._value, True
     if value == current:  # (its memory was written through another tensor: not its own)
         return view._value, False
@@ -292,7 +292,7 @@ def base_update(trace, view: Tensor, result: Tensor) -> Tensor | None:
             raise RuntimeError(VIEW_WRITE_MESSAGE)
         chain.append(node)
         value = node.inputs[0]
-    if not _eager_view(base, chain, trace.proxies):
+    if not _eager_view(trace, base, chain):
         return None
     trace.diverge()  # (not a recorded op: the graph goes on as this call's own)
     with no_grad():
@@ -313,20 +313,21 @@ def _new_identity(value: Value) -> bool:
 
 
 
-def _eager_view(base: Tensor, chain: list[Node], proxies: dict) -> bool:
+def _eager_view(trace, base: Tensor, chain: list[Node]) -> bool:
     """Whether eager execution of the movement ops `chain` (last first) on `base` makes a
-    view of its memory (a reshape of a strided array copies), decided as eager execution
-    decides it: on the real array (a real tensor's, an argument's), or for a traced tensor
-    a new contiguous one (its layout in eager execution is not known here)."""
+    view of its memory (a reshape of a strided array copies): each op's `view_strides`
+    rule applied to the layout eager execution gives `base` (its real array's, an
+    argument's, or a traced tensor's by `ops.layout.value_strides`)."""
     array = base._data
     if array is None:
-        real = proxies.get(id(base))
-        array = real._data if real is not None else np.empty(base._type.shape, base._type.dtype.np)
+        real = trace.proxies.get(id(base))
+        array = real._data if real is not None else None
+    strides = array_strides(array) if array is not None else value_strides(base._value, trace.array_of)
     for node in reversed(chain):
-        result = node.op.impl(array, **node.attrs)
-        if not views_memory_of(result, array):
+        rule = node.op.view_strides
+        strides = rule(node.inputs[0].type, strides, **node.attrs) if rule is not None else None
+        if strides is None:
             return False
-        array = result
     return True
 
 
