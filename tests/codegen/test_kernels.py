@@ -186,3 +186,43 @@ def test_row_groups_over_short_rows_run_each_member_over_a_block_of_rows(columns
     ir_text = _kernel_ir(lambda t: (t - t.amax(1, keepdim=True)).exp().sum(1), x)
     # the loop over blocks steps by ROW_BLOCK rows
     assert bool(re.search(rf'add i64 %"[.\w]+", {kernels.ROW_BLOCK}\n', ir_text)) == blocked
+
+
+@pytest.fixture
+def product_over_dims():
+    """A reduction entry the code generator has never seen: a product whose reduced dims
+    are the attribute `dims` (not `axes`), described only by its `Reduction` spec."""
+    from tracegrad.ir.primitive import REDUCTION, REGISTRY, Primitive, Reduction
+    from tracegrad.ir.types import TensorType
+
+    def rule(x, dims):
+        return (TensorType(tuple(n for d, n in enumerate(x.shape) if d not in dims), x.dtype),)
+
+    prim = Primitive("test_prod_over_dims", shape_rule=rule, kind=REDUCTION,
+                     impl=lambda x, dims: np.asarray(np.prod(x, axis=dims)),
+                     reduction=Reduction(axes=lambda attrs: tuple(attrs["dims"]), identity=lambda dtype: 1,
+                                         combine=lambda b, acc, x: b.mul(acc, x)))
+    yield prim
+    del REGISTRY[prim.name]
+
+
+@pytest.mark.parametrize("dims", [(1,), (0,), (0, 1)])
+def test_a_new_reduction_lowers_from_its_spec_alone(product_over_dims, dims):
+    from tracegrad.codegen.program import build_program
+    from tracegrad.ir.graph import Graph, Node, Value
+    from tracegrad.ir.types import TensorType, float64
+
+    graph = Graph(name="prod")
+    x = graph.add_input(TensorType((6, 5), float64), "x")
+    scaled = Node(tg.ops.elementwise.MUL, (x, x), {}, (x.type,))
+    graph.add_node(scaled)
+    attrs = {"dims": dims}
+    node = Node(product_over_dims, (Value(x.type, scaled, 0),), attrs,
+                product_over_dims.shape_rule(x.type, **attrs))
+    graph.add_node(node)
+    graph.outputs = [Value(node.out_types[0], node, 0)]
+    program = build_program(graph)
+    assert program.kernel_count == 1  # the square fused into the product's kernel
+    array = np.random.default_rng(3).uniform(0.5, 1.5, (6, 5))
+    (got,) = program.run([array])
+    np.testing.assert_allclose(got, np.prod(array * array, axis=dims), rtol=1e-12)

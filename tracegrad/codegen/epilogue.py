@@ -85,7 +85,7 @@ def _epilogue_candidate(step) -> bool:
     Not a kernel with an index to check (gather): the product's step runs no `KernelStep`
     checks, so an index out of bounds would be read instead of raising eager's error."""
     return (isinstance(step, FusedKernel) and not isinstance(step, RowGroup) and step.reduction is None
-            and len(step.domain) == 2 and all(tuple(node.attrs["axes"]) == (0,) for node in step.folded)
+            and len(step.domain) == 2 and all(node.op.reduction.axes(node.attrs) == (0,) for node in step.folded)
             and all(node.op.index_checks is None for node in step.nodes))
 
 

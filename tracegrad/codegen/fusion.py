@@ -30,7 +30,7 @@ def lowerable(node: Node) -> bool:
     if op.kind == MOVEMENT:
         return op.index_map is not None
     if op.kind == REDUCTION:
-        return op.lower is not None and op.reduce_identity is not None
+        return op.reduction is not None
     return op.lower_indexed is not None and (op.lowers is None or op.lowers(node))
 
 
@@ -279,7 +279,7 @@ def _row_member(step) -> bool:
         return False
     ndim = len(step.domain)
     if step.reduction is not None:
-        return tuple(step.reduction.attrs["axes"]) == (ndim - 1,)
+        return step.reduction.op.reduction.axes(step.reduction.attrs) == (ndim - 1,)
     return True
 
 
@@ -438,7 +438,7 @@ def _collect(root: Node, materialized) -> FusedKernel:
     visit(root, ())
     common = dict(remapped=remapped, paths=paths)
     if root.op.kind == REDUCTION:
-        axes, ndim = root.attrs["axes"], len(root.inputs[0].type.shape)
+        axes, ndim = root.op.reduction.axes(root.attrs), len(root.inputs[0].type.shape)
         if ndim - 1 in axes and len(axes) < ndim:
             return FusedKernel([], nodes, leaves, reduction=root, **common)
         return FusedKernel([], nodes, leaves, folded=[root], **common)

@@ -150,7 +150,7 @@ def _flat_map(kernel: FusedKernel) -> bool:
     shape = kernel.domain
     return (len(shape) > 1 and all(n.op.kind in (ELEMENTWISE, REDUCTION) for n in kernel.nodes)
             and all(leaf.type.shape in (shape, ()) for leaf in kernel.leaves)
-            and all(len(n.attrs["axes"]) == len(shape) for n in kernel.folded))
+            and all(len(n.op.reduction.axes(n.attrs)) == len(shape) for n in kernel.folded))
 
 
 def outer_extent(kernel: FusedKernel) -> int:
@@ -159,7 +159,7 @@ def outer_extent(kernel: FusedKernel) -> int:
     if isinstance(kernel, RowGroup):
         return int(np.prod(shape[:-1]))
     if kernel.reduction is not None:
-        axes = kernel.reduction.attrs["axes"]
+        axes = kernel.reduction.op.reduction.axes(kernel.reduction.attrs)
         return int(np.prod([n for d, n in enumerate(shape) if d not in axes]))
     if _flat_map(kernel):
         return int(np.prod(shape))
@@ -235,7 +235,7 @@ def _emit_loops(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKerne
 def build_combine_llvm(folded: list[Node], name: str) -> ir.Module:
     """`kernel(buffers, start, end)` (the range unused): for each folded reduction k,
     buffers[2k][i] = combine(buffers[2k][i], buffers[2k+1][i]) over its whole result, the
-    combine being the reduction's own `lower` applied to two partial results."""
+    combine being the reduction's own (`Reduction.combine`) applied to two partial results."""
     module = ir.Module(name=name)
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer(), I64, I64]), name)
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -253,7 +253,7 @@ def build_combine_llvm(folded: list[Node], name: str) -> ir.Module:
             if result.type.dtype is types.bool_:
                 values = [builder.trunc(v, ir.IntType(1)) for v in values]
             b.in_types, b.out_type = (result.type,), result.type
-            _store_at(builder, result, total, node.op.lower(b, *values, **node.attrs))
+            _store_at(builder, result, total, node.op.reduction.combine(b, *values))
         _loop(builder, int(np.prod(result.type.shape)), combine)
     builder.ret_void()
     return module
@@ -270,8 +270,8 @@ def _prepare_folded(builder, b: ScalarBuilder, emitter: _Emitter, folded: list[N
     for node in folded:
         result = node.output(0)
         dtype = result.type.dtype
-        identity = b.const(node.op.reduce_identity(dtype), dtype)
-        if len(node.attrs["axes"]) == len(shape):
+        identity = b.const(node.op.reduction.identity(dtype), dtype)
+        if len(node.op.reduction.axes(node.attrs)) == len(shape):
             with builder.goto_entry_block():
                 slot = builder.alloca(register_type(dtype))
             builder.store(identity, slot)
@@ -297,16 +297,16 @@ def _map_body(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel,
         value = emitter.emit(source, index)
         b.in_types, b.out_type = (source.type,), result.type
         if slot is not None:
-            builder.store(node.op.lower(b, builder.load(slot), value, **node.attrs), slot)
+            builder.store(node.op.reduction.combine(b, builder.load(slot), value), slot)
             continue
-        axes = node.attrs["axes"]
+        axes = node.op.reduction.axes(node.attrs)
         kept = [i for d, i in enumerate(index) if d not in axes]
         kept_shape = tuple(n for d, n in enumerate(shape) if d not in axes)
         target = builder.gep(emitter.pointers[result], [emitter.flat_offset(kept, kept_shape)], inbounds=True)
         current = builder.load(target)
         if result.type.dtype is types.bool_:
             current = builder.trunc(current, ir.IntType(1))
-        _store_at(builder, result, target, node.op.lower(b, current, value, **node.attrs))
+        _store_at(builder, result, target, node.op.reduction.combine(b, current, value))
 
 
 def _map_loop(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, start, end) -> None:
@@ -387,7 +387,7 @@ def _row_group(builder, b: ScalarBuilder, emitter: _Emitter, group: RowGroup, st
             return
         node, slot = member.reduction, registers[id(member)]
         result = node.output(0)
-        builder.store(b.const(node.op.reduce_identity(result.type.dtype), result.type.dtype), slot)
+        builder.store(b.const(node.op.reduction.identity(result.type.dtype), result.type.dtype), slot)
         hints = []
 
         def step(j):
@@ -421,11 +421,11 @@ def _row_group(builder, b: ScalarBuilder, emitter: _Emitter, group: RowGroup, st
 
 
 def _combine(b: ScalarBuilder, node: Node, acc, value, hints: list):
-    """One step of a register reduction (its `lower`), noting in `hints` the interleave the
+    """One step of a register reduction (its `Reduction.combine`), noting in `hints` the interleave the
     step asks for (`ScalarBuilder.reduction_interleave`) when `value` is read from memory
     as it is (a bool through its widening from a byte)."""
     b.reduction_interleave = None
-    combined = node.op.lower(b, acc, value, **node.attrs)
+    combined = node.op.reduction.combine(b, acc, value)
     loaded = isinstance(value.operands[0] if isinstance(value, ir.CastInstr) else value, ir.LoadInstr)
     hints.append(b.reduction_interleave if loaded else None)
     return combined
@@ -450,7 +450,7 @@ def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, s
     node = kernel.reduction
     source = node.inputs[0]
     shape = source.type.shape
-    axes = set(node.attrs["axes"])
+    axes = set(node.op.reduction.axes(node.attrs))
     kept = [d for d in range(len(shape)) if d not in axes]
     reduced = [d for d in range(len(shape)) if d in axes]
     result = node.output(0)
@@ -460,7 +460,7 @@ def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, s
     out_strides = _strides(tuple(shape[d] for d in kept))
 
     def outer(kept_index):
-        builder.store(b.const(node.op.reduce_identity(dtype), dtype), accumulator)
+        builder.store(b.const(node.op.reduction.identity(dtype), dtype), accumulator)
         hints = []
 
         def inner(reduced_index):

@@ -269,7 +269,7 @@ class EpilogueMatmulStep(MatmulStep):
         self.result_keys = [(shape, np.dtype(dtype)) for shape, dtype in self.result_specs]
         # Folded reductions accumulate across the tile calls: (result position, identity).
         first = len(kernel.outputs)
-        self.identities = [(first + i, node.op.reduce_identity(node.out_types[0].dtype))
+        self.identities = [(first + i, node.op.reduction.identity(node.out_types[0].dtype))
                            for i, node in enumerate(kernel.folded)]
         # (result position, leaf position) of outputs written into a leaf's buffer
         # (`program._donate`: an optimizer's update of the parameter it reads).

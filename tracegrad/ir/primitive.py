@@ -26,7 +26,7 @@ class Primitive:
     """One op. `vjp(ctx, *output_grads)` returns one gradient (or None) per input."""
 
     __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output", "saved_for", "saves_by_needs",
-                 "kind", "num_outputs", "backward_name", "lower", "index_map", "reduce_identity",
+                 "kind", "num_outputs", "backward_name", "lower", "index_map", "reduction",
                  "simplify", "rewrite", "constant", "aligned", "lower_indexed", "lowers",
                  "index_checks", "view_strides", "write_back", "api", "__dict__")
 
@@ -36,7 +36,7 @@ class Primitive:
                  saved_for: dict[int | str, tuple[int, ...]] | None = None,
                  kind: str = OTHER, api: str | None = None, num_outputs: int = 1, backward_name: str | None = None,
                  lower: Callable | None = None, index_map: Callable | None = None,
-                 reduce_identity: Callable | None = None, simplify: Callable | None = None,
+                 reduction: Reduction | None = None, simplify: Callable | None = None,
                  rewrite: Callable | None = None, constant: Callable | None = None, aligned: Callable | None = None,
                  lower_indexed: Callable | None = None, lowers: Callable | None = None,
                  index_checks: Callable | None = None, view_strides: Callable | None = None,
@@ -59,13 +59,13 @@ class Primitive:
         self.num_outputs = num_outputs
         self.backward_name = backward_name or _camel(name) + "Backward"
         # Code generation (tracegrad.codegen): `lower(b, *scalars, **attrs)` builds an
-        # elementwise op's scalar, or a reduction's combine step; `index_map(b, out_index,
-        # in_type, out_type, **attrs)` maps a movement op's output index to its input
-        # index; `reduce_identity(dtype)` is a reduction's starting value. None: the op
-        # runs through its NumPy implementation inside compiled programs.
+        # elementwise op's scalar; `index_map(b, out_index, in_type, out_type, **attrs)`
+        # maps a movement op's output index to its input index; `reduction` is a
+        # reduction's spec (`Reduction`). None: the op runs through its NumPy
+        # implementation inside compiled programs.
         self.lower = lower
         self.index_map = index_map
-        self.reduce_identity = reduce_identity
+        self.reduction = reduction
         # IR passes (tracegrad.ir.passes): `simplify(inputs, attrs)` returns an existing value
         # equal to the result (or None); `rewrite(inputs, attrs, uses)` returns new nodes
         # whose last output replaces the result (or None), where `uses(value)` counts the
@@ -105,6 +105,22 @@ class Primitive:
 
     def __reduce__(self):
         return (REGISTRY.__getitem__, (self.name,))
+
+
+class Reduction:
+    """What code generation knows of a reduction primitive (kind REDUCTION), and all it
+    reads of one: `axes(attrs)`, the dims of its one input it reduces (its output type
+    keeps them as size 1 or drops them); `identity(dtype)`, the accumulator's first value;
+    `combine(b, acc, x)`, one step, built with a scalar builder `b` whose `in_types` and
+    `out_type` are the node's."""
+
+    __slots__ = ("axes", "identity", "combine")
+
+    def __init__(self, *, identity: Callable, combine: Callable,
+                 axes: Callable[[dict], tuple[int, ...]] = lambda attrs: tuple(attrs["axes"])):
+        self.axes = axes
+        self.identity = identity
+        self.combine = combine
 
 
 def constant_primitive() -> Primitive:

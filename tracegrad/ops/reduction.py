@@ -12,7 +12,7 @@ from tracegrad.ir import types
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops.dispatch import bind
-from tracegrad.ir.primitive import REDUCTION, Primitive
+from tracegrad.ir.primitive import REDUCTION, Primitive, Reduction
 
 
 def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdim: bool) -> tuple[int, ...]:
@@ -61,9 +61,8 @@ def _sum_rule(x: TensorType, axes, keepdim):
 SUM = Primitive("sum", shape_rule=_sum_rule, impl=_sum_impl, kind=REDUCTION,
                 vjp=lambda ctx, g: (broadcast_back(g, ctx.in_types[0], ctx.attrs["axes"],
                                                    ctx.attrs["keepdim"]),),
-                lower=lambda b, acc, x, axes, keepdim: b.add_reassoc(acc, b.convert(x, b.in_types[0].dtype,
-                                                                           b.out_type.dtype)),
-                reduce_identity=lambda dtype: 0)
+                reduction=Reduction(identity=lambda dtype: 0, combine=lambda b, acc, x: b.add_reassoc(
+                    acc, b.convert(x, b.in_types[0].dtype, b.out_type.dtype))))
 
 
 def _extremum_vjp(ctx, g):
@@ -84,14 +83,14 @@ def _extremum_impl(fn):
 
 AMAX = Primitive("amax", shape_rule=_reduce_rule("amax", empty_ok=False), impl=_extremum_impl(np.max),
                  kind=REDUCTION, saves_inputs=(0,), saves_output=True, vjp=_extremum_vjp,
-                lower=lambda b, acc, x, axes, keepdim: b.reduce_maximum(acc, x),
-                 reduce_identity=lambda dtype: -float("inf") if dtype.is_floating else (
-                     0 if dtype is types.bool_ else -(2 ** 63)))
+                 reduction=Reduction(combine=lambda b, acc, x: b.reduce_maximum(acc, x),
+                                     identity=lambda dtype: -float("inf") if dtype.is_floating else (
+                                         0 if dtype is types.bool_ else -(2 ** 63))))
 AMIN = Primitive("amin", shape_rule=_reduce_rule("amin", empty_ok=False), impl=_extremum_impl(np.min),
                  kind=REDUCTION, saves_inputs=(0,), saves_output=True, vjp=_extremum_vjp,
-                lower=lambda b, acc, x, axes, keepdim: b.reduce_minimum(acc, x),
-                 reduce_identity=lambda dtype: float("inf") if dtype.is_floating else (
-                     1 if dtype is types.bool_ else 2 ** 63 - 1))
+                 reduction=Reduction(combine=lambda b, acc, x: b.reduce_minimum(acc, x),
+                                     identity=lambda dtype: float("inf") if dtype.is_floating else (
+                                         1 if dtype is types.bool_ else 2 ** 63 - 1)))
 
 
 def _arg_rule(name):
