@@ -122,7 +122,11 @@ class Tensor:
         # in-place update with grad: the history). (`dispatch._share_storage` records which.)
         counter = self._version_counter
         if self._data is not None:
-            if self._view_history != counter.history:
+            # Stale when its base was re-recorded since: the history moved and the base has
+            # another grad_fn. (A detached alias shares the counter: its re-recording moves
+            # the history but is not this view's base's, as PyTorch's detach is no
+            # differentiable view.)
+            if self._view_history != counter.history and self._base._grad_fn is not self._view_base_history:
                 raise RuntimeError(STALE_VIEW_MESSAGE)
         elif self._view_history != counter.value:
             tracer = MODE.tracer
@@ -294,6 +298,8 @@ class Tensor:
 
     # A lazy view: its base's history count when it was taken (`jit.alias.refresh_view`).
     _view_graph_history = None
+    # A real view: its base's grad_fn when it was taken (`_check_view_is_current`).
+    _view_base_history = None
 
     def detach(self) -> Tensor:
         t = self._alias()

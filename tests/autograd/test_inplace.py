@@ -282,6 +282,31 @@ def test_inplace_on_view_under_no_grad_writes_through_to_the_base():
     np.testing.assert_allclose(y.detach().numpy(), [2.0, 40.0, 60.0])
 
 
+def test_a_view_of_a_detached_alias_stays_usable_when_the_source_is_updated_with_grad():
+    # detach() is no differentiable view (PyTorch): re-recording the source does not make
+    # the alias's views stale, they read the new values (fuzz seed 5009112).
+    for run in (lambda f, *a: f(*a), lambda f, *a: tg.compile(f)(*a)):
+        w = tg.tensor([0.5, -1.0], requires_grad=True)
+        h = w * 1.0
+
+        def fn(h):
+            view = h.detach().unsqueeze(-1)
+            h.add_(h.detach())
+            return view * 3.0, h
+
+        out, h_after = run(fn, h)
+        np.testing.assert_array_equal(out.numpy(), [[3.0], [-6.0]])
+        assert not out.requires_grad and h_after.requires_grad
+
+
+def test_a_view_of_a_base_that_gets_history_is_stale_as_before():
+    base = tg.zeros(3)
+    view = base[1:]
+    base.add_(tg.ones(3, requires_grad=True))
+    with pytest.raises(RuntimeError, match="view was created before an in-place operation"):
+        view * 2
+
+
 def test_view_taken_before_its_base_was_modified_raises_a_clear_error():
     x = tg.tensor([1.0, 2.0, 3.0], requires_grad=True)
     y = x * 2
