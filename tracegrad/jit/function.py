@@ -60,9 +60,11 @@ class CompileTrace(Tracer):
         self.replay = None
         if recording is not None:
             self.replay = replay = compile_replay.Replay(recording, self)
-            # While following, the replay takes each op and 0-d number first (`diverge` ends it).
+            # While following, the replay takes each op, 0-d number and `autograd.grad` first
+            # (`diverge` and `end` end it).
             self.process_primitive = replay.process_primitive
             self.scalar_tensor = replay.scalar
+            self.process_grad = replay.grad
         self.backward_steps: list[tuple] = []  # (node position, BackwardStep or None) per backward
         self.created: list[weakref.ref] = []
         self.writes: dict[int, tuple[Tensor, Tensor]] = {}
@@ -172,13 +174,8 @@ class CompileTrace(Tracer):
         referencing each other (a reference cycle would keep the call's tensors alive
         until a garbage collection, and a later call could not follow the recording)."""
         if self.replay is not None:
-            self._stop_following_ops()
+            del self.process_primitive, self.scalar_tensor, self.process_grad  # (the class's)
             self.replay.tracer = None
-
-    def _stop_following_ops(self) -> None:
-        """Ops and 0-d numbers go to the class's methods from now on (not the replay's)."""
-        self.__dict__.pop("process_primitive", None)
-        self.__dict__.pop("scalar_tensor", None)
 
     def diverge(self) -> None:
         """Stop following the recorded call (if this trace does): go on from the graph
@@ -187,7 +184,8 @@ class CompileTrace(Tracer):
         if replay is None:
             return
         self.replay = None
-        self._stop_following_ops()
+        if "process_primitive" in self.__dict__:  # (not after `end`)
+            del self.process_primitive, self.scalar_tensor, self.process_grad  # (the class's from now on)
         replay.save_all()
         self.graph = self.graph.prefix(replay.n_inputs, replay.position)
         if replay.recording.histories and not self.histories:  # (`Replay.input` set origins)
@@ -236,8 +234,6 @@ class CompileTrace(Tracer):
         if self.replay is not None:
             self.replay.save(node)
 
-    def process_grad(self, output, inputs: list):
-        return self.replay.grad(self, output, inputs) if self.replay is not None else None
 
     def rebind(self, tensor, result) -> None:
         # An in-place update of an argument's stand-in updates the real argument.

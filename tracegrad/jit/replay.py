@@ -457,11 +457,13 @@ class Replay:
             return None
         return {key: result for (key, _), result in zip(step.results, results)}
 
-    def grad(self, tracer, output, inputs: list) -> tuple | None:
-        """`autograd.grad(output, inputs)` in its usual form (a 0-d traced output and its
-        implicit seed, traced inputs without hooks) when it is the recorded backward at the
-        cursor: the recorded gradients, without the general path's dicts and copies. None
-        when anything differs, with nothing changed: `grad` then takes its general path."""
+    def grad(self, output, inputs: list) -> tuple | None:
+        """The following trace's `process_grad`: `autograd.grad(output, inputs)` in its
+        usual form (a 0-d traced output and its implicit seed, traced inputs without hooks)
+        when it is the recorded backward at the cursor: the recorded gradients, without the
+        general path's dicts and copies. None when anything differs, with nothing changed:
+        `grad` then takes its general path."""
+        tracer = self.tracer
         if self.position != self.next_step_at or output._data is not None or output._base is not None:
             return None
         step = self.steps[self.step_index][1]
