@@ -56,7 +56,8 @@ def unary_smooth(b) -> bool:
     x = b.pick(lambda v: v.dtype != "bool")
     if x is None:
         return False
-    fn = b.rng.choice(["exp", "tanh", "sigmoid", "sin", "cos", "erf", "neg", "gelu", "gelu_tanh", "silu"])
+    fn = b.rng.choice(["exp", "tanh", "sigmoid", "sin", "cos", "erf", "neg", "gelu", "gelu_tanh", "silu",
+                       "atan", "sinh", "asinh", "expm1"])
     if fn in ("gelu", "gelu_tanh", "silu") and not x.is_float:
         fn = "tanh"
     dtype = x.dtype if x.is_float or fn == "neg" else "float32"
@@ -96,7 +97,8 @@ def unary_nonsmooth(b) -> bool:
     x = b.pick(lambda v: v.exact and v.dtype in ("float32", "float64", "int64"))
     if x is None:
         return False
-    fn = b.rng.choice(["abs", "relu", "sign", "clamp", "clamp_min", "clamp_max"])
+    fn = b.rng.choice(["abs", "relu", "sign", "clamp", "clamp_min", "clamp_max", "floor", "ceil", "trunc",
+                       "round"])
     if fn == "clamp":
         low, high = (-1, 1) if x.dtype == "int64" else (-0.5, 1.25)
         line = f"torch.clamp({x.name}, {low}, {high})" if b.chance(0.5) else f"{x.name}.clamp(min={low}, max={high})"

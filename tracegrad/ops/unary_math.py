@@ -1,0 +1,85 @@
+"""More elementwise math, each op one entry: log/exp variants (log1p, expm1, log2, log10,
+exp2), reciprocal and square, rounding (floor, ceil, trunc, round), tan, inverse
+trigonometric and hyperbolic functions. Their user-facing functions and methods are
+generated from the entries (`api`, see `functional.arith`).
+
+Gradients are PyTorch's: rounding ops have a zero gradient everywhere. An op without a
+`lower` runs as its NumPy step in compiled programs (exact, not fused): NumPy's log1p,
+expm1 and the inverse functions are more accurate than what the kernels' math library
+could compose from log and exp near their singular points.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tracegrad.ir.primitive import ELEMENTWISE, Primitive
+from tracegrad.ops.dispatch import bind
+from tracegrad.ops.elementwise import _unary_any_rule, _unary_float_rule, add, div, full_like, mul, neg, sqrt, sub
+from tracegrad.ops.fp_errors import quiet
+
+
+def _float(name, impl, vjp, *, saves_output=False, lower=None) -> Primitive:
+    """A float op of one input (an integer input is converted first: `float_unary`)."""
+    return Primitive(name, api="float_unary", shape_rule=_unary_float_rule(name), impl=quiet(impl),
+                     kind=ELEMENTWISE, vjp=vjp, saves_inputs=() if saves_output else (0,),
+                     saves_output=saves_output, lower=lower)
+
+
+def _one_plus(x):
+    return add(full_like(x, 1.0), x)
+
+
+def _one_minus_square(x):
+    return sub(full_like(x, 1.0), mul(x, x))
+
+
+LOG1P = _float("log1p", np.log1p, lambda ctx, g: (div(g, _one_plus(ctx.inputs[0])),))
+EXPM1 = _float("expm1", np.expm1, lambda ctx, g: (mul(g, _one_plus(ctx.out)),), saves_output=True)
+LOG2 = _float("log2", np.log2, lambda ctx, g: (div(g, mul(ctx.inputs[0], full_like(g, math.log(2.0)))),),
+              lower=lambda b, x: b.mul(b.math("log", x), b.like(1.0 / math.log(2.0), x)))
+LOG10 = _float("log10", np.log10, lambda ctx, g: (div(g, mul(ctx.inputs[0], full_like(g, math.log(10.0)))),),
+               lower=lambda b, x: b.mul(b.math("log", x), b.like(1.0 / math.log(10.0), x)))
+EXP2 = _float("exp2", np.exp2, lambda ctx, g: (mul(g, mul(ctx.out, full_like(g, math.log(2.0)))),),
+              saves_output=True)
+RECIPROCAL = _float("reciprocal", np.reciprocal, lambda ctx, g: (neg(mul(g, mul(ctx.out, ctx.out))),),
+                    saves_output=True, lower=lambda b, x: b.div(b.like(1.0, x), x))
+TAN = _float("tan", np.tan, lambda ctx, g: (mul(g, add(full_like(g, 1.0), mul(ctx.out, ctx.out))),),
+             saves_output=True)
+ASIN = _float("asin", np.arcsin, lambda ctx, g: (div(g, sqrt(_one_minus_square(ctx.inputs[0]))),))
+ACOS = _float("acos", np.arccos, lambda ctx, g: (neg(div(g, sqrt(_one_minus_square(ctx.inputs[0])))),))
+ATAN = _float("atan", np.arctan, lambda ctx, g: (div(g, _one_plus(mul(ctx.inputs[0], ctx.inputs[0]))),))
+SINH = _float("sinh", np.sinh, lambda ctx, g: (mul(g, cosh(ctx.inputs[0])),))
+COSH = _float("cosh", np.cosh, lambda ctx, g: (mul(g, sinh(ctx.inputs[0])),))
+ASINH = _float("asinh", np.arcsinh, lambda ctx, g: (div(g, sqrt(_one_plus(mul(ctx.inputs[0], ctx.inputs[0])))),))
+ACOSH = _float("acosh", np.arccosh, lambda ctx, g: (
+    div(g, sqrt(sub(mul(ctx.inputs[0], ctx.inputs[0]), full_like(g, 1.0)))),))
+ATANH = _float("atanh", np.arctanh, lambda ctx, g: (div(g, _one_minus_square(ctx.inputs[0])),))
+
+SQUARE = Primitive("square", api="unary", shape_rule=_unary_any_rule, impl=np.square, kind=ELEMENTWISE,
+                   saves_inputs=(0,), vjp=lambda ctx, g: (mul(g, mul(ctx.inputs[0], full_like(g, 2.0))),),
+                   lower=lambda b, x: b.mul(x, x))
+
+
+def _rounding(name, ufunc, intrinsic) -> Primitive:
+    """A rounding op: the identity on integers (NumPy's would make floats), zero gradient."""
+    def impl(x):
+        return x.copy() if x.dtype.kind in "biu" else ufunc(x)
+
+    def lower(b, x):
+        return b.intrinsic(intrinsic, x) if b.is_float(x) else x
+    return Primitive(name, api="unary", shape_rule=_unary_any_rule, impl=impl, kind=ELEMENTWISE,
+                     vjp=lambda ctx, g: (full_like(g, 0.0),), lower=lower)
+
+
+FLOOR = _rounding("floor", np.floor, "floor")
+CEIL = _rounding("ceil", np.ceil, "ceil")
+TRUNC = _rounding("trunc", np.trunc, "trunc")
+ROUND = _rounding("round", np.rint, "rint")  # half to even, as torch.round
+
+
+def sinh(x): return bind(SINH, (x,))
+def cosh(x): return bind(COSH, (x,))
+
