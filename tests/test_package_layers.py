@@ -12,9 +12,10 @@ import tracegrad
 # Bottom to top. Units of one layer do not import each other.
 LAYERS = [
     ["ir"],                                          # the ground: imports nothing of tracegrad
-    ["grad_mode", "printing", "reference", "memory"],  # per-thread mode, repr, switches
+    ["grad_mode", "printing", "reference", "memory",   # per-thread mode, repr, switches,
+     "device", "cuda", "accelerator", "backends"],   # devices (the CPU only)
     ["tensor"],
-    ["creation", "serialization"],
+    ["creation", "serialization", "defaults"],
     ["random"],
     ["ops"],                                         # the primitive table, bind, the graph trace
     ["codegen"],                                     # fusion, LLVM lowering, programs, runtime

@@ -33,6 +33,12 @@ from tracegrad import nn, optim  # noqa: F401
 from tracegrad.jit import compile, inspect_log  # noqa: F401,A004
 from tracegrad.reference import is_reference_mode, reference_mode  # noqa: F401
 from tracegrad.serialization import load, save  # noqa: F401
+from tracegrad import accelerator, backends, cuda  # noqa: F401
+from tracegrad.device import device  # noqa: F401
+from tracegrad.defaults import (  # noqa: F401
+    e, get_default_dtype, get_float32_matmul_precision, inf, is_floating_point, is_tensor, nan, numel, pi,
+    set_default_dtype, set_float32_matmul_precision,
+)
 
 _memory.tune_allocator()
 

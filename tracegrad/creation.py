@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracegrad.device import check_device
 from tracegrad.grad_mode import MODE
 from tracegrad.ir import types
 from tracegrad.tensor import Tensor, as_array
@@ -18,7 +19,9 @@ def _make(array: np.ndarray, requires_grad: bool = False) -> Tensor:
     return t
 
 
-def tensor(data, dtype: types.DType | None = None, requires_grad: bool = False) -> Tensor:
+def tensor(data, dtype: types.DType | None = None, requires_grad: bool = False, *, device=None,
+           pin_memory: bool = False) -> Tensor:
+    check_device("tensor", device)
     return _make(as_array(data, dtype), requires_grad)
 
 
@@ -33,6 +36,24 @@ def from_numpy(array: np.ndarray) -> Tensor:
     return _make(array)
 
 
+# Options PyTorch's creation functions take that change nothing on the CPU (a strided,
+# unpinned, contiguous tensor is what tracegrad makes).
+_NEUTRAL_OPTIONS = {"pin_memory": (False,), "layout": (None, "strided"), "memory_format": (None, "contiguous_format"),
+                    "out": (None,), "generator": (None,)}
+
+
+def _check_options(where: str, device, options: dict) -> None:
+    """The device is the CPU's; other keyword options are PyTorch's neutral ones."""
+    check_device(where, device)
+    for key, value in options.items():
+        accepted = _NEUTRAL_OPTIONS.get(key)
+        if accepted is None:
+            raise TypeError(f"{where}() got an unexpected keyword argument '{key}'")
+        if not any(value is a or (isinstance(a, str) and str(value).endswith(a)) for a in accepted):
+            raise RuntimeError(f"{where}: {key}={value!r} is not supported by tracegrad (the CPU, strided "
+                               f"and contiguous tensors only)")
+
+
 def _shape(size) -> tuple[int, ...]:
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = tuple(size[0])
@@ -43,25 +64,30 @@ def _dtype(dtype):
     return dtype if dtype is not None else types.default_float
 
 
-def zeros(*size, dtype=None, requires_grad: bool = False) -> Tensor:
+def zeros(*size, dtype=None, requires_grad: bool = False, device=None, **options) -> Tensor:
+    _check_options("zeros", device, options)
     return _make(np.zeros(_shape(size), dtype=_dtype(dtype).np), requires_grad)
 
 
-def ones(*size, dtype=None, requires_grad: bool = False) -> Tensor:
+def ones(*size, dtype=None, requires_grad: bool = False, device=None, **options) -> Tensor:
+    _check_options("ones", device, options)
     return _make(np.ones(_shape(size), dtype=_dtype(dtype).np), requires_grad)
 
 
-def empty(*size, dtype=None, requires_grad: bool = False) -> Tensor:
+def empty(*size, dtype=None, requires_grad: bool = False, device=None, **options) -> Tensor:
+    _check_options("empty", device, options)
     return _make(np.empty(_shape(size), dtype=_dtype(dtype).np), requires_grad)
 
 
-def full(size, fill_value, dtype=None, requires_grad: bool = False) -> Tensor:
+def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None, **options) -> Tensor:
+    _check_options("full", device, options)
     if dtype is None:
         dtype = types.scalar_dtype(fill_value)
     return _make(np.full(tuple(size), fill_value, dtype=dtype.np), requires_grad)
 
 
-def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False) -> Tensor:
+def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False, device=None, **options) -> Tensor:
+    _check_options("arange", device, options)
     if end is None:
         start, end = 0, start
     if step == 0:
@@ -72,16 +98,21 @@ def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False) -> 
     return _make(np.arange(start, end, step).astype(dtype.np), requires_grad)
 
 
-def linspace(start, end, steps: int, dtype=None, requires_grad: bool = False) -> Tensor:
+def linspace(start, end, steps: int, dtype=None, requires_grad: bool = False, device=None,
+             **options) -> Tensor:
+    _check_options("linspace", device, options)
     return _make(np.linspace(start, end, steps).astype(_dtype(dtype).np), requires_grad)
 
 
-def eye(n: int, m: int | None = None, dtype=None, requires_grad: bool = False) -> Tensor:
+def eye(n: int, m: int | None = None, dtype=None, requires_grad: bool = False, device=None,
+        **options) -> Tensor:
+    _check_options("eye", device, options)
     return _make(np.eye(n, m, dtype=_dtype(dtype).np), requires_grad)
 
 
 def _like(fn):
-    def like(input: Tensor, *args, dtype=None, requires_grad: bool = False) -> Tensor:
+    def like(input: Tensor, *args, dtype=None, requires_grad: bool = False, device=None, **options) -> Tensor:
+        _check_options(fn.__name__ + "_like", device, options)
         return fn(input.shape, *args, dtype=dtype or input.dtype, requires_grad=requires_grad)
     like.__name__ = fn.__name__ + "_like"
     return like
@@ -92,5 +123,7 @@ ones_like = _like(ones)
 empty_like = _like(empty)
 
 
-def full_like(input: Tensor, fill_value, dtype=None, requires_grad: bool = False) -> Tensor:
+def full_like(input: Tensor, fill_value, dtype=None, requires_grad: bool = False, device=None,
+              **options) -> Tensor:
+    _check_options("full_like", device, options)
     return full(input.shape, fill_value, dtype=dtype or input.dtype, requires_grad=requires_grad)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracegrad.creation import _dtype, _make, _shape
+from tracegrad.creation import _check_options, _dtype, _make, _shape
 from tracegrad.ir import types
 from tracegrad.tensor import Tensor
 
@@ -21,30 +21,37 @@ def generator() -> np.random.Generator:
     return _generator
 
 
-def rand(*size, dtype=None, requires_grad: bool = False) -> Tensor:
+def rand(*size, dtype=None, requires_grad: bool = False, device=None, **options) -> Tensor:
+    _check_options("rand", device, options)
     dtype = _dtype(dtype)
     return _make(_generator.random(_shape(size), dtype=dtype.np), requires_grad)
 
 
-def randn(*size, dtype=None, requires_grad: bool = False) -> Tensor:
+def randn(*size, dtype=None, requires_grad: bool = False, device=None, **options) -> Tensor:
+    _check_options("randn", device, options)
     dtype = _dtype(dtype)
     return _make(_generator.standard_normal(_shape(size), dtype=dtype.np), requires_grad)
 
 
-def randint(low, high=None, size=(), dtype=None, requires_grad: bool = False) -> Tensor:
+def randint(low, high=None, size=(), dtype=None, requires_grad: bool = False, device=None,
+            **options) -> Tensor:
+    _check_options("randint", device, options)
     if high is None:
         low, high = 0, low
     dtype = dtype or types.int64
     return _make(_generator.integers(low, high, size=tuple(size)).astype(dtype.np), requires_grad)
 
 
-def rand_like(input: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
+def rand_like(input: Tensor, dtype=None, requires_grad: bool = False, device=None, **options) -> Tensor:
+    _check_options("rand_like", device, options)
     return rand(input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad)
 
 
-def randn_like(input: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
+def randn_like(input: Tensor, dtype=None, requires_grad: bool = False, device=None, **options) -> Tensor:
+    _check_options("randn_like", device, options)
     return randn(input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad)
 
 
-def randint_like(input: Tensor, low, high=None, dtype=None) -> Tensor:
+def randint_like(input: Tensor, low, high=None, dtype=None, device=None, **options) -> Tensor:
+    _check_options("randint_like", device, options)
     return randint(low, high, input.shape, dtype=dtype or input.dtype)

@@ -12,6 +12,7 @@ import weakref
 
 import numpy as np
 
+from tracegrad.device import CPU, device
 from tracegrad.grad_mode import MODE
 from tracegrad.ir import types
 from tracegrad.ir.graph import Value
@@ -142,6 +143,14 @@ class Tensor:
     @property
     def dtype(self) -> types.DType:
         return self._type.dtype
+
+    @property
+    def device(self) -> device:
+        return CPU  # (tracegrad computes on the CPU only: tracegrad.device)
+
+    is_cuda = False
+    is_mps = False
+    is_meta = False
 
     @property
     def ndim(self) -> int:

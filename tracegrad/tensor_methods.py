@@ -10,6 +10,7 @@ import numpy as np
 
 from tracegrad import functional as F
 from tracegrad.autograd.engine import backward
+from tracegrad.device import check_device, is_device
 from tracegrad.grad_mode import MODE
 from tracegrad.ops.saved import SavedTensor
 from tracegrad.ir import types
@@ -77,17 +78,29 @@ def _view_as(self, other):
     return F.reshape(self, other.shape)
 
 
-def _to(self, *args, dtype=None, **kwargs):
+def _to(self, *args, dtype=None, device=None, non_blocking: bool = False, copy: bool = False,
+        memory_format=None):
+    """`to(dtype)`, `to(device)`, `to(device, dtype)`, `to(other)`: this tensor itself when
+    nothing changes (unless `copy`), else a converted copy. Devices other than the CPU raise."""
     for arg in args:
         if isinstance(arg, types.DType):
             dtype = arg
         elif isinstance(arg, Tensor):
             dtype = arg.dtype
-        elif arg not in ("cpu", None):
-            raise ValueError(f"to: unsupported argument {arg!r} (tracegrad runs on the CPU)")
+        elif arg is None or is_device(arg):
+            device = arg if device is None else device
+        else:
+            raise TypeError(f"to() received an invalid combination of arguments: got {arg!r}; expected a "
+                            "dtype, a device or a tensor")
+    check_device("Tensor.to", device)
     if dtype is None or dtype is self.dtype:
-        return self
+        return F.clone(self) if copy else self
     return ew.convert(self, dtype)
+
+
+def _cuda(self, device=None, non_blocking: bool = False):
+    """Refused: there is no CUDA device (`tracegrad.device.check_device` says so)."""
+    check_device("Tensor.cuda", "cuda" if device is None else device)
 
 
 Tensor.view_as = _view_as
@@ -98,7 +111,8 @@ Tensor.float = lambda self: _to(self, types.float32)
 Tensor.double = lambda self: _to(self, types.float64)
 Tensor.long = lambda self: _to(self, types.int64)
 Tensor.bool = lambda self: _to(self, types.bool_)
-Tensor.cpu = lambda self: self
+Tensor.cpu = lambda self, memory_format=None: self
+Tensor.cuda = _cuda
 Tensor.is_floating_point = lambda self: self.dtype.is_floating
 Tensor.is_contiguous = F.shape.is_contiguous
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterator, Mapping
 
+from tracegrad.device import check_device, is_device
 from tracegrad.grad_mode import MODE, no_grad
 from tracegrad.ir import types
 from tracegrad.nn.parameter import Parameter
@@ -247,14 +248,18 @@ class Module:
     def to(self, *args, dtype: types.DType | None = None, **kwargs) -> Module:
         """Convert floating-point parameters (in place: same Parameter objects, so an
         optimizer built before still holds them) and buffers to `dtype`. A device other
-        than "cpu" is rejected; integer buffers (num_batches_tracked) keep their dtype."""
-        for arg in list(args) + list(kwargs.values()):
+        than the CPU is refused; integer buffers (num_batches_tracked) keep their dtype."""
+        for key, arg in [(None, a) for a in args] + list(kwargs.items()):
+            if key == "non_blocking":
+                continue
             if isinstance(arg, types.DType):
                 dtype = arg
             elif isinstance(arg, Tensor):
                 dtype = arg.dtype
-            elif arg not in ("cpu", None):
-                raise ValueError(f"to: unsupported argument {arg!r} (tracegrad runs on the CPU)")
+            elif arg is None or is_device(arg):
+                check_device("Module.to", arg)
+            else:
+                raise TypeError(f"Module.to: expected a dtype, a device or a tensor, got {arg!r}")
         if dtype is None:
             return self
         if not dtype.is_floating:
@@ -281,6 +286,11 @@ class Module:
         return self.to(types.float32)
 
     def cpu(self) -> Module:
+        return self
+
+    def cuda(self, device=None) -> Module:
+        """Refused: there is no CUDA device (`tracegrad.device.check_device` says so)."""
+        check_device("Module.cuda", "cuda" if device is None else device)
         return self
 
     # --- state dict ---------------------------------------------------------------------
