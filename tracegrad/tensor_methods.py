@@ -9,6 +9,7 @@ from types import FunctionType
 import numpy as np
 
 from tracegrad import functional as F
+from tracegrad.functional.pieces import repeat as _repeat
 from tracegrad.autograd.engine import backward
 from tracegrad.device import check_device, is_device
 from tracegrad.grad_mode import MODE
@@ -56,6 +57,9 @@ _METHODS = {
     "transpose": F.transpose, "t": F.t, "unsqueeze": F.unsqueeze, "squeeze": F.squeeze,
     "expand": F.expand, "expand_as": F.expand_as, "broadcast_to": F.broadcast_to,
     "gather": F.gather, "clone": F.clone, "contiguous": F.contiguous,
+    "narrow": F.narrow, "split": F.split, "chunk": F.chunk, "unbind": F.unbind, "flip": F.flip,
+    "repeat": _repeat, "masked_fill": F.masked_fill, "tril": F.tril, "triu": F.triu,
+    "bmm": F.bmm, "mv": F.mv, "dot": F.dot, "outer": F.outer, "addmm": F.addmm,
 }
 _METHODS.update(F.arith.GENERATED)  # (the functions generated from primitive entries)
 for _name, _fn in _METHODS.items():
@@ -103,6 +107,51 @@ def _cuda(self, device=None, non_blocking: bool = False):
     check_device("Tensor.cuda", "cuda" if device is None else device)
 
 
+def _new(fill):
+    def new(self, *size, dtype=None, device=None, requires_grad: bool = False, **options):
+        check_device("Tensor.new_*", device)
+        shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
+        t = Tensor(fill(shape, (dtype or self.dtype).np))
+        return t.requires_grad_() if requires_grad else t
+    return new
+
+
+def _new_full(self, size, fill_value, dtype=None, device=None, requires_grad: bool = False, **options):
+    check_device("Tensor.new_full", device)
+    t = Tensor(np.full(tuple(size), fill_value, dtype=(dtype or self.dtype).np))
+    return t.requires_grad_() if requires_grad else t
+
+
+def _new_tensor(self, data, dtype=None, device=None, requires_grad: bool = False):
+    check_device("Tensor.new_tensor", device)
+    t = Tensor(data.detach() if isinstance(data, Tensor) else data, dtype=dtype or self.dtype)
+    return t.requires_grad_() if requires_grad else t
+
+
+def _type(self, dtype=None, non_blocking: bool = False):
+    """The type's name ("torch.FloatTensor", as PyTorch names it) or a conversion to `dtype`."""
+    if dtype is None:
+        return _TYPE_NAMES[self.dtype]
+    if isinstance(dtype, str):
+        named = {name: d for d, name in _TYPE_NAMES.items()}
+        if dtype not in named:
+            raise ValueError(f"type: invalid type {dtype!r}; expected one of {', '.join(named)}")
+        dtype = named[dtype]
+    return _to(self, dtype)
+
+
+_TYPE_NAMES = {types.float32: "torch.FloatTensor", types.float64: "torch.DoubleTensor",
+               types.int64: "torch.LongTensor", types.bool_: "torch.BoolTensor"}
+
+
+Tensor.new_zeros = _new(np.zeros)
+Tensor.new_ones = _new(np.ones)
+Tensor.new_empty = _new(np.empty)
+Tensor.new_full = _new_full
+Tensor.new_tensor = _new_tensor
+Tensor.type = _type
+Tensor.nelement = lambda self: self.numel()
+Tensor.element_size = lambda self: self.dtype.np.itemsize
 Tensor.view_as = _view_as
 Tensor.reshape_as = _view_as
 Tensor.to = _to
@@ -304,6 +353,13 @@ def _setitem(self, key, value):
     _apply_inplace(self, "setitem", lambda: F.index_put(self, key, value))
 
 
+def _masked_fill_(self, mask, value):
+    return _apply_inplace(self, "masked_fill_", lambda: F.masked_fill(self, mask, value))
+
+
+Tensor.masked_fill_ = _masked_fill_
+Tensor.tril_ = lambda self, diagonal=0: _apply_inplace(self, "tril_", lambda: F.tril(self, diagonal))
+Tensor.triu_ = lambda self, diagonal=0: _apply_inplace(self, "triu_", lambda: F.triu(self, diagonal))
 Tensor.clamp_ = _clamp_
 Tensor.clip_ = _clamp_
 Tensor.fill_ = _fill_

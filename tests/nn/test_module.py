@@ -320,7 +320,7 @@ def test_float_after_double_restores_float32_values():
 def test_to_with_a_dtype_converts_and_a_device_other_than_cpu_raises():
     assert _mlp().to(tg.float64)[0].weight.dtype is tg.float64
     assert _mlp().to("cpu")[0].weight.dtype is tg.float32
-    with pytest.raises(ValueError, match="tracegrad runs on the CPU"):
+    with pytest.raises(RuntimeError, match="Module.to: tracegrad runs on the CPU only"):
         _mlp().to("cuda")
 
 

@@ -9,7 +9,9 @@ from tracegrad.functional.arith import (  # noqa: F401
 )
 from tracegrad.functional.conv import avg_pool2d, conv2d, max_pool2d  # noqa: F401
 from tracegrad.functional.index import gather, getitem, index_put  # noqa: F401
-from tracegrad.functional.linalg import matmul, mm  # noqa: F401
+from tracegrad.functional.linalg import addmm, bmm, dot, matmul, mm, mv, outer  # noqa: F401
+from tracegrad.functional.masking import masked_fill, tril, triu  # noqa: F401
+from tracegrad.functional.pieces import chunk, flip, narrow, split, unbind  # noqa: F401
 from tracegrad.functional.neural import (  # noqa: F401
     cross_entropy, dropout, gelu, layer_norm, linear, log_softmax, mse_loss, silu, softmax,
 )
@@ -24,4 +26,4 @@ from tracegrad.functional.shape import (  # noqa: F401
 globals().update(GENERATED)  # the functions generated from primitive entries (`Primitive.api`)
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {
-    "GENERATED", "arith", "conv", "index", "linalg", "neural", "reduce", "shape"}]
+    "GENERATED", "arith", "conv", "index", "linalg", "masking", "neural", "pieces", "reduce", "shape"}]
