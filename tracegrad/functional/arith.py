@@ -75,11 +75,12 @@ def pow(input, exponent) -> Tensor:  # noqa: A001
     return ew.pow(a, b)
 
 
-def _float_unary(prim, name):
+def _unary(prim, name, to_float: bool = False):
+    """The function of a one-input op; `to_float`: an integer or bool input becomes float."""
     def op(input: Tensor) -> Tensor:
         if not isinstance(input, Tensor):
             raise TypeError(f"{name}(): argument 'input' must be Tensor, not {type(input).__name__}")
-        if not input._type.dtype.is_floating:
+        if to_float and not input._type.dtype.is_floating:
             input = ew.convert(input, types.default_float)
         tracer = MODE.tracer
         if tracer is not None:  # (bind's hand-off to the trace, inline)
@@ -89,16 +90,8 @@ def _float_unary(prim, name):
     return op
 
 
-def _unary(prim, name):
-    def op(input: Tensor) -> Tensor:
-        if not isinstance(input, Tensor):
-            raise TypeError(f"{name}(): argument 'input' must be Tensor, not {type(input).__name__}")
-        tracer = MODE.tracer
-        if tracer is not None:  # (bind's hand-off to the trace, inline)
-            return tracer.process_primitive(prim, (input,), NO_ATTRS)
-        return bind(prim, (input,))
-    op.__name__ = name
-    return op
+def _float_unary(prim, name):
+    return _unary(prim, name, to_float=True)
 
 
 _CONVENTIONS = {"float_unary": _float_unary, "unary": _unary, "binary": _binary}
