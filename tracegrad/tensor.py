@@ -127,7 +127,7 @@ class Tensor:
             # another grad_fn. (A detached alias shares the counter: its re-recording moves
             # the history but is not this view's base's, as PyTorch's detach is no
             # differentiable view.)
-            if self._view_history != counter.history and self._base._grad_fn is not self._view_base_history:
+            if self._view_history != counter.history and self._base._grad_fn is not self._view_base_grad_fn:
                 raise RuntimeError(STALE_VIEW_MESSAGE)
         elif self._view_history != counter.value:
             tracer = MODE.tracer
@@ -308,7 +308,7 @@ class Tensor:
     # A lazy view: its base's history count when it was taken (`jit.alias.refresh_view`).
     _view_graph_history = None
     # A real view: its base's grad_fn when it was taken (`_check_view_is_current`).
-    _view_base_history = None
+    _view_base_grad_fn = None
 
     def detach(self) -> Tensor:
         t = self._alias()

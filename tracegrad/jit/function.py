@@ -949,7 +949,7 @@ def _deliver(alive: list[Tensor], slots: list[int], writes: list, write_slots: l
             t._value = None
         if t._base is not None:  # now real: its graph is as current as its base's
             t._view_history = t._version_counter.history
-            t._view_base_history = t._base._grad_fn
+            t._view_base_grad_fn = t._base._grad_fn
     for (target, _), slot in zip(writes, write_slots):
         array = arrays[slot] if slot >= 0 else inputs[-slot - 1]
         if array is not target._data:  # else the program wrote it in place (a donation)

@@ -160,7 +160,7 @@ def _share_storage(source, view) -> None:
     base = view._base = source._base if source._base is not None else source
     if view._data is not None:
         view._view_history = counter.history
-        view._view_base_history = base._grad_fn
+        view._view_base_grad_fn = base._grad_fn
     else:  # (a lazy view: the values it holds go stale; and its graph, `refresh_view`)
         view._view_history = counter.value
         view._view_graph_history = counter.history
