@@ -226,3 +226,27 @@ def test_a_new_reduction_lowers_from_its_spec_alone(product_over_dims, dims):
     array = np.random.default_rng(3).uniform(0.5, 1.5, (6, 5))
     (got,) = program.run([array])
     np.testing.assert_allclose(got, np.prod(array * array, axis=dims), rtol=1e-12)
+
+
+def test_a_sum_over_inner_axes_of_a_constant_fill_lowers_with_the_reductions_types():
+    # The register reduction's combine step read the scalar builder's input types as the
+    # last emitted node left them: the fill's, which has none (fuzz seed 10003405).
+    from tracegrad.codegen.program import build_program
+    from tracegrad.ir.graph import Graph, Node, Value
+    from tracegrad.ir.types import TensorType, float32
+    from tracegrad.ops import elementwise as ew
+    from tracegrad.ops import reduction as red
+
+    graph = Graph(name="sum_of_fill")
+    x = graph.add_input(TensorType((4, 4, 1, 1), float32), "x")
+    fill = Node(ew.FULL, (), {"shape": (4, 4, 3, 3), "dtype": float32, "value": 0.5},
+                (TensorType((4, 4, 3, 3), float32),))
+    graph.add_node(fill)
+    attrs = {"axes": (2, 3), "keepdim": True}
+    total = Node(red.SUM, (Value(fill.out_types[0], fill, 0),), attrs, red.SUM.shape_rule(fill.out_types[0], **attrs))
+    graph.add_node(total)
+    product = Node(ew.MUL, (Value(total.out_types[0], total, 0), x), {}, (x.type,))
+    graph.add_node(product)
+    graph.outputs = [Value(x.type, product, 0)]
+    (got,) = build_program(graph).run([np.full((4, 4, 1, 1), 2.0, np.float32)])
+    np.testing.assert_array_equal(got, np.full((4, 4, 1, 1), 9.0, np.float32))

@@ -394,7 +394,6 @@ def _row_group(builder, b: ScalarBuilder, emitter: _Emitter, group: RowGroup, st
             emitter.memo.clear()
             source = node.inputs[0]
             value = emitter.emit(source, outer_index + [j])
-            b.in_types, b.out_type = (source.type,), result.type
             builder.store(_combine(b, node, builder.load(slot), value, hints), slot)
         _loop(builder, inner, step, interleave=lambda: _reduction_interleave(hints))
         _store(builder, emitter, result, emitter.flat_offset(outer_index, tuple(outer)), builder.load(slot))
@@ -425,6 +424,8 @@ def _combine(b: ScalarBuilder, node: Node, acc, value, hints: list):
     step asks for (`ScalarBuilder.reduction_interleave`) when `value` is read from memory
     as it is (a bool through its widening from a byte)."""
     b.reduction_interleave = None
+    # (Set here, after the operand's emission, which sets them for each node it emits.)
+    b.in_types, b.out_type = (node.inputs[0].type,), node.out_types[0]
     combined = node.op.reduction.combine(b, acc, value)
     loaded = isinstance(value.operands[0] if isinstance(value, ir.CastInstr) else value, ir.LoadInstr)
     hints.append(b.reduction_interleave if loaded else None)
@@ -470,8 +471,6 @@ def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, s
                 full[d] = i
             for d, i in zip(reduced, reduced_index):
                 full[d] = i
-            b.in_types = (source.type,)
-            b.out_type = result.type
             value = emitter.emit(source, full)
             builder.store(_combine(b, node, builder.load(accumulator), value, hints), accumulator)
 
