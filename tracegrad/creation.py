@@ -38,18 +38,16 @@ def from_numpy(array: np.ndarray) -> Tensor:
 
 # Options PyTorch's creation functions take that change nothing on the CPU (a strided,
 # unpinned, contiguous tensor is what tracegrad makes).
-_NEUTRAL_OPTIONS = {"pin_memory": (False,), "layout": (None, "strided"), "memory_format": (None, "contiguous_format"),
-                    "out": (None,), "generator": (None,)}
+_NEUTRAL_OPTIONS = {"pin_memory": False, "layout": None, "memory_format": None, "out": None, "generator": None}
 
 
 def _check_options(where: str, device, options: dict) -> None:
     """The device is the CPU's; other keyword options are PyTorch's neutral ones."""
     check_device(where, device)
     for key, value in options.items():
-        accepted = _NEUTRAL_OPTIONS.get(key)
-        if accepted is None:
+        if key not in _NEUTRAL_OPTIONS:
             raise TypeError(f"{where}() got an unexpected keyword argument '{key}'")
-        if not any(value is a or (isinstance(a, str) and str(value).endswith(a)) for a in accepted):
+        if value is not _NEUTRAL_OPTIONS[key]:  # (only the default: what PyTorch does by default)
             raise RuntimeError(f"{where}: {key}={value!r} is not supported by tracegrad (the CPU, strided "
                                f"and contiguous tensors only)")
 
