@@ -102,3 +102,16 @@ def test_a_worker_that_dies_costs_one_program_reported_as_a_crash():
     assert sorted(by_seed) == [1, 2, 3]
     assert [f["kind"] for f in by_seed[2]["failures"]] == [CRASH]
     assert by_seed[1]["failures"] == [] and by_seed[3]["failures"] == []
+
+
+def test_spread_ramps_as_steeply_as_the_values_so_layer_norm_stays_well_conditioned():
+    import tracegrad
+    from tests.fuzz.generator import PRELUDE
+    namespace = {"np": np, "torch": tracegrad}
+    exec(PRELUDE, namespace)
+    spread = namespace["spread"]
+    big = spread(tracegrad.full((5,), 1000.0, dtype=tracegrad.float64)).numpy()
+    assert np.all(np.diff(big) >= 1000 / 16)
+    # An infinity or NaN leaves the step finite, so the other elements stay finite too.
+    odd = spread(tracegrad.tensor([1.0, float("inf"), float("nan"), 2.0], dtype=tracegrad.float64)).numpy()
+    assert np.isfinite(odd[[0, 3]]).all() and odd[3] - odd[0] == 1 + 3 * 3 / 16
