@@ -71,8 +71,31 @@ def div(input, other) -> Tensor:
 
 
 def pow(input, exponent) -> Tensor:  # noqa: A001
+    if type(exponent) in (int, float) and isinstance(input, Tensor) and input._type.dtype.is_floating:
+        cheaper = _POW_BY_SCALAR.get(exponent)
+        if cheaper is not None:
+            return cheaper(input)
+    return pow_op(input, exponent)
+
+
+def pow_op(input, exponent) -> Tensor:
+    """pow as its one primitive (`pow_` computes with it: its node saves the input as the
+    one operand read, so the in-place update keeps that value, where `x * x` reads it twice)."""
     a, b = prepare("pow", input, exponent)
     return ew.pow(a, b)
+
+
+# PyTorch's CPU kernel computes these scalar exponents of a float tensor as products, roots
+# and reciprocals (so the values are its values bit for bit); as composites they also fuse
+# into kernels, where pow itself runs as a NumPy step (minGPT's GELU has x ** 3).
+_POW_BY_SCALAR = {
+    2: lambda x: mul(x, x),
+    3: lambda x: mul(mul(x, x), x),
+    0.5: lambda x: GENERATED["sqrt"](x),
+    -0.5: lambda x: rsqrt(x),
+    -1: lambda x: GENERATED["reciprocal"](x),
+    -2: lambda x: GENERATED["reciprocal"](mul(x, x)),
+}
 
 
 def _unary(prim, name, to_float: bool = False):

@@ -3,6 +3,8 @@ PyTorch names apart: `mm`, `bmm`, `mv`, `dot`, `outer`, `addmm`."""
 
 from __future__ import annotations
 
+import math
+
 from tracegrad.functional.arith import add, mul
 from tracegrad.ops import linalg
 from tracegrad.ops import movement
@@ -23,6 +25,13 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:
         raise RuntimeError(f"matmul: mat1 and mat2 shapes cannot be multiplied ({list(input.shape)} "
                            f"and {list(other.shape)}): expected size {a2.shape[-1]} to match "
                            f"{b2.shape[-2]}")
+    if b2.ndim == 2 and a2.ndim > 2:
+        # A batch against one matrix (nn.Linear on a sequence) is one 2-D product of the
+        # batch folded into rows, as PyTorch computes it: one GEMM, not one per batch element
+        # against the matrix expanded to the batch.
+        rows = movement.reshape(a2, (math.prod(a2.shape[:-1]), a2.shape[-1]))
+        out = linalg.matmul(rows, b2)
+        return movement.reshape(out, a2.shape[:-1] + (b2.shape[-1],) * (b.ndim > 1))
     try:
         batch = broadcast_shapes("matmul", a2.shape[:-2], b2.shape[:-2])
     except RuntimeError as error:
