@@ -91,9 +91,10 @@ def _pick(name: str, input: Tensor, position, dim: int, keepdim: bool, result):
 
 def kthvalue(input: Tensor, k: int, dim: int = -1, keepdim: bool = False):
     """The k-th smallest element along `dim` (k from 1) and its index."""
-    size = input.shape[normalize_dim("kthvalue", dim, input.ndim)] if input.ndim else 1
+    axis = normalize_dim("kthvalue", dim, input.ndim)
+    size = input.shape[axis] if input.ndim else 1
     if not 1 <= k <= size:
-        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {dim}")
+        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {axis}")
     return _pick("kthvalue", input, k - 1, dim, keepdim, kthvalue_result)
 
 
