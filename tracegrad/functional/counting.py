@@ -36,7 +36,7 @@ def nonzero(input: Tensor, *, as_tuple: bool = False):
     array = _values_of(input)
     if as_tuple:
         return tuple(_int64(index) for index in np.nonzero(np.atleast_1d(array)))
-    return _int64(np.argwhere(array).reshape(-1, array.ndim))
+    return _int64(np.argwhere(array))
 
 
 def count_nonzero(input: Tensor, dim=None) -> Tensor:

@@ -94,11 +94,10 @@ def _histc_impl(x, bins, min, max):  # noqa: A002
     if low == high:
         low, high = low - 1.0, high + 1.0
     inside = x[(x >= low) & (x <= high)]
-    edges = np.linspace(low, high, bins + 1)
-    position = np.clip(((inside - low) * (bins / (high - low))).astype(np.int64), 0, bins - 1)
-    # The division may round across an edge: the edges themselves decide, as PyTorch's do.
-    position -= (position > 0) & (inside < edges[position])
-    position += (position < bins - 1) & (inside >= edges[np.minimum(position + 1, bins)])
+    # PyTorch's bin, in the input's dtype and in this order of operations (so an element
+    # on an edge lands where PyTorch puts it); max itself belongs to the last bin.
+    low, high = x.dtype.type(low), x.dtype.type(high)
+    position = np.minimum(((inside - low) * bins / (high - low)).astype(np.int64), bins - 1)
     return np.bincount(position, minlength=bins).astype(x.dtype)
 
 
