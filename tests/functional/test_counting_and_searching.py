@@ -103,7 +103,8 @@ def test_bucketize_uses_boundaries_as_pytorch():
     (lambda: tg.searchsorted(tg.ones(2), tg.ones(2), side="left", right=True), RuntimeError,
      "side and right can't be set to opposites"),
     (lambda: tg.searchsorted(tg.ones(2), tg.ones(2), out_int32=True), TypeError, "no int32 dtype"),
-    (lambda: tg.bucketize(tg.ones(2), tg.ones(2, 2)), RuntimeError, r"boundaries tensor must be 1 dimension, but got dim\(2\)"),
+    (lambda: tg.bucketize(tg.ones(2), tg.ones(2, 2)), RuntimeError,
+     r"boundaries tensor must be 1 dimension, but got dim\(2\)"),
     (lambda: tg.unique(tg.ones(2, 2), dim=2), IndexError, "unique: Dimension out of range"),
 ])
 def test_bad_input_is_refused_with_the_ops_message(call, error, message):
