@@ -93,5 +93,6 @@ def bincount(input: Tensor, weights: Tensor | None = None, minlength: int = 0) -
 
 def histc(input: Tensor, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:  # noqa: A002
     """Counts of `input`'s elements in `bins` equal bins over [min, max] (the data's range
-    when both are 0); elements outside are not counted. No gradient, as in PyTorch."""
+    when min equals max, e.g. both 0); elements outside are not counted. No gradient, as in
+    PyTorch."""
     return so.histc(input.detach(), int(bins), float(min), float(max))

@@ -83,13 +83,14 @@ _TORCH_NAMES = {types.bool_: "Bool", types.int64: "Long", types.float32: "Float"
 
 
 def _histc_impl(x, bins, min, max):  # noqa: A002
-    """PyTorch's histc: `bins` equal bins over [min, max] (the data's range when both are 0,
-    widened by 1 each way when that is one point); elements outside, and NaN, are not
-    counted; an element equal to max falls in the last bin."""
+    """PyTorch's histc: `bins` equal bins over [min, max] (the data's range when min equals
+    max, as PyTorch's implementation does; widened by 1 each way when that is one point);
+    elements outside, and NaN, are not counted; an element equal to max falls in the last
+    bin."""
     x = x.ravel()
     low, high = float(min), float(max)
     finite = x[np.isfinite(x)]
-    if low == high == 0.0 and finite.size:
+    if low == high and finite.size:
         low, high = float(finite.min()), float(finite.max())
     if low == high:
         low, high = low - 1.0, high + 1.0
