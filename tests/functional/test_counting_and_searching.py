@@ -149,6 +149,17 @@ def test_compiled_gradient_flows_through_an_index_made_by_nonzero():
         np.testing.assert_array_equal(compiled(x).numpy(), step(x).numpy())
 
 
+def test_compiled_data_dependent_ops_are_realization_points_at_the_users_line():
+    def step(x):
+        y = x * 2
+        return tg.unique(y), tg.nonzero(y), tg.bincount(y)  # the realizing line
+
+    line = step.__code__.co_firstlineno + 2
+    report = tg.compile(step).explain(tg.tensor([0, 2, 1]))
+    assert len(report.realizations) >= 1
+    assert all(point.location.endswith(f"test_counting_and_searching.py:{line}") for point in report.realizations)
+
+
 try:
     import torch
 except ImportError:
