@@ -258,3 +258,11 @@ def test_integer_scans_and_products_match_torch():
                lambda m, a: m.median(a)]:
         ours, theirs = fn(tg, tg.tensor(array)), fn(torch, torch.tensor(array))
         assert ours.tolist() == theirs.tolist() and str(ours.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1]
+
+
+@pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+def test_float32_running_sums_and_products_accumulate_in_float64_as_torch():
+    array = np.random.default_rng(6).standard_normal((3, 2000)).astype(np.float32)
+    factors = 1.0 + 0.01 * array[:, :300]
+    np.testing.assert_array_equal(tg.tensor(array).cumsum(1).numpy(), torch.tensor(array).cumsum(1).numpy())
+    np.testing.assert_array_equal(tg.tensor(factors).cumprod(1).numpy(), torch.tensor(factors).cumprod(1).numpy())

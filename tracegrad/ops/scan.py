@@ -78,8 +78,15 @@ def _quiet(fn):
 
 # --- cumsum ------------------------------------------------------------------------------
 
+def _accumulator(dtype: np.dtype) -> np.dtype:
+    """The dtype a running sum or product is kept in: float32 in float64, as PyTorch's CPU
+    kernels keep it (then rounded once per element)."""
+    return np.dtype(np.float64) if dtype == np.float32 else dtype
+
+
 def _cumsum_impl(x, axis, reverse=False):
-    return _along(lambda v, a: np.cumsum(v, axis=a, dtype=x.dtype), x, axis, reverse)
+    return _along(lambda v, a: np.cumsum(v, axis=a, dtype=_accumulator(x.dtype)).astype(x.dtype, copy=False),
+                  x, axis, reverse)
 
 
 CUMSUM = Primitive("cumsum", shape_rule=_same_type_rule("cumsum"), impl=_quiet(_cumsum_impl), kind=OTHER,
@@ -137,7 +144,8 @@ def _cumprod_vjp(ctx, g):
 
 
 CUMPROD = Primitive("cumprod", shape_rule=_same_type_rule("cumprod"), kind=OTHER,
-                    impl=_quiet(lambda x, axis: np.cumprod(x, axis=axis, dtype=x.dtype)),
+                    impl=_quiet(lambda x, axis: np.cumprod(x, axis=axis, dtype=_accumulator(x.dtype)).astype(x.dtype,
+                                                                                                    copy=False)),
                     saves_inputs=(0,), saves_output=True, vjp=_cumprod_vjp)
 
 
