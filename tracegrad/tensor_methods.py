@@ -60,6 +60,10 @@ _METHODS = {
     "narrow": F.narrow, "split": F.split, "chunk": F.chunk, "unbind": F.unbind, "flip": F.flip,
     "repeat": _repeat, "masked_fill": F.masked_fill, "tril": F.tril, "triu": F.triu,
     "bmm": F.bmm, "mv": F.mv, "dot": F.dot, "outer": F.outer, "addmm": F.addmm,
+    "cumsum": F.cumsum, "cumprod": F.cumprod, "cummax": F.cummax, "cummin": F.cummin,
+    "logcumsumexp": F.logcumsumexp, "prod": F.prod, "sort": F.sort, "argsort": F.argsort, "msort": F.msort,
+    "topk": F.topk, "kthvalue": F.kthvalue, "median": F.median, "unique": F.unique, "nonzero": F.nonzero,
+    "count_nonzero": F.count_nonzero, "bincount": F.bincount, "histc": F.histc,
 }
 _METHODS.update(F.arith.GENERATED)  # (the functions generated from primitive entries)
 for _name, _fn in _METHODS.items():
@@ -367,6 +371,9 @@ Tensor.zero_ = _zero_
 Tensor.copy_ = _copy_
 Tensor.__setitem__ = _setitem
 Tensor.relu_ = lambda self: _apply_inplace(self, "relu_", lambda: F.relu(self))
+Tensor.cumsum_ = lambda self, dim, dtype=None: _apply_inplace(self, "cumsum_", lambda: F.cumsum(self, dim, dtype=dtype))
+Tensor.cumprod_ = lambda self, dim, dtype=None: _apply_inplace(self, "cumprod_",
+                                                              lambda: F.cumprod(self, dim, dtype=dtype))
 
 
 def _inplace_unary(fn, name):

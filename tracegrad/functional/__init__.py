@@ -8,6 +8,7 @@ from tracegrad.functional.arith import (  # noqa: F401
     where,
 )
 from tracegrad.functional.conv import avg_pool2d, conv2d, max_pool2d  # noqa: F401
+from tracegrad.functional.counting import bincount, count_nonzero, histc, nonzero, unique  # noqa: F401
 from tracegrad.functional.index import gather, getitem, index_put  # noqa: F401
 from tracegrad.functional.linalg import addmm, bmm, dot, matmul, mm, mv, outer  # noqa: F401
 from tracegrad.functional.masking import masked_fill, tril, triu  # noqa: F401
@@ -18,12 +19,17 @@ from tracegrad.functional.neural import (  # noqa: F401
 from tracegrad.functional.reduce import (  # noqa: F401
     all, amax, amin, any, argmax, argmin, logsumexp, max, mean, min, std, sum, var,
 )
+from tracegrad.functional.scan import cummax, cummin, cumprod, cumsum, logcumsumexp, prod  # noqa: F401
 from tracegrad.functional.shape import (  # noqa: F401
     T, broadcast_to, cat, clone, concat, contiguous, expand, expand_as, flatten, permute,
     reshape, squeeze, stack, t, transpose, unsqueeze, view,
+)
+from tracegrad.functional.sorting import (  # noqa: F401
+    argsort, bucketize, kthvalue, median, msort, searchsorted, sort, topk,
 )
 
 globals().update(GENERATED)  # the functions generated from primitive entries (`Primitive.api`)
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {
-    "GENERATED", "arith", "conv", "index", "linalg", "masking", "neural", "pieces", "reduce", "shape"}]
+    "GENERATED", "arith", "conv", "counting", "index", "linalg", "masking", "neural", "pieces", "reduce", "scan",
+    "shape", "sorting"}]
