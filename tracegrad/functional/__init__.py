@@ -8,6 +8,11 @@ from tracegrad.functional.arith import (  # noqa: F401
     where,
 )
 from tracegrad.functional.conv import avg_pool2d, conv2d, max_pool2d  # noqa: F401
+from tracegrad.functional.elementwise_math import (  # noqa: F401
+    addcdiv, addcmul, allclose, arctan2, clamp_max, clamp_min, deg2rad, equal, float_power, frac, heaviside,
+    isclose, isfinite, isneginf, isposinf, lerp, logaddexp, logaddexp2, logit, nan_to_num, negative, polygamma,
+    positive, rad2deg, sgn, signbit, sinc, true_divide, xlogy,
+)
 from tracegrad.functional.index import gather, getitem, index_put  # noqa: F401
 from tracegrad.functional.linalg import addmm, bmm, dot, matmul, mm, mv, outer  # noqa: F401
 from tracegrad.functional.masking import masked_fill, tril, triu  # noqa: F401
@@ -26,4 +31,5 @@ from tracegrad.functional.shape import (  # noqa: F401
 globals().update(GENERATED)  # the functions generated from primitive entries (`Primitive.api`)
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {
-    "GENERATED", "arith", "conv", "index", "linalg", "masking", "neural", "pieces", "reduce", "shape"}]
+    "GENERATED", "arith", "conv", "elementwise_math", "index", "linalg", "masking", "neural", "pieces", "reduce",
+    "shape"}]
