@@ -384,8 +384,10 @@ for _name, _fn in F.arith.GENERATED.items():  # `exp_`, `neg_`, ...: of the gene
 
 
 def _inplace(fn, name):
+    """The in-place form of a composite. With grad on, it reads a copy of `self`: its inner
+    ops may save `self` for their gradients, and the update must not invalidate them."""
     def op(self, *args, **kwargs):
-        return _apply_inplace(self, name, lambda: fn(self, *args, **kwargs))
+        return _apply_inplace(self, name, lambda: fn(ew.copy(self) if MODE.grad_enabled else self, *args, **kwargs))
     op.__name__ = name
     return op
 
