@@ -66,6 +66,8 @@ _METHODS = {
     "count_nonzero": F.count_nonzero, "bincount": F.bincount, "histc": F.histc,
 }
 _METHODS.update(F.arith.GENERATED)  # (the functions generated from primitive entries)
+_METHODS.update({name: getattr(F.elementwise_math, name) for name in F.elementwise_math.__all__})
+_METHODS["polygamma"] = lambda self, n: F.polygamma(n, self)
 for _name, _fn in _METHODS.items():
     # A Python function is a method as it is (one call less per operator, which every
     # traced op pays); anything else is wrapped.
@@ -386,3 +388,27 @@ def _inplace_unary(fn, name):
 for _name, _fn in F.arith.GENERATED.items():  # `exp_`, `neg_`, ...: of the generated unary ops
     if REGISTRY[_name].api in ("unary", "float_unary"):
         setattr(Tensor, _name + "_", _inplace_unary(_fn, _name + "_"))
+
+
+def _inplace(fn, name):
+    """The in-place form of a composite. With grad on, it reads a copy of `self`: its inner
+    ops may save `self` for their gradients, and the update must not invalidate them."""
+    def op(self, *args, **kwargs):
+        return _apply_inplace(self, name, lambda: fn(ew.copy(self) if MODE.grad_enabled else self, *args, **kwargs))
+    op.__name__ = name
+    return op
+
+
+for _name, _fn in F.elementwise_math.INPLACE.items():  # `atan2_`, `lerp_`, `addcmul_`, ...
+    setattr(Tensor, _name + "_", _inplace(_fn, _name + "_"))
+Tensor.polygamma_ = lambda self, n: _apply_inplace(self, "polygamma_", lambda: F.polygamma(n, self))
+
+
+def _float_power_(self, exponent):
+    if self.dtype is not types.float64:
+        raise RuntimeError(f"the base given to float_power_ has dtype {_TYPE_NAMES[self.dtype][6:-6]} but the "
+                           "operation's result requires dtype Double")
+    return _apply_inplace(self, "float_power_", lambda: F.float_power(self, exponent))
+
+
+Tensor.float_power_ = _float_power_

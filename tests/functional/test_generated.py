@@ -11,7 +11,7 @@ from tracegrad.ops import REGISTRY
 
 ENTRIES = sorted(name for name, prim in REGISTRY.items() if prim.api is not None)
 UNARY = [name for name in ENTRIES if REGISTRY[name].api in ("unary", "float_unary")]
-BINARY = [name for name in ENTRIES if REGISTRY[name].api == "binary"]
+BINARY = [name for name in ENTRIES if REGISTRY[name].api in ("binary", "float_binary")]
 
 
 def test_every_entry_with_a_calling_convention_is_generated():

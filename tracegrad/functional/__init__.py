@@ -3,12 +3,19 @@
 has gradient code of its own. The elementwise functions whose primitive entry names a
 calling convention are generated (`arith.GENERATED`) and exported here too."""
 
+from types import ModuleType as _ModuleType
+
 from tracegrad.functional.arith import (  # noqa: F401
     GENERATED, add, clamp, clip, div, isinf, isnan, logical_not, mul, pow, relu, rsqrt, sub, to_dtype,
     where,
 )
 from tracegrad.functional.conv import avg_pool2d, conv2d, max_pool2d  # noqa: F401
 from tracegrad.functional.counting import bincount, count_nonzero, histc, nonzero, unique  # noqa: F401
+from tracegrad.functional.elementwise_math import (  # noqa: F401
+    addcdiv, addcmul, allclose, arctan2, clamp_max, clamp_min, deg2rad, equal, float_power, frac, heaviside,
+    isclose, isfinite, isneginf, isposinf, lerp, logaddexp, logaddexp2, logit, nan_to_num, negative, polygamma,
+    positive, rad2deg, sgn, signbit, sinc, true_divide, xlogy,
+)
 from tracegrad.functional.index import gather, getitem, index_put  # noqa: F401
 from tracegrad.functional.linalg import addmm, bmm, dot, matmul, mm, mv, outer  # noqa: F401
 from tracegrad.functional.masking import masked_fill, tril, triu  # noqa: F401
@@ -30,6 +37,6 @@ from tracegrad.functional.sorting import (  # noqa: F401
 
 globals().update(GENERATED)  # the functions generated from primitive entries (`Primitive.api`)
 
-__all__ = [name for name in dir() if not name.startswith("_") and name not in {
-    "GENERATED", "arith", "conv", "counting", "index", "linalg", "masking", "neural", "pieces", "reduce", "scan",
-    "shape", "sorting"}]
+# Everything public but the submodules themselves (and the generated table).
+__all__ = [name for name, value in dict(globals()).items()
+           if not name.startswith("_") and name != "GENERATED" and not isinstance(value, _ModuleType)]

@@ -117,7 +117,26 @@ def _float_unary(prim, name):
     return _unary(prim, name, to_float=True)
 
 
-_CONVENTIONS = {"float_unary": _float_unary, "unary": _unary, "binary": _binary}
+def _float_binary(prim, name):
+    """`_binary` whose integer or bool operands become float (the default float dtype)."""
+    def op(input, other):
+        common = common_operands(input, other)
+        if common is not None and common[0]._type.dtype.is_floating:
+            a, b = common
+        else:
+            for operand in (input, other):
+                check_operand(name, operand)
+            dtype = result_dtype(input, other)
+            a, b = prepare(name, input, other, dtype=dtype if dtype.is_floating else types.default_float)
+        tracer = MODE.tracer
+        if tracer is not None:  # (bind's hand-off to the trace, inline)
+            return tracer.process_primitive(prim, (a, b), NO_ATTRS)
+        return bind(prim, (a, b))
+    op.__name__ = name
+    return op
+
+
+_CONVENTIONS = {"float_unary": _float_unary, "unary": _unary, "binary": _binary, "float_binary": _float_binary}
 GENERATED: dict = {prim.name: _CONVENTIONS[prim.api](prim, prim.name)
                    for prim in REGISTRY.values() if prim.api is not None}
 globals().update(GENERATED)
@@ -133,6 +152,8 @@ def logical_not(input: Tensor) -> Tensor:
 
 
 def isinf(input: Tensor) -> Tensor:
+    if not input.dtype.is_floating:  # (an integer has no inf: full_like(input, inf) would not cast)
+        return ew.full(input.shape, False, types.bool_)
     return ew.eq(ew.abs(input), ew.full_like(input, np.inf))
 
 

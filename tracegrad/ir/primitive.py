@@ -95,7 +95,8 @@ class Primitive:
         # The user-facing function `tg.<name>` and method `Tensor.<name>` (with its in-place
         # `<name>_` for a unary op) are generated from the entry by `functional.arith` when
         # `api` names their calling convention: "float_unary" (an integer input becomes
-        # float first), "unary", "binary" (broadcasting, type promotion). None: written by
+        # float first), "unary", "binary" (broadcasting, type promotion), "float_binary"
+        # (as "binary", integer operands becoming float). None: written by
         # hand in `functional/` and listed in `tensor_methods.py`.
         self.api = api
         REGISTRY[name] = self
