@@ -8,6 +8,9 @@ from tracegrad.functional.arith import (  # noqa: F401
     where,
 )
 from tracegrad.functional.conv import avg_pool2d, conv2d, max_pool2d  # noqa: F401
+from tracegrad.functional.diagonals import (  # noqa: F401
+    diag, diag_embed, diagonal, trace, tril_indices, triu_indices,
+)
 from tracegrad.functional.index import gather, getitem, index_put  # noqa: F401
 from tracegrad.functional.linalg import addmm, bmm, dot, matmul, mm, mv, outer  # noqa: F401
 from tracegrad.functional.masking import masked_fill, tril, triu  # noqa: F401
@@ -15,8 +18,17 @@ from tracegrad.functional.pieces import chunk, flip, narrow, split, unbind  # no
 from tracegrad.functional.neural import (  # noqa: F401
     cross_entropy, dropout, gelu, layer_norm, linear, log_softmax, mse_loss, silu, softmax,
 )
+from tracegrad.functional.rearrange import (  # noqa: F401
+    atleast_1d, atleast_2d, atleast_3d, block_diag, broadcast_shapes, broadcast_tensors, cartesian_prod,
+    column_stack, dsplit, dstack, hsplit, hstack, meshgrid, moveaxis, movedim, repeat_interleave, roll, rot90,
+    row_stack, swapaxes, swapdims, tensor_split, tile, unflatten, vsplit, vstack,
+)
 from tracegrad.functional.reduce import (  # noqa: F401
     all, amax, amin, any, argmax, argmin, logsumexp, max, mean, min, std, sum, var,
+)
+from tracegrad.functional.scatter import (  # noqa: F401
+    index_add, index_copy, index_fill, index_select, masked_scatter, masked_select, scatter, scatter_add,
+    scatter_reduce, take, take_along_dim,
 )
 from tracegrad.functional.shape import (  # noqa: F401
     T, broadcast_to, cat, clone, concat, contiguous, expand, expand_as, flatten, permute,
@@ -26,4 +38,5 @@ from tracegrad.functional.shape import (  # noqa: F401
 globals().update(GENERATED)  # the functions generated from primitive entries (`Primitive.api`)
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {
-    "GENERATED", "arith", "conv", "index", "linalg", "masking", "neural", "pieces", "reduce", "shape"}]
+    "GENERATED", "arith", "conv", "diagonals", "index", "linalg", "masking", "neural", "pieces", "rearrange", "reduce",
+    "scatter", "shape"}]
