@@ -244,8 +244,8 @@ def rot90(input: Tensor, k: int = 1, dims=(0, 1)) -> Tensor:
     if a == b:
         raise RuntimeError(f"expected rotation dims to be different, but got dim0 = {a} and dim1 = {b}")
     k %= 4
-    if k == 1:
-        return transpose(flip(input, [b]), a, b)
+    if k == 1:  # (flipped last: the result is the flip's copy, not a view of one, as PyTorch's)
+        return flip(transpose(input, a, b), [a])
     if k == 2:
         return flip(input, [a, b])
     if k == 3:
