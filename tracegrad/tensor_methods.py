@@ -60,7 +60,7 @@ _METHODS = {
     "narrow": F.narrow, "split": F.split, "chunk": F.chunk, "unbind": F.unbind, "flip": F.flip,
     "repeat": _repeat, "masked_fill": F.masked_fill, "tril": F.tril, "triu": F.triu,
     "bmm": F.bmm, "mv": F.mv, "dot": F.dot, "outer": F.outer, "addmm": F.addmm,
-    # rearrange.py, diagonals.py, scatter.py
+    # rearrange.py, diagonals.py, indexed.py
     "movedim": F.movedim, "moveaxis": F.moveaxis, "swapaxes": F.swapaxes, "swapdims": F.swapdims,
     "unflatten": F.unflatten, "tensor_split": F.tensor_split, "hsplit": F.hsplit, "vsplit": F.vsplit,
     "dsplit": F.dsplit, "roll": F.roll, "rot90": F.rot90, "tile": F.tile, "repeat_interleave": F.repeat_interleave,
@@ -69,6 +69,9 @@ _METHODS = {
     "index_fill": F.index_fill, "scatter": F.scatter, "scatter_add": F.scatter_add,
     "scatter_reduce": F.scatter_reduce, "masked_select": F.masked_select, "masked_scatter": F.masked_scatter,
     "take": F.take, "take_along_dim": F.take_along_dim,
+    # products.py, norms.py
+    "kron": F.kron, "cross": F.cross, "baddbmm": F.baddbmm, "addbmm": F.addbmm, "addmv": F.addmv, "addr": F.addr,
+    "matrix_power": F.matrix_power, "norm": F.norm, "dist": F.dist,
 }
 _METHODS.update(F.arith.GENERATED)  # (the functions generated from primitive entries)
 for _name, _fn in _METHODS.items():
@@ -378,7 +381,7 @@ def _inplace_of(fn, name):
 
 
 for _fn in (F.index_add, F.index_copy, F.index_fill, F.scatter, F.scatter_add, F.scatter_reduce,
-            F.masked_scatter):
+            F.masked_scatter, F.baddbmm, F.addbmm, F.addmv, F.addr):
     setattr(Tensor, _fn.__name__ + "_", _inplace_of(_fn, _fn.__name__ + "_"))
 Tensor.tril_ = lambda self, diagonal=0: _apply_inplace(self, "tril_", lambda: F.tril(self, diagonal))
 Tensor.triu_ = lambda self, diagonal=0: _apply_inplace(self, "triu_", lambda: F.triu(self, diagonal))

@@ -11,10 +11,15 @@ from tracegrad.functional.conv import avg_pool2d, conv2d, max_pool2d  # noqa: F4
 from tracegrad.functional.diagonals import (  # noqa: F401
     diag, diag_embed, diagonal, trace, tril_indices, triu_indices,
 )
+from tracegrad.functional.contract import einsum, tensordot  # noqa: F401
 from tracegrad.functional.index import gather, getitem, index_put  # noqa: F401
 from tracegrad.functional.linalg import addmm, bmm, dot, matmul, mm, mv, outer  # noqa: F401
 from tracegrad.functional.masking import masked_fill, tril, triu  # noqa: F401
+from tracegrad.functional.norms import cdist, dist, norm  # noqa: F401
 from tracegrad.functional.pieces import chunk, flip, narrow, split, unbind  # noqa: F401
+from tracegrad.functional.products import (  # noqa: F401
+    addbmm, addmv, addr, baddbmm, chain_matmul, cross, kron, matrix_power,
+)
 from tracegrad.functional.neural import (  # noqa: F401
     cross_entropy, dropout, gelu, layer_norm, linear, log_softmax, mse_loss, silu, softmax,
 )
@@ -26,7 +31,7 @@ from tracegrad.functional.rearrange import (  # noqa: F401
 from tracegrad.functional.reduce import (  # noqa: F401
     all, amax, amin, any, argmax, argmin, logsumexp, max, mean, min, std, sum, var,
 )
-from tracegrad.functional.scatter import (  # noqa: F401
+from tracegrad.functional.indexed import (  # noqa: F401
     index_add, index_copy, index_fill, index_select, masked_scatter, masked_select, scatter, scatter_add,
     scatter_reduce, take, take_along_dim,
 )
@@ -38,5 +43,5 @@ from tracegrad.functional.shape import (  # noqa: F401
 globals().update(GENERATED)  # the functions generated from primitive entries (`Primitive.api`)
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {
-    "GENERATED", "arith", "conv", "diagonals", "index", "linalg", "masking", "neural", "pieces", "rearrange", "reduce",
-    "scatter", "shape"}]
+    "GENERATED", "arith", "contract", "conv", "diagonals", "index", "indexed", "linalg", "masking", "neural",
+    "norms", "pieces", "products", "rearrange", "reduce", "shape"}]

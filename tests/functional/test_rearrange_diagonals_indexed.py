@@ -1,6 +1,6 @@
 """`functional/rearrange.py` (movedim, tensor_split, stacks, meshgrid, roll, rot90, tile,
 repeat_interleave, block_diag, ...), `functional/diagonals.py` (diagonal, diag, diag_embed,
-trace, triangle indices) and `functional/scatter.py` (index_*, scatter*, masked_select/
+trace, triangle indices) and `functional/indexed.py` (index_*, scatter*, masked_select/
 scatter, take, take_along_dim): values as PyTorch's, gradients against finite differences
 (first and second order, float64), compiled equal to eager, views where PyTorch makes views,
 PyTorch's errors raised before anything is written; compared with PyTorch where installed."""
