@@ -150,6 +150,10 @@ def multi_dot(tensors) -> Tensor:
 
 
 def chain_matmul(*matrices) -> Tensor:
+    """linalg.multi_dot of 2-D matrices given one by one (deprecated in PyTorch, with its warning)."""
+    warnings.warn("torch.chain_matmul is deprecated and will be removed in a future PyTorch release. Use "
+                  "torch.linalg.multi_dot instead, which accepts a list of two or more tensors rather than multiple "
+                  "parameters.", UserWarning, stacklevel=2)
     if len(matrices) == 1 and isinstance(matrices[0], (list, tuple)):
         matrices = tuple(matrices[0])
     for k, m in enumerate(matrices):
