@@ -1,6 +1,6 @@
 """`functional/contract.py` (einsum, tensordot), `functional/products.py` (kron, cross,
 baddbmm, addbmm, addmv, addr, chain_matmul, multi_dot, matrix_power), `functional/norms.py`
-(vector/matrix/linalg norms, norm, dist, cdist) and the `tg.linalg` namespace: values as
+(vector/matrix/linalg norms, norm, dist, cdist, renorm) and the `tg.linalg` namespace: values as
 PyTorch's, gradients against finite differences (first and second order, float64),
 compiled equal to eager, PyTorch's errors; compared with PyTorch where it is installed."""
 
@@ -76,6 +76,8 @@ CASES = {
     "cdist_1": (lambda m, a, b: m.cdist(a, b, 1.0), [(3, 2), (2, 2)]),
     "cdist_inf_batched": (lambda m, a, b: m.cdist(a, b, INF), [(2, 3, 4), (5, 4)]),
     "cdist_3": (lambda m, a, b: m.cdist(a, b, 3.0), [(2, 3, 2), (2, 4, 2)]),
+    "renorm": (lambda m, a: m.renorm(a, 2, 0, 1.0), [(3, 4)]),
+    "renorm_some_rows": (lambda m, a: a.renorm(1, 1, 2.5), [(3, 4)]),
 }
 
 
@@ -159,6 +161,12 @@ def test_size_zero_and_size_one_inputs():
     assert tg.linalg.matrix_power(tg.tensor([[2.0]]), 3).tolist() == [[8.0]]
 
 
+def test_renorm_scales_only_the_slices_over_the_limit_in_place_too():
+    x = tg.tensor([[3.0, 4.0], [0.3, 0.4]], dtype=tg.float64)
+    x.renorm_(2, 0, 1.0)
+    np.testing.assert_allclose(x.numpy(), [[0.6 * 5 / (5 + 1e-7), 0.8 * 5 / (5 + 1e-7)], [0.3, 0.4]], rtol=1e-15)
+
+
 def test_in_place_products_write_the_input():
     x = tg.ones(2, 3, dtype=tg.float64)
     x.addr_(tg.tensor([1.0, 2.0], dtype=tg.float64), tg.tensor([1.0, 0.0, -1.0], dtype=tg.float64), alpha=2.0)
@@ -207,6 +215,9 @@ def test_cross_without_dim_takes_the_first_dim_of_size_three_with_a_warning():
     (lambda: tg.cdist(tg.ones(3), tg.ones(2, 3)), "cdist only supports at least 2D tensors, X1 got: 1D"),
     (lambda: tg.cdist(tg.ones(2, 3), tg.ones(2, 4)), "X1 and X2 must have the same number of columns"),
     (lambda: tg.cdist(tg.ones(2, 3), tg.ones(2, 3), -1.0), "only supports non-negative p values"),
+    (lambda: tg.renorm(tg.ones(3), 2, 0, 1.0), "renorm: input needs at least 2 dimensions"),
+    (lambda: tg.ones(2, 2).renorm(0, 0, 1.0), "non-positive-norm not supported"),
+    (lambda: tg.ones(2, 2).renorm_(2, 0, -1.0), "expected maxnorm to be >= 0"),
 ])
 def test_bad_input_is_refused_with_the_ops_message(call, message):
     with pytest.raises((RuntimeError, IndexError), match=message):

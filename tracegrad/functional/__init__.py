@@ -15,7 +15,7 @@ from tracegrad.functional.contract import einsum, tensordot  # noqa: F401
 from tracegrad.functional.index import gather, getitem, index_put  # noqa: F401
 from tracegrad.functional.linalg import addmm, bmm, dot, matmul, mm, mv, outer  # noqa: F401
 from tracegrad.functional.masking import masked_fill, tril, triu  # noqa: F401
-from tracegrad.functional.norms import cdist, dist, norm  # noqa: F401
+from tracegrad.functional.norms import cdist, dist, norm, renorm  # noqa: F401
 from tracegrad.functional.pieces import chunk, flip, narrow, split, unbind  # noqa: F401
 from tracegrad.functional.products import (  # noqa: F401
     addbmm, addmv, addr, baddbmm, chain_matmul, cross, kron, matrix_power,

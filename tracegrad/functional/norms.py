@@ -1,5 +1,5 @@
 """Norms and distances with PyTorch's names: `linalg.vector_norm`, `linalg.matrix_norm`
-('fro', 1, -1, inf, -inf), `linalg.norm`, `norm`, `dist`, `cdist` (any p >= 0).
+('fro', 1, -1, inf, -inf), `linalg.norm`, `norm`, `dist`, `cdist` (any p >= 0), `renorm`.
 
 Composites of abs, pow/sqrt, sum and amax/amin. Where a norm is 0 its gradient is 0, as
 PyTorch's (the root reads 1 there and its result is replaced by 0, both through `where`,
@@ -139,3 +139,21 @@ def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: str = "use_mm_fo
         return ew.full(batch + (rows, cols), 0.0, x1.dtype)
     dtype = types.promote(x1.dtype, x2.dtype)
     return vector_norm(ew.sub(ew.convert(a, dtype), ew.convert(b, dtype)), p, -1)
+
+
+def renorm(input: Tensor, p, dim: int, maxnorm) -> Tensor:
+    """Each slice of `input` along `dim` whose p-norm exceeds `maxnorm` scaled down to it
+    (by maxnorm / (norm + 1e-7), as PyTorch's), the others unchanged."""
+    if input.ndim < 2:
+        raise RuntimeError(f"renorm: input needs at least 2 dimensions, got {input.ndim} dimensions")
+    if p <= 0:
+        raise RuntimeError(f"renorm: non-positive-norm not supported, got p={p}")
+    if maxnorm < 0:
+        raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
+    axis = normalize_dims("renorm", dim, input.ndim)[0]
+    others = tuple(d for d in range(input.ndim) if d != axis)
+    size = vector_norm(input, p, others, keepdim=True)
+    limit = ew.full((), float(maxnorm), size.dtype)
+    scale = ew.div(limit, ew.add(size, ew.full((), 1e-7, size.dtype)))
+    factor = ew.where(ew.gt(size, limit), scale, ew.full((), 1.0, size.dtype))
+    return ew.mul(input, broadcast_to(factor, input.shape))
