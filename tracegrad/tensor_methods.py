@@ -68,7 +68,7 @@ _METHODS = {
     "index_select": F.index_select, "index_add": F.index_add, "index_copy": F.index_copy,
     "index_fill": F.index_fill, "scatter": F.scatter, "scatter_add": F.scatter_add,
     "scatter_reduce": F.scatter_reduce, "masked_select": F.masked_select, "masked_scatter": F.masked_scatter,
-    "take": F.take, "take_along_dim": F.take_along_dim,
+    "take": F.take, "put": F.put, "take_along_dim": F.take_along_dim,
     # products.py, norms.py
     "kron": F.kron, "cross": F.cross, "baddbmm": F.baddbmm, "addbmm": F.addbmm, "addmv": F.addmv, "addr": F.addr,
     "matrix_power": F.matrix_power, "norm": F.norm, "dist": F.dist, "renorm": F.renorm,
@@ -381,7 +381,7 @@ def _inplace_of(fn, name):
 
 
 for _fn in (F.index_add, F.index_copy, F.index_fill, F.scatter, F.scatter_add, F.scatter_reduce,
-            F.masked_scatter, F.baddbmm, F.addbmm, F.addmv, F.addr, F.renorm):
+            F.masked_scatter, F.put, F.baddbmm, F.addbmm, F.addmv, F.addr, F.renorm):
     setattr(Tensor, _fn.__name__ + "_", _inplace_of(_fn, _fn.__name__ + "_"))
 Tensor.tril_ = lambda self, diagonal=0: _apply_inplace(self, "tril_", lambda: F.tril(self, diagonal))
 Tensor.triu_ = lambda self, diagonal=0: _apply_inplace(self, "triu_", lambda: F.triu(self, diagonal))

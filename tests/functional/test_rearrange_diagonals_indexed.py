@@ -1,7 +1,7 @@
 """`functional/rearrange.py` (movedim, tensor_split, stacks, meshgrid, roll, rot90, tile,
 repeat_interleave, block_diag, ...), `functional/diagonals.py` (diagonal, diag, diag_embed,
 trace, triangle indices) and `functional/indexed.py` (index_*, scatter*, masked_select/
-scatter, take, take_along_dim): values as PyTorch's, gradients against finite differences
+scatter, take, put, take_along_dim): values as PyTorch's, gradients against finite differences
 (first and second order, float64), compiled equal to eager, views where PyTorch makes views,
 PyTorch's errors raised before anything is written; compared with PyTorch where installed."""
 
@@ -84,6 +84,8 @@ CASES = {
     "masked_select": (lambda m, a: a.masked_select(a > 0) * 2.0, [(3, 4)]),
     "masked_scatter": (lambda m, a, b: a.masked_scatter(a > 0, b), [(3, 4), (13,)]),
     "take": (lambda m, a: m.take(a, m.tensor([[0, -1], [5, 5]])), [(3, 4)]),
+    "put": (lambda m, a, b: a.put(m.tensor([[0, -1], [5, 2]]), b), [(3, 4), (2, 2)]),
+    "put_accumulate": (lambda m, a, b: m.put(a, m.tensor([1, 1, -12]), b, accumulate=True), [(3, 4), (3,)]),
     "take_along_dim": (lambda m, a: m.take_along_dim(a, m.tensor([[2], [0], [1]]), 1), [(3, 4)]),
     "take_along_dim_flat": (lambda m, a: m.take_along_dim(a, m.tensor([3, 0, 3])), [(2, 2)]),
 }
@@ -217,6 +219,8 @@ def test_in_place_forms_write_and_send_gradients():
     (lambda x: x.scatter_(0, tg.tensor([[0]]), tg.ones(1, 1), reduce="mean"), "must be either add or multiply"),
     (lambda x: x.masked_scatter_(x > 0, tg.ones(2)), "expected source to have at least 12 elements"),
     (lambda x: x.masked_scatter_(tg.ones(3, 4), tg.ones(12)), "expected BoolTensor for mask"),
+    (lambda x: x.put_(tg.tensor([0, 12]), tg.ones(2)), "index 12 is out of bounds for dimension 0 with size 12"),
+    (lambda x: x.put_(tg.tensor([0, 1]), tg.ones(3)), "Expected source and index to have the same number"),
 ])
 def test_bad_input_is_refused_before_anything_is_written(call, message):
     x = tg.ones(3, 4)

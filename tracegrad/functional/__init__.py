@@ -32,7 +32,7 @@ from tracegrad.functional.reduce import (  # noqa: F401
     all, amax, amin, any, argmax, argmin, logsumexp, max, mean, min, std, sum, var,
 )
 from tracegrad.functional.indexed import (  # noqa: F401
-    index_add, index_copy, index_fill, index_select, masked_scatter, masked_select, scatter, scatter_add,
+    index_add, index_copy, index_fill, index_select, masked_scatter, masked_select, put, scatter, scatter_add,
     scatter_reduce, take, take_along_dim,
 )
 from tracegrad.functional.shape import (  # noqa: F401

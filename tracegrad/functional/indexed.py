@@ -4,7 +4,7 @@
 - along one dim with a 1-D index: `index_select`, `index_add`, `index_copy`, `index_fill`;
 - per element along one dim (gather's transpose): `scatter` (src or value, `reduce=`),
   `scatter_add`, `scatter_reduce` (sum, prod, mean, amax, amin; `include_self`);
-- by a mask or a flat index: `masked_select`, `masked_scatter`, `take`, `take_along_dim`.
+- by a mask or a flat index: `masked_select`, `masked_scatter`, `take`, `put`, `take_along_dim`.
 
 A write that several indices aim at one element (scatter, index_copy) leaves the mean of
 their values there, as `t[idx] = v` does (`functional/index.py`): PyTorch leaves the winner
@@ -313,6 +313,23 @@ def take(input: Tensor, index: Tensor) -> Tensor:
     if index.ndim == 0:
         return reshape(indexing.index(flat, [reshape(index, (1,))], 0), ())
     return indexing.index(flat, [index], 0)
+
+
+def put(input: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:
+    """`input` with its flattened elements at `index` (negative counting from the end)
+    replaced by (or, with `accumulate`, increased by) the elements of `source`."""
+    _check_index("put", index)
+    if index.numel() != source.numel():
+        raise RuntimeError(f"put_(): Expected source and index to have the same number of elements, but got "
+                           f"source.numel() = {source.numel()}, index.numel() = {index.numel()}")
+    flat = reshape(input, (input.numel(),))
+    positions = reshape(index, (index.numel(),))
+    values = reshape(ew.convert(source, input.dtype), (source.numel(),))
+    if accumulate:
+        out = ew.add(flat, indexing.index_add(flat.shape, values, [positions], 0))
+    else:
+        out = index_put(flat, (positions,), values)
+    return reshape(out, input.shape)
 
 
 def take_along_dim(input: Tensor, indices: Tensor, dim: int | None = None) -> Tensor:
