@@ -64,6 +64,18 @@ _METHODS = {
     "logcumsumexp": F.logcumsumexp, "prod": F.prod, "sort": F.sort, "argsort": F.argsort, "msort": F.msort,
     "topk": F.topk, "kthvalue": F.kthvalue, "median": F.median, "unique": F.unique, "nonzero": F.nonzero,
     "count_nonzero": F.count_nonzero, "bincount": F.bincount, "histc": F.histc,
+    # rearrange.py, diagonals.py, indexed.py
+    "movedim": F.movedim, "moveaxis": F.moveaxis, "swapaxes": F.swapaxes, "swapdims": F.swapdims,
+    "unflatten": F.unflatten, "tensor_split": F.tensor_split, "hsplit": F.hsplit, "vsplit": F.vsplit,
+    "dsplit": F.dsplit, "roll": F.roll, "rot90": F.rot90, "tile": F.tile, "repeat_interleave": F.repeat_interleave,
+    "diag": F.diag, "diagonal": F.diagonal, "diag_embed": F.diag_embed, "trace": F.trace,
+    "index_select": F.index_select, "index_add": F.index_add, "index_copy": F.index_copy,
+    "index_fill": F.index_fill, "scatter": F.scatter, "scatter_add": F.scatter_add,
+    "scatter_reduce": F.scatter_reduce, "masked_select": F.masked_select, "masked_scatter": F.masked_scatter,
+    "take": F.take, "put": F.put, "take_along_dim": F.take_along_dim,
+    # products.py, norms.py
+    "kron": F.kron, "cross": F.cross, "baddbmm": F.baddbmm, "addbmm": F.addbmm, "addmv": F.addmv, "addr": F.addr,
+    "matrix_power": F.matrix_power, "norm": F.norm, "dist": F.dist, "renorm": F.renorm,
 }
 _METHODS.update(F.arith.GENERATED)  # (the functions generated from primitive entries)
 _METHODS.update({name: getattr(F.elementwise_math, name) for name in F.elementwise_math.__all__})
@@ -364,6 +376,19 @@ def _masked_fill_(self, mask, value):
 
 
 Tensor.masked_fill_ = _masked_fill_
+
+
+def _inplace_of(fn, name):
+    """`fn`'s in-place method (index_add_, scatter_, ...): computed out of place, then written."""
+    def op(self, *args, **kwargs):
+        return _apply_inplace(self, name, lambda: fn(self, *args, **kwargs))
+    op.__name__ = name
+    return op
+
+
+for _fn in (F.index_add, F.index_copy, F.index_fill, F.scatter, F.scatter_add, F.scatter_reduce,
+            F.masked_scatter, F.put, F.baddbmm, F.addbmm, F.addmv, F.addr, F.renorm):
+    setattr(Tensor, _fn.__name__ + "_", _inplace_of(_fn, _fn.__name__ + "_"))
 Tensor.tril_ = lambda self, diagonal=0: _apply_inplace(self, "tril_", lambda: F.tril(self, diagonal))
 Tensor.triu_ = lambda self, diagonal=0: _apply_inplace(self, "triu_", lambda: F.triu(self, diagonal))
 Tensor.clamp_ = _clamp_

@@ -16,17 +16,34 @@ from tracegrad.functional.elementwise_math import (  # noqa: F401
     isclose, isfinite, isneginf, isposinf, lerp, logaddexp, logaddexp2, logit, nan_to_num, negative, polygamma,
     positive, rad2deg, sgn, signbit, sinc, true_divide, xlogy,
 )
+from tracegrad.functional.diagonals import (  # noqa: F401
+    diag, diag_embed, diagonal, trace, tril_indices, triu_indices,
+)
+from tracegrad.functional.contract import einsum, tensordot  # noqa: F401
 from tracegrad.functional.index import gather, getitem, index_put  # noqa: F401
 from tracegrad.functional.linalg import addmm, bmm, dot, matmul, mm, mv, outer  # noqa: F401
 from tracegrad.functional.masking import masked_fill, tril, triu  # noqa: F401
+from tracegrad.functional.norms import cdist, dist, norm, renorm  # noqa: F401
 from tracegrad.functional.pieces import chunk, flip, narrow, split, unbind  # noqa: F401
+from tracegrad.functional.products import (  # noqa: F401
+    addbmm, addmv, addr, baddbmm, chain_matmul, cross, kron, matrix_power,
+)
 from tracegrad.functional.neural import (  # noqa: F401
     cross_entropy, dropout, gelu, layer_norm, linear, log_softmax, mse_loss, silu, softmax,
+)
+from tracegrad.functional.rearrange import (  # noqa: F401
+    atleast_1d, atleast_2d, atleast_3d, block_diag, broadcast_shapes, broadcast_tensors, cartesian_prod,
+    column_stack, dsplit, dstack, hsplit, hstack, meshgrid, moveaxis, movedim, repeat_interleave, roll, rot90,
+    row_stack, swapaxes, swapdims, tensor_split, tile, unflatten, vsplit, vstack,
 )
 from tracegrad.functional.reduce import (  # noqa: F401
     all, amax, amin, any, argmax, argmin, logsumexp, max, mean, min, std, sum, var,
 )
 from tracegrad.functional.scan import cummax, cummin, cumprod, cumsum, logcumsumexp, prod  # noqa: F401
+from tracegrad.functional.indexed import (  # noqa: F401
+    index_add, index_copy, index_fill, index_select, masked_scatter, masked_select, put, scatter, scatter_add,
+    scatter_reduce, take, take_along_dim,
+)
 from tracegrad.functional.shape import (  # noqa: F401
     T, broadcast_to, cat, clone, concat, contiguous, expand, expand_as, flatten, permute,
     reshape, squeeze, stack, t, transpose, unsqueeze, view,
