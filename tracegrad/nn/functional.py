@@ -164,3 +164,20 @@ def upsample(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",
 
 upsample_nearest = _interpolate_named("nearest")
 upsample_bilinear = _interpolate_named("bilinear")
+
+
+def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """y_k = x1 . (W_k x2) + b_k: input1 (*, in1), input2 (*, in2), weight (out, in1, in2)."""
+    if weight.ndim != 3 or input1.shape[-1:] != weight.shape[1:2] or input2.shape[-1:] != weight.shape[2:]:
+        raise RuntimeError(f"bilinear: expected input1 (*, {weight.shape[1] if weight.ndim == 3 else '?'}), "
+                           f"input2 (*, {weight.shape[2] if weight.ndim == 3 else '?'}) and a 3-D weight, got "
+                           f"{list(input1.shape)}, {list(input2.shape)} and {list(weight.shape)}")
+    if input1.shape[:-1] != input2.shape[:-1]:
+        raise RuntimeError(f"bilinear: input1 and input2 must have the same leading dims, got "
+                           f"{list(input1.shape)} and {list(input2.shape)}")
+    out_features, in1, in2 = weight.shape
+    # x1 @ W as (*, out * in2), then contracted with x2 over in2.
+    mixed = F.matmul(input1, F.reshape(F.permute(weight, (1, 0, 2)), (in1, out_features * in2)))
+    mixed = F.reshape(mixed, input1.shape[:-1] + (out_features, in2))
+    out = F.sum(F.mul(mixed, F.unsqueeze(input2, -2)), -1)
+    return F.add(out, bias) if bias is not None else out
