@@ -292,6 +292,19 @@ def test_in_place_activations_write_into_their_input():
     assert F.hardtanh(y, -0.25, 1.0, inplace=True) is y and y.tolist() == [-0.25, 1.0]
 
 
+@pytest.mark.parametrize("name", ["leaky_relu", "elu", "selu", "celu", "hardtanh", "relu6", "hardswish",
+                                  "hardsigmoid", "mish", "threshold"])
+def test_in_place_activation_of_a_non_leaf_gives_the_out_of_place_gradient(name):
+    fn = getattr(F, name)
+    args = (0.1, -1.0) if name == "threshold" else ()
+    x = _leaf((3, 4), 4)
+    (expected,) = tg.autograd.grad(fn(_spread(x), *args).sum(), [x])
+    y = _spread(x)
+    assert fn(y, *args, inplace=True) is y
+    (got,) = tg.autograd.grad(y.sum(), [x])
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-14)
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda: F.pad(tg.ones(1, 1, 3), (3, 3), mode="reflect"), RuntimeError,
      r"Padding size should be less than the corresponding input dimension, but got: padding \(3, 3\) at dimension 2"),

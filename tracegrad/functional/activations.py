@@ -18,7 +18,7 @@ from tracegrad.ops.dispatch import bind
 from tracegrad.ops.unary_math import EXPM1, LOG1P
 from tracegrad.tensor import Tensor
 from tracegrad.functional import arith
-from tracegrad.functional._util import normalize_dim
+from tracegrad.functional._util import in_place_option, normalize_dim
 from tracegrad.functional.neural import softmax
 
 SELU_ALPHA = 1.6732632423543772848170429916717
@@ -56,11 +56,12 @@ def _stable_softplus(x: Tensor) -> Tensor:
     return ew.add(ew.maximum(x, _constant(x, 0.0)), _log1p(ew.exp(ew.neg(ew.abs(x)))))
 
 
+@in_place_option
 def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
     _check_float("leaky_relu", input)
     out = ew.where(ew.gt(input, _constant(input, 0.0)), input,
                    ew.mul(input, _constant(input, negative_slope)))
-    return _maybe_in_place(input, out, inplace)
+    return out
 
 
 def prelu(input: Tensor, weight: Tensor) -> Tensor:
@@ -78,9 +79,10 @@ def prelu(input: Tensor, weight: Tensor) -> Tensor:
     return arith.where(ew.gt(input, _constant(input, 0.0)), input, arith.mul(input, slope))
 
 
+@in_place_option
 def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     _check_float("elu", input)
-    return _maybe_in_place(input, _elu(input, alpha, 1.0), inplace)
+    return _elu(input, alpha, 1.0)
 
 
 def _elu(x: Tensor, alpha: float, scale: float, input_scale: float = 1.0) -> Tensor:
@@ -91,16 +93,18 @@ def _elu(x: Tensor, alpha: float, scale: float, input_scale: float = 1.0) -> Ten
     return ew.where(ew.gt(x, _constant(x, 0.0)), positive, negative)
 
 
+@in_place_option
 def selu(input: Tensor, inplace: bool = False) -> Tensor:
     _check_float("selu", input)
-    return _maybe_in_place(input, _elu(input, SELU_ALPHA, SELU_SCALE), inplace)
+    return _elu(input, SELU_ALPHA, SELU_SCALE)
 
 
+@in_place_option
 def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     _check_float("celu", input)
     if alpha == 0:
         raise RuntimeError("ZeroDivisionError")
-    return _maybe_in_place(input, _elu(input, alpha, 1.0, 1.0 / alpha), inplace)
+    return _elu(input, alpha, 1.0, 1.0 / alpha)
 
 
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -120,6 +124,7 @@ def softsign(input: Tensor) -> Tensor:
     return ew.div(input, ew.add(ew.abs(input), _constant(input, 1.0)))
 
 
+@in_place_option
 def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0,
              inplace: bool = False) -> Tensor:
     """x clamped to [min_val, max_val]; the gradient is 0 at the bounds, as PyTorch's."""
@@ -129,13 +134,15 @@ def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0,
     low, high = _constant(input, min_val), _constant(input, max_val)
     out = ew.where(ew.le(input, low), ew.full_like(input, min_val),
                    ew.where(ew.ge(input, high), ew.full_like(input, max_val), input))
-    return _maybe_in_place(input, out, inplace)
+    return out
 
 
+@in_place_option
 def relu6(input: Tensor, inplace: bool = False) -> Tensor:
     return hardtanh(input, 0.0, 6.0, inplace)
 
 
+@in_place_option
 def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
     """x * relu6(x + 3) / 6; the middle piece x (x + 3) / 6 is taken on (-3, 3) only, so the
     gradient at the ends is PyTorch's (0 at -3, 1 at 3)."""
@@ -143,21 +150,23 @@ def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
     middle = ew.mul(ew.mul(input, ew.add(input, _constant(input, 3.0))), _constant(input, 1.0 / 6.0))
     out = ew.where(ew.le(input, _constant(input, -3.0)), ew.full_like(input, 0.0),
                    ew.where(ew.lt(input, _constant(input, 3.0)), middle, input))
-    return _maybe_in_place(input, out, inplace)
+    return out
 
 
+@in_place_option
 def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
     """relu6(x + 3) / 6, with a zero gradient at -3 and 3 (PyTorch's)."""
     _check_float("hardsigmoid", input)
     middle = ew.add(ew.mul(input, _constant(input, 1.0 / 6.0)), _constant(input, 0.5))
     out = ew.where(ew.le(input, _constant(input, -3.0)), ew.full_like(input, 0.0),
                    ew.where(ew.ge(input, _constant(input, 3.0)), ew.full_like(input, 1.0), middle))
-    return _maybe_in_place(input, out, inplace)
+    return out
 
 
+@in_place_option
 def mish(input: Tensor, inplace: bool = False) -> Tensor:
     _check_float("mish", input)
-    return _maybe_in_place(input, ew.mul(input, ew.tanh(_stable_softplus(input))), inplace)
+    return ew.mul(input, ew.tanh(_stable_softplus(input)))
 
 
 def logsigmoid(input: Tensor) -> Tensor:
@@ -184,11 +193,12 @@ def glu(input: Tensor, dim: int = -1) -> Tensor:
     return ew.mul(first, ew.sigmoid(second))
 
 
+@in_place_option
 def threshold(input: Tensor, threshold: float, value: float, inplace: bool = False) -> Tensor:
     """x where x > threshold, else `value` (no gradient there)."""
     fill = ew.full_like(input, value if input.dtype.is_floating else int(value))
     out = ew.where(_greater(input, threshold), input, fill)
-    return _maybe_in_place(input, out, inplace)
+    return out
 
 
 def _greater(input: Tensor, bound: float) -> Tensor:
@@ -203,7 +213,3 @@ def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=N
     x = input if dtype is None else ew.convert(input, dtype)
     return softmax(ew.neg(x), dim)
 
-
-def _maybe_in_place(input: Tensor, out: Tensor, inplace: bool) -> Tensor:
-    """`inplace=True`: the result written into `input` (as PyTorch's `F.elu(x, inplace=True)`)."""
-    return input.copy_(out) if inplace else out

@@ -12,6 +12,7 @@ from tracegrad.ops import elementwise as ew
 from tracegrad.ops import movement as mv
 from tracegrad.tensor import Tensor
 from tracegrad.functional import arith
+from tracegrad.functional._util import in_place_option
 
 _ALPHA = 1.7580993408473766  # SELU scale * SELU alpha: -_ALPHA is where SELU saturates
 
@@ -26,7 +27,7 @@ def _keep_mask(shape: tuple[int, ...], p: float, like: Tensor) -> Tensor:
     return ew.convert(arith.ge(rand(shape, dtype=like.dtype), p), like.dtype)
 
 
-def _feature_dropout(input: Tensor, p: float, training: bool, inplace: bool) -> Tensor:
+def _feature_dropout(input: Tensor, p: float, training: bool) -> Tensor:
     """Zero each (N, C) slice of `input` (N, C, *) with probability p; scale the rest by 1/(1-p)."""
     if not training or p == 0.0:
         return input
@@ -36,17 +37,17 @@ def _feature_dropout(input: Tensor, p: float, training: bool, inplace: bool) -> 
     else:
         mask = mv.expand(_keep_mask(mask_shape, p, input), input.shape)
         out = ew.mul(ew.mul(input, mask), ew.full((), 1.0 / (1.0 - p), input.dtype))
-    return input.copy_(out) if inplace else out
+    return out
 
 
-def _unbatched(input: Tensor, batched: bool, p: float, training: bool, inplace: bool) -> Tensor:
+def _unbatched(input: Tensor, batched: bool, p: float, training: bool) -> Tensor:
     if batched:
-        return _feature_dropout(input, p, training, inplace)
-    out = _feature_dropout(mv.reshape(input, (1,) + input.shape), p, training, False)
-    out = mv.reshape(out, input.shape) if out is not input else input
-    return input.copy_(out) if inplace and training and p else out
+        return _feature_dropout(input, p, training)
+    out = _feature_dropout(mv.reshape(input, (1,) + input.shape), p, training)
+    return mv.reshape(out, input.shape)
 
 
+@in_place_option
 def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     _check_probability(p)
     if input.ndim not in (2, 3):
@@ -54,7 +55,7 @@ def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
                            "Note that dropout1d exists to provide channel-wise dropout on inputs with 1 "
                            "spatial dimension, a channel dimension, and an optional batch dimension "
                            "(i.e. 2D or 3D inputs).")
-    return _unbatched(input, input.ndim == 3, p, training, inplace)
+    return _unbatched(input, input.ndim == 3, p, training)
 
 
 def _deprecated_dims(name: str, ndim: int, spatial: int) -> None:
@@ -65,6 +66,7 @@ def _deprecated_dims(name: str, ndim: int, spatial: int) -> None:
                   f"dimension (i.e. {spatial + 1}D or {spatial + 2}D inputs).", UserWarning, stacklevel=3)
 
 
+@in_place_option
 def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Channel-wise dropout of (N, C, H, W). A 3-D input is taken as (N, C, L), as PyTorch
     still does (with its warning)."""
@@ -80,16 +82,18 @@ def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
                       UserWarning, stacklevel=2)
     if input.ndim < 2:
         raise RuntimeError(f"dropout2d: Expected at least 2D input, got {input.ndim}D")
-    return _feature_dropout(input, p, training, inplace)
+    return _feature_dropout(input, p, training)
 
 
+@in_place_option
 def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     _check_probability(p)
     if input.ndim not in (4, 5):
         _deprecated_dims("dropout3d", input.ndim, 3)
-    return _unbatched(input, input.ndim == 5, p, training, inplace)
+    return _unbatched(input, input.ndim == 5, p, training)
 
 
+@in_place_option
 def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False) -> Tensor:
     """Dropped elements are set to SELU's negative saturation value, then an affine map
     restores the input's mean and variance (for zero-mean, unit-variance inputs)."""
@@ -105,4 +109,4 @@ def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace
         shift = ew.add(ew.mul(ew.sub(keep, ew.full((), 1.0, input.dtype)), ew.full((), _ALPHA * a, input.dtype)),
                        ew.full((), _ALPHA * a * p, input.dtype))
         out = ew.add(ew.mul(ew.mul(input, keep), ew.full((), a, input.dtype)), shift)
-    return input.copy_(out) if inplace else out
+    return out

@@ -97,8 +97,9 @@ class _InPlaceOption(Module):
 
 class SiLU(_InPlaceOption):
     def forward(self, input: Tensor) -> Tensor:
-        out = F.silu(input)
-        return input.copy_(out) if self.inplace else out
+        if not self.inplace:
+            return F.silu(input)
+        return input.copy_(F.silu(F.clone(input)))  # (from a copy: silu's gradient saves its input)
 
 
 class LeakyReLU(Module):
