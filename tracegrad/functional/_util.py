@@ -4,6 +4,7 @@ promotion, broadcasting, dim normalization."""
 from __future__ import annotations
 
 import functools
+import inspect
 
 import numpy as np
 
@@ -165,3 +166,21 @@ def normalize_dims(name: str, dim, ndim: int) -> tuple[int, ...]:
     if ndim == 0:
         return ()
     return axes if axes else tuple(range(ndim))
+
+
+def in_place_option(function):
+    """PyTorch's `inplace=True` flag of `function(input, ..., inplace=False)`: the result,
+    computed from a copy of `input` (so the values its gradient saved are not the ones
+    overwritten), is written into `input`, which is returned."""
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        if not bound.arguments.get("inplace", False):
+            return function(*args, **kwargs)
+        input = bound.arguments["input"]
+        bound.arguments["input"], bound.arguments["inplace"] = ew.copy(input), False
+        out = function(*bound.args, **bound.kwargs)
+        return input if out is bound.arguments["input"] else input.copy_(out)
+    return run

@@ -1,5 +1,5 @@
-"""Convolution and pooling layers: Conv2d, MaxPool2d, AvgPool2d (over the composites in
-`tracegrad.functional.conv`)."""
+"""Convolution and pooling layers: Conv1d, Conv2d, ConvTranspose1d/2d, MaxPool2d, AvgPool2d
+(over the composites in `tracegrad.functional.conv` and `conv_transpose`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 
 from tracegrad import functional as F
 from tracegrad.functional.conv import _pair
+from tracegrad.nn import functional as nnF
 from tracegrad.nn import init
 from tracegrad.nn.layers import _empty
 from tracegrad.nn.module import Module
@@ -116,3 +117,111 @@ class AvgPool2d(Module):
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+def _single(name: str, value) -> tuple[int]:
+    if isinstance(value, (tuple, list)):
+        if len(value) != 1:
+            raise ValueError(f"{name}: expected an int or a 1-tuple, got {tuple(value)!r}")
+        return (int(value[0]),)
+    return (int(value),)
+
+
+class _ConvBase(Module):
+    """The parameters of a convolution as PyTorch's _ConvNd: `weight` (out, in/groups, *k),
+    or (in, out/groups, *k) when transposed, and `bias` (out,); the same initialization."""
+
+    def __init__(self, name, in_channels, out_channels, kernel_size, stride, padding, dilation,
+                 groups, bias, padding_mode, transposed, output_padding=(0,)):
+        super().__init__()
+        if groups <= 0:
+            raise ValueError("groups must be a positive integer")
+        if in_channels % groups:
+            raise ValueError("in_channels must be divisible by groups")
+        if out_channels % groups:
+            raise ValueError("out_channels must be divisible by groups")
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"{name}: padding_mode={padding_mode!r} is not supported (only "
+                                      "'zeros')")
+        if isinstance(padding, str) and (transposed or padding not in ("same", "valid")):
+            raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.groups, self.padding_mode = dilation, groups, padding_mode
+        self.transposed, self.output_padding = transposed, output_padding
+        shape = ((in_channels, out_channels // groups) if transposed
+                 else (out_channels, in_channels // groups)) + tuple(kernel_size)
+        self.weight = _empty(*shape)
+        if bias:
+            self.bias = _empty(out_channels)
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    reset_parameters = Conv2d.reset_parameters
+
+    def extra_repr(self) -> str:
+        text = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}")
+        if self.padding != (0,) * len(self.kernel_size):
+            text += f", padding={self.padding!r}" if isinstance(self.padding, str) else f", padding={self.padding}"
+        if self.dilation != (1,) * len(self.kernel_size):
+            text += f", dilation={self.dilation}"
+        if self.output_padding != (0,) * len(self.kernel_size):
+            text += f", output_padding={self.output_padding}"
+        if self.groups != 1:
+            text += f", groups={self.groups}"
+        if self.bias is None:
+            text += ", bias=False"
+        return text
+
+
+class Conv1d(_ConvBase):
+    """1-D cross-correlation over (N, C, L) or (C, L) input; weight (out, in/groups, k)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros"):
+        padding = padding if isinstance(padding, str) else _single("Conv1d", padding)
+        super().__init__("Conv1d", in_channels, out_channels, _single("Conv1d", kernel_size),
+                         _single("Conv1d", stride), padding, _single("Conv1d", dilation), groups, bias,
+                         padding_mode, False, (0,))
+
+    def forward(self, input: Tensor) -> Tensor:
+        return nnF.conv1d(input, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                          self.groups)
+
+
+class ConvTranspose1d(_ConvBase):
+    """Transposed 1-D convolution; weight (in, out/groups, k)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups: int = 1, bias: bool = True, dilation=1,
+                 padding_mode: str = "zeros"):
+        super().__init__("ConvTranspose1d", in_channels, out_channels, _single("ConvTranspose1d", kernel_size),
+                         _single("ConvTranspose1d", stride), _single("ConvTranspose1d", padding),
+                         _single("ConvTranspose1d", dilation), groups, bias, padding_mode, True,
+                         _single("ConvTranspose1d", output_padding))
+
+    def forward(self, input: Tensor, output_size=None) -> Tensor:
+        if output_size is not None:
+            raise NotImplementedError("ConvTranspose1d: output_size is not supported")
+        return nnF.conv_transpose1d(input, self.weight, self.bias, self.stride, self.padding,
+                                    self.output_padding, self.groups, self.dilation)
+
+
+class ConvTranspose2d(_ConvBase):
+    """Transposed 2-D convolution; weight (in, out/groups, kh, kw)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups: int = 1, bias: bool = True, dilation=1,
+                 padding_mode: str = "zeros"):
+        super().__init__("ConvTranspose2d", in_channels, out_channels, _pair("ConvTranspose2d", kernel_size),
+                         _pair("ConvTranspose2d", stride), _pair("ConvTranspose2d", padding),
+                         _pair("ConvTranspose2d", dilation), groups, bias, padding_mode, True,
+                         _pair("ConvTranspose2d", output_padding))
+
+    def forward(self, input: Tensor, output_size=None) -> Tensor:
+        if output_size is not None:
+            raise NotImplementedError("ConvTranspose2d: output_size is not supported")
+        return nnF.conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding,
+                                    self.output_padding, self.groups, self.dilation)

@@ -1,4 +1,4 @@
-"""Basic layers: Identity, Linear, Flatten, Dropout, Embedding. Each initializes its
+"""Basic layers: Identity, Linear, Bilinear, Flatten, Unflatten, Dropout, Embedding. Each initializes its
 parameters as PyTorch does (`reset_parameters`) and calls a composite in `forward`."""
 
 from __future__ import annotations
@@ -58,6 +58,34 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+class Bilinear(Module):
+    """y = x1^T W x2 + b with weight (out, in1, in2) and bias (out,), both U(-1/sqrt(in1), 1/sqrt(in1))
+    at first, as PyTorch's."""
+
+    def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True):
+        super().__init__()
+        self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
+        self.weight = _empty(out_features, in1_features, in2_features)
+        if bias:
+            self.bias = _empty(out_features)
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.weight.shape[1]) if self.weight.shape[1] else 0.0
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
+        return nnF.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+                f"out_features={self.out_features}, bias={self.bias is not None}")
+
+
 class Flatten(Module):
     """Flattens dims `start_dim..end_dim` into one (by default all but the batch dim)."""
 
@@ -71,6 +99,25 @@ class Flatten(Module):
 
     def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class Unflatten(Module):
+    """Splits dim `dim` into `unflattened_size` (one entry may be -1)."""
+
+    def __init__(self, dim: int, unflattened_size):
+        super().__init__()
+        if not isinstance(unflattened_size, (tuple, list)):
+            raise TypeError("unflattened_size must be tuple of ints, but found type "
+                            f"{type(unflattened_size).__name__}")
+        self.dim = dim
+        self.unflattened_size = tuple(unflattened_size)
+
+    def forward(self, input: Tensor) -> Tensor:
+        axis = self.dim % input.ndim if input.ndim else 0
+        return F.reshape(input, input.shape[:axis] + self.unflattened_size + input.shape[axis + 1:])
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
 
 
 class Dropout(Module):

@@ -1,5 +1,6 @@
-"""Normalization layers: LayerNorm, and BatchNorm1d/2d with running statistics kept as
-buffers (`running_mean`, `running_var`, `num_batches_tracked`) and updated under no_grad
+"""Normalization layers: LayerNorm, RMSNorm, GroupNorm, LocalResponseNorm, and
+BatchNorm1d/2d and InstanceNorm1d/2d/3d with running statistics kept as buffers
+(`running_mean`, `running_var`, `num_batches_tracked`) and updated under no_grad
 in training mode, also inside a compiled function (the update becomes a write)."""
 
 from __future__ import annotations
@@ -125,3 +126,118 @@ class BatchNorm2d(_BatchNorm):
     """Batch normalization of (N, C, H, W) input over the batch and spatial dims."""
 
     _expected_dims = (4,)
+
+
+class GroupNorm(Module):
+    """Normalizes (N, C, *) over groups of channels; weight ones and bias zeros (C,)."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
+        super().__init__()
+        if num_groups <= 0 or num_channels % num_groups:
+            raise ValueError("num_channels must be divisible by num_groups")
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        if affine:
+            self.weight = _empty(num_channels)
+            self.bias = _empty(num_channels)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.affine:
+            init.ones_(self.weight)
+            init.zeros_(self.bias)
+
+    def forward(self, input: Tensor) -> Tensor:
+        return nnF.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class _InstanceNorm(_BatchNorm):
+    """Per-sample, per-channel normalization; PyTorch's defaults: no affine parameters and no
+    running statistics. An unbatched input (one dim fewer) is normalized as a batch of one."""
+
+    _spatial = 1
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
+                 affine: bool = False, track_running_stats: bool = False):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats)
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        if input.ndim not in (self._spatial + 1, self._spatial + 2):
+            raise ValueError(f"expected {self._spatial + 1}D or {self._spatial + 2}D input (got "
+                             f"{input.ndim}D input)")
+
+    def forward(self, input: Tensor) -> Tensor:
+        self._check_input_dim(input)
+        unbatched = input.ndim == self._spatial + 1
+        channel_dim = 0 if unbatched else 1
+        if self.affine and input.shape[channel_dim] != self.num_features:
+            raise ValueError(f"expected input's size at dim={channel_dim} to match num_features "
+                             f"({self.num_features}), but got: {input.shape[channel_dim]}.")
+        x = F.unsqueeze(input, 0) if unbatched else input
+        use_input_stats = self.training or not self.track_running_stats
+        out = nnF.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                                use_input_stats, 0.1 if self.momentum is None else self.momentum, self.eps)
+        return F.squeeze(out, 0) if unbatched else out
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Instance normalization of (N, C, L) or (C, L) input."""
+
+    _spatial = 1
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Instance normalization of (N, C, H, W) or (C, H, W) input."""
+
+    _spatial = 2
+
+
+class InstanceNorm3d(_InstanceNorm):
+    """Instance normalization of (N, C, D, H, W) or (C, D, H, W) input."""
+
+    _spatial = 3
+
+
+class RMSNorm(Module):
+    """x / sqrt(mean(x^2) + eps) over the last dims `normalized_shape`, times `weight` (ones)."""
+
+    def __init__(self, normalized_shape: int | tuple[int, ...], eps: float | None = None,
+                 elementwise_affine: bool = True):
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = _empty(*self.normalized_shape)
+        else:
+            self.register_parameter("weight", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            init.ones_(self.weight)
+
+    def forward(self, input: Tensor) -> Tensor:
+        return nnF.rms_norm(input, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class LocalResponseNorm(Module):
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, input: Tensor) -> Tensor:
+        return nnF.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self) -> str:
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
