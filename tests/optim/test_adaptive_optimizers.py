@@ -156,7 +156,7 @@ CASES = {
     "nadam_l2": (optim.NAdam, reference_nadam, dict(lr=0.1, weight_decay=0.2, momentum_decay=0.1)),
     "nadam_decoupled": (optim.NAdam, reference_nadam, dict(lr=0.1, weight_decay=0.2, decoupled_weight_decay=True)),
     "radam": (optim.RAdam, reference_radam, dict(lr=0.1)),
-    "radam_rectified": (optim.RAdam, reference_radam, dict(lr=0.1, betas=(0.9, 0.5))),
+    "radam_never_rectified": (optim.RAdam, reference_radam, dict(lr=0.1, betas=(0.9, 0.5))),
     "radam_decoupled": (optim.RAdam, reference_radam,
                         dict(lr=0.1, betas=(0.8, 0.6), weight_decay=0.1, decoupled_weight_decay=True)),
 }
@@ -191,16 +191,16 @@ def test_steps_match_torch_step_by_step(name):
 
 
 def test_radam_switches_to_the_rectified_rule_after_the_variance_is_tractable():
-    # With beta2 = 0.5, rho_t exceeds 5 from step 3 on: steps 1-2 are plain bias-corrected
-    # momentum (p - lr * m_hat), step 3 is not.
-    got = run(optim.RAdam, steps=3, lr=0.1, betas=(0.9, 0.5))
+    # With beta2 = 0.999, rho_t exceeds 5 from step 6 on: steps 1-5 are plain bias-corrected
+    # momentum (p - lr * m_hat), step 6 is not.
+    got = run(optim.RAdam, steps=6, lr=0.1)
     p, m, momentum_only = START.copy(), 0.0, []
-    for t in range(1, 4):
+    for t in range(1, 7):
         m = 0.9 * m + 0.1 * _grad(p)
         p = p - 0.1 * m / (1 - 0.9 ** t)
         momentum_only.append(p)
-    np.testing.assert_allclose(got[:2], momentum_only[:2], rtol=1e-12)
-    assert not np.allclose(got[2], momentum_only[2])
+    np.testing.assert_allclose(got[:5], momentum_only[:5], rtol=1e-12)
+    assert not np.allclose(got[5], momentum_only[5])
 
 
 def test_centered_rmsprop_differs_from_plain():
