@@ -21,7 +21,7 @@ LAYERS = [
     ["codegen"],                                     # fusion, LLVM lowering, programs, runtime
     ["autograd"],
     ["functional"],
-    ["tensor_methods", "nn", "optim"],
+    ["tensor_methods", "nn", "optim", "utils"],     # utils: data loading, checkpointing
     ["jit"],                                         # @compile and everything it builds on
 ]
 
