@@ -331,3 +331,59 @@ def test_compiled_steps_do_not_recompile_as_the_step_count_grows(name):
     for _ in range(4):
         step(x, y)
     assert step.cache_info().misses == misses
+
+
+# --- state dicts ------------------------------------------------------------------------------
+
+def _steps(optimizer, p, count):
+    for _ in range(count):
+        optimizer.zero_grad()
+        _loss(p).backward()
+        optimizer.step()
+
+
+@pytest.mark.parametrize("name", ["rmsprop_all", "adagrad_decay", "adadelta_options", "adamax_options", "nadam_l2",
+                                  "radam"])
+def test_state_dict_saved_and_loaded_resumes_the_same_trajectory(name, tmp_path):
+    optimizer_class, _, options = CASES[name]
+    p = nn.Parameter(tg.tensor(START))
+    optimizer = optimizer_class([p], **options)
+    _steps(optimizer, p, 3)
+    tg.save(optimizer.state_dict(), tmp_path / "optimizer.pt")
+    resumed_p = nn.Parameter(tg.tensor(p.detach().numpy().copy()))
+    resumed = optimizer_class([resumed_p], lr=123.0)  # hyperparameters come from the state dict
+    resumed.load_state_dict(tg.load(tmp_path / "optimizer.pt"))
+    _steps(optimizer, p, 3)
+    _steps(resumed, resumed_p, 3)
+    np.testing.assert_array_equal(resumed_p.detach().numpy(), p.detach().numpy())
+
+
+@pytest.mark.parametrize("name", ["rmsprop_all", "adagrad_decay", "adadelta_options", "adamax_options", "nadam_l2",
+                                  "radam"])
+def test_a_torch_state_dict_loads_and_continues_as_torch_does(name):
+    torch = pytest.importorskip("torch")
+    optimizer_class, _, options = CASES[name]
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        theirs = torch.tensor(START, requires_grad=True)
+        theirs_optimizer = getattr(torch.optim, optimizer_class.__name__)([theirs], **options)
+
+        def torch_steps(count):
+            for _ in range(count):
+                theirs_optimizer.zero_grad()
+                (torch.tensor(CURVATURE) * theirs * theirs * 0.5 + torch.tensor(SHIFT) * theirs).sum().backward()
+                theirs_optimizer.step()
+        torch_steps(3)
+        saved = theirs_optimizer.state_dict()
+        state = {index: {key: tg.tensor(value.detach().numpy()) if isinstance(value, torch.Tensor) else value
+                         for key, value in entry.items()} for index, entry in saved["state"].items()}
+        p = nn.Parameter(tg.tensor(theirs.detach().numpy().copy()))
+        ours = optimizer_class([p])
+        ours.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
+        _steps(ours, p, 3)
+        torch_steps(3)
+        np.testing.assert_allclose(p.detach().numpy(), theirs.detach().numpy(), rtol=1e-11, atol=1e-13)
+        assert sorted(ours.state[p]) == sorted(saved["state"][0])
+    finally:
+        torch.set_default_dtype(default_dtype)
