@@ -1,5 +1,6 @@
 """Module forward hooks and forward-pre hooks (arguments, replacement, order, removal,
-`with_kwargs`, `always_call`), `get_parameter` / `get_buffer`, and the containers
+`with_kwargs`, `always_call`), full backward hooks and backward-pre hooks (the gradients
+they see, replacing them, as torch's), `get_parameter` / `get_buffer`, and the containers
 `ModuleDict`, `ParameterList`, `ParameterDict` (registration, state dict, optimizer, repr)."""
 
 import numpy as np
@@ -88,6 +89,60 @@ def test_forward_hooks_collect_activations_inside_compile():
     tg.compile(lambda x: net(x))(x)
     net(x)
     np.testing.assert_allclose(activations[0].numpy(), activations[-1].numpy(), rtol=1e-6)
+
+
+def test_full_backward_hook_sees_input_and_output_gradients():
+    layer = nn.Linear(3, 2)
+    seen = []
+    layer.register_full_backward_hook(lambda module, grad_input, grad_output: seen.append((grad_input, grad_output)))
+    x = tg.randn(4, 3, requires_grad=True)
+    (layer(x) * 3.0).sum().backward()
+    (grad_input,), (grad_output,) = seen[0]
+    np.testing.assert_allclose(grad_input.numpy(), x.grad.numpy())
+    np.testing.assert_array_equal(grad_output.numpy(), np.full((4, 2), 3.0))
+
+
+def test_full_backward_hook_gets_none_for_inputs_without_grad_and_parameters_still_train():
+    layer = nn.Linear(3, 2)
+    seen = []
+    layer.register_full_backward_hook(lambda module, grad_input, grad_output: seen.append(grad_input))
+    layer(tg.randn(4, 3)).sum().backward()
+    assert seen == [(None,)] and layer.weight.grad is not None
+
+
+def test_full_backward_hook_can_replace_the_input_gradient():
+    layer = nn.Linear(3, 2)
+    layer.register_full_backward_hook(lambda module, grad_input, grad_output: (grad_input[0] * 0.0,))
+    x = tg.randn(4, 3, requires_grad=True)
+    layer(x).sum().backward()
+    assert x.grad.abs().sum().item() == 0.0
+
+
+def test_backward_pre_hook_can_replace_the_output_gradient():
+    layer = nn.Linear(3, 2)
+    x = tg.randn(4, 3, requires_grad=True)
+    (layer(x) * 2.0).sum().backward()
+    doubled = x.grad.numpy().copy()
+    x.grad = None
+    layer.register_full_backward_pre_hook(lambda module, grad_output: (grad_output[0] * 2.0,))
+    layer(x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), doubled, rtol=1e-6)
+
+
+def test_backward_hook_gradients_match_torch():
+    torch = pytest.importorskip("torch")
+    ours, theirs = nn.Linear(3, 2).double(), torch.nn.Linear(3, 2).double()
+    with torch.no_grad():
+        theirs.weight.copy_(torch.from_numpy(ours.weight.detach().numpy()))
+        theirs.bias.copy_(torch.from_numpy(ours.bias.detach().numpy()))
+    seen = {"ours": [], "theirs": []}
+    ours.register_full_backward_hook(lambda m, gi, go: seen["ours"].append((gi[0].numpy(), go[0].numpy())))
+    theirs.register_full_backward_hook(lambda m, gi, go: seen["theirs"].append((gi[0].numpy(), go[0].numpy())))
+    x = np.random.default_rng(0).normal(size=(4, 3))
+    (ours(tg.tensor(x, requires_grad=True)) ** 2).sum().backward()
+    (theirs(torch.tensor(x, requires_grad=True)) ** 2).sum().backward()
+    for got, want in zip(seen["ours"][0], seen["theirs"][0]):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 def test_get_parameter_and_get_buffer_follow_dotted_paths():

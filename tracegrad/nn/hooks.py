@@ -1,12 +1,18 @@
 """Module hooks: `RemovableHandle` (what `register_forward_hook` and friends return) and
 `call_with_hooks`, which runs a module's forward between its forward-pre hooks and its
-forward hooks with PyTorch's arguments, order (`prepend`) and return-value rules."""
+forward hooks with PyTorch's arguments, order (`prepend`) and return-value rules; backward
+hooks pass the module's inputs and outputs through an identity `autograd.Function` whose
+backward hands their gradients to the hooks (as PyTorch's `BackwardHook`)."""
 
 from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
 from typing import Any
+
+from tracegrad.autograd.function import Function
+from tracegrad.grad_mode import is_grad_enabled
+from tracegrad.tensor import Tensor
 
 _ids = itertools.count()
 
@@ -60,7 +66,10 @@ def call_with_hooks(module, args: tuple, kwargs: dict) -> Any:
                 args = result if isinstance(result, tuple) else (result,)
     called = set()
     try:
-        output = module.forward(*args, **kwargs)
+        if module._backward_hooks or module._backward_pre_hooks:
+            output = _with_backward_hooks(module, args, lambda new_args: module.forward(*new_args, **kwargs))
+        else:
+            output = module.forward(*args, **kwargs)
         for hook_id, hook in list(module._forward_hooks.items()):
             called.add(hook_id)
             if hook_id in module._forward_hooks_with_kwargs:
@@ -81,3 +90,75 @@ def call_with_hooks(module, args: tuple, kwargs: dict) -> Any:
                     pass
         raise
     return output
+
+
+class _BackwardHookBoundary(Function):
+    """Identity on its tensors; in backward it hands their gradients to `on_backward`,
+    which may replace them. One node for all the tensors, so the callback sees every
+    gradient of a module's inputs (or outputs) at once."""
+
+    @staticmethod
+    def forward(ctx, on_backward, *tensors):
+        ctx.on_backward = on_backward
+        return tensors if len(tensors) > 1 else tensors[0]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None,) + tuple(ctx.on_backward(grads))
+
+
+def _with_backward_hooks(module, args: tuple, run_forward) -> Any:
+    """Run `run_forward(args)` with the module's inputs and outputs passed through
+    boundaries: the outputs' gradients go through the backward-pre hooks, then, once the
+    inputs' gradients are known, the backward hooks get (grad_input, grad_output)."""
+    positions = [i for i, arg in enumerate(args) if isinstance(arg, Tensor)]
+    differentiable = [i for i in positions if args[i].requires_grad]
+    state: dict[str, Any] = {}
+
+    def call_hooks(grad_input: tuple) -> tuple:
+        for hook in list(module._backward_hooks.values()):
+            result = hook(module, grad_input, state["grad_output"])
+            if result is not None:
+                result = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+                if len(result) != len(grad_input):
+                    raise RuntimeError(f"Backward hook returned an invalid number of grad_input, got "
+                                       f"{len(result)}, but expected {len(grad_input)}")
+                grad_input = result
+        return grad_input
+
+    def on_input_grads(grads: tuple) -> tuple:
+        by_position = dict(zip(differentiable, grads))
+        grad_input = call_hooks(tuple(by_position.get(i) for i in positions))
+        return tuple(grad_input[positions.index(i)] for i in differentiable)
+
+    def on_output_grads(grads: tuple) -> tuple:
+        for hook in list(module._backward_pre_hooks.values()):
+            result = hook(module, grads)
+            if result is not None:
+                grads = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+        state["grad_output"] = grads
+        if not differentiable:  # no input gradient will come: call the hooks now, as PyTorch
+            call_hooks(tuple(None for _ in positions))
+        return grads
+
+    if differentiable and is_grad_enabled():
+        wrapped = _BackwardHookBoundary.apply(on_input_grads, *[args[i] for i in differentiable])
+        wrapped = wrapped if isinstance(wrapped, tuple) else (wrapped,)
+        args = list(args)
+        for i, tensor in zip(differentiable, wrapped):
+            args[i] = tensor
+        args = tuple(args)
+    output = run_forward(args)
+    single = isinstance(output, Tensor)
+    outputs = (output,) if single else output
+    if not (isinstance(outputs, tuple) and is_grad_enabled()):
+        return output
+    tracked = [i for i, out in enumerate(outputs) if isinstance(out, Tensor) and out.requires_grad]
+    if not tracked:
+        return output
+    wrapped = _BackwardHookBoundary.apply(on_output_grads, *[outputs[i] for i in tracked])
+    wrapped = wrapped if isinstance(wrapped, tuple) else (wrapped,)
+    outputs = list(outputs)
+    for i, tensor in zip(tracked, wrapped):
+        outputs[i] = tensor
+    return outputs[0] if single else tuple(outputs)

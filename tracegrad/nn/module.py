@@ -49,7 +49,7 @@ class Module:
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_non_persistent_buffers_set", set())
         object.__setattr__(self, "training", True)
-        for registry in ("_forward_pre_hooks", "_forward_hooks"):
+        for registry in ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks"):
             object.__setattr__(self, registry, OrderedDict())
         for flags in ("_forward_pre_hooks_with_kwargs", "_forward_hooks_with_kwargs",
                       "_forward_hooks_always_called"):
@@ -171,7 +171,8 @@ class Module:
         raise NotImplementedError(f"Module [{type(self).__name__}] is missing the required \"forward\" function")
 
     def __call__(self, *args, **kwargs):
-        if self.__dict__.get("_forward_pre_hooks") or self.__dict__.get("_forward_hooks"):
+        if any(self.__dict__.get(registry) for registry in
+               ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")):
             return call_with_hooks(self, args, kwargs)
         return self.forward(*args, **kwargs)
 
@@ -180,6 +181,17 @@ class Module:
         """`hook(module, args)` (or `hook(module, args, kwargs)` with `with_kwargs`) runs
         before each forward; a result other than None replaces the arguments."""
         return add_hook(self._forward_pre_hooks, hook, prepend, self._forward_pre_hooks_with_kwargs, with_kwargs)
+
+    def register_full_backward_pre_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
+        """`hook(module, grad_output)` runs when the gradients of the module's outputs are
+        known; a result other than None replaces them."""
+        return add_hook(self._backward_pre_hooks, hook, prepend)
+
+    def register_full_backward_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
+        """`hook(module, grad_input, grad_output)` runs when the gradients of the module's
+        tensor inputs are known (None for inputs that do not require grad); a result other
+        than None replaces grad_input."""
+        return add_hook(self._backward_hooks, hook, prepend)
 
     def register_forward_hook(self, hook: Callable, *, prepend: bool = False, with_kwargs: bool = False,
                               always_call: bool = False) -> RemovableHandle:
