@@ -201,3 +201,11 @@ def test_container_reprs_match_torch():
     ours_dict = nn.ParameterDict({"w": tg.ones(4)})
     theirs_dict = torch.nn.ParameterDict({"w": torch.ones(4)})
     assert repr(ours_dict).replace("tracegrad", "torch") == repr(theirs_dict)
+
+
+@pytest.mark.parametrize("method, dtype", [("half", "float16"), ("bfloat16", "bfloat16")])
+def test_half_precision_conversions_are_refused_and_leave_the_module_unchanged(method, dtype):
+    layer = nn.Linear(2, 2)
+    with pytest.raises(TypeError, match=f"Module.{method}: tracegrad has no {dtype} dtype"):
+        getattr(layer, method)()
+    assert layer.weight.dtype == tg.float32
