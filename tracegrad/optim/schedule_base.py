@@ -41,6 +41,8 @@ class LRScheduler:
         self.last_epoch = last_epoch
         self._initial_step()
 
+    _is_initial = False  # True only during the initial step (an instance attribute then)
+
     def _initial_step(self) -> None:
         """The step taken on creation (to epoch 0), which keeps the groups' rates."""
         self._step_count = 0
@@ -48,7 +50,7 @@ class LRScheduler:
         try:
             self.step()
         finally:
-            self._is_initial = False
+            del self._is_initial  # back to the class's False, and out of the state dict
 
     def get_lr(self) -> list[float]:
         """The learning rate of each group for `self.last_epoch`."""

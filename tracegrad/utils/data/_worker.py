@@ -153,10 +153,11 @@ def worker_loop(iterable: bool, dataset, index_queue, data_queue, done_event, au
                 try:
                     data = fetcher.fetch(index)
                 except StopIteration:
-                    if not iterable:
-                        raise
-                    data = IterableDatasetStopIteration(worker_id)
-                    ended = True
+                    if iterable:
+                        data = IterableDatasetStopIteration(worker_id)
+                        ended = True
+                    else:  # a map-style dataset's __getitem__ raised it: an error like any other
+                        data = ExceptionWrapper(f"in DataLoader worker process {worker_id}")
                 except Exception:  # noqa: BLE001 - raised again in the main process
                     data = ExceptionWrapper(f"in DataLoader worker process {worker_id}")
             data_queue.put((task, data))
