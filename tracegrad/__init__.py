@@ -22,7 +22,7 @@ from tracegrad.creation import (  # noqa: F401
     tensor, zeros, zeros_like,
 )
 from tracegrad.random import (  # noqa: F401
-    manual_seed, rand, rand_like, randint, randint_like, randn, randn_like,
+    Generator, manual_seed, rand, rand_like, randint, randint_like, randn, randn_like, randperm,
 )
 from tracegrad.grad_mode import (  # noqa: F401
     enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
@@ -30,7 +30,7 @@ from tracegrad.grad_mode import (  # noqa: F401
 )
 from tracegrad import autograd, ir  # noqa: F401
 from tracegrad import linalg  # noqa: F401
-from tracegrad import nn, optim  # noqa: F401
+from tracegrad import nn, optim, utils  # noqa: F401
 from tracegrad.jit import compile, inspect_log  # noqa: F401,A004
 from tracegrad.reference import is_reference_mode, reference_mode  # noqa: F401
 from tracegrad.serialization import load, save  # noqa: F401

@@ -1,11 +1,13 @@
 """Random tensors from one seeded NumPy generator: `manual_seed`, `rand`, `randn`,
-`randint` and their `*_like` forms."""
+`randint` and their `*_like` forms; `randperm`; and `Generator`, a separately seeded
+stream (for a DataLoader's shuffling, `random_split`, init functions' `generator=`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from tracegrad.creation import _check_options, _dtype, _make, _shape
+from tracegrad.device import check_device
 from tracegrad.ir import types
 from tracegrad.tensor import Tensor
 
@@ -19,6 +21,53 @@ def manual_seed(seed: int) -> None:
 
 def generator() -> np.random.Generator:
     return _generator
+
+
+class Generator:
+    """A random stream of its own, as `torch.Generator` (CPU): `manual_seed(seed)` makes
+    its sequence reproducible whatever the global seed. Its numbers are NumPy's (PCG64), so
+    the same seed does not give PyTorch's sequence."""
+
+    def __init__(self, device="cpu"):
+        check_device("Generator", device)
+        self.device = "cpu"
+        self.manual_seed(int(np.random.SeedSequence().entropy % (2 ** 63)))
+
+    def manual_seed(self, seed: int) -> Generator:
+        self._initial_seed = int(seed)
+        self._numpy = np.random.default_rng(self._initial_seed)
+        return self
+
+    def initial_seed(self) -> int:
+        return self._initial_seed
+
+    def seed(self) -> int:
+        """Reseed from the operating system's entropy; returns the new seed."""
+        seed = int(np.random.SeedSequence().entropy % (2 ** 63))
+        self.manual_seed(seed)
+        return seed
+
+    def __repr__(self) -> str:
+        return f"<tracegrad.Generator object, seed {self._initial_seed}>"
+
+
+def numpy_generator(generator: Generator | None = None) -> np.random.Generator:
+    """The NumPy stream behind `generator`, or the global one (`manual_seed`'s)."""
+    if generator is None:
+        return _generator
+    if not isinstance(generator, Generator):
+        raise TypeError(f"expected a tracegrad.Generator, got {type(generator).__name__}")
+    return generator._numpy
+
+
+def randperm(n: int, *, generator: Generator | None = None, dtype=None, requires_grad: bool = False,
+             device=None, **options) -> Tensor:
+    """A random permutation of 0..n-1 (int64 by default)."""
+    _check_options("randperm", device, options)
+    if n < 0:
+        raise RuntimeError(f"Trying to create tensor with negative dimension {n}: [{n}]")
+    dtype = dtype or types.int64
+    return _make(numpy_generator(generator).permutation(int(n)).astype(dtype.np), requires_grad)
 
 
 def rand(*size, dtype=None, requires_grad: bool = False, device=None, **options) -> Tensor:

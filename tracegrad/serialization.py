@@ -6,7 +6,10 @@ Each distinct tensor is one array of the archive (`tensor0`, `tensor1`, ...; a t
 appears twice is stored once and loads as one tensor). The structure around them is JSON in
 the array `__structure__`: a dict is `{"dict": [[key, value], ...]}` (so int keys, as in an
 optimizer's state, and key order survive), a tuple `{"tuple": [...]}`, a tensor
-`{"tensor": name, "requires_grad": bool}`, a list a JSON list, and a scalar itself.
+`{"tensor": name, "requires_grad": bool}` (with `"parameter": true` for an nn.Parameter), a
+list a JSON list, and a scalar itself. Whole training checkpoints (`{'model': ...,
+'optimizer': ..., 'epoch': 3, 'args': {...}}`) are such structures. Loading builds only
+these types: `weights_only` is accepted (the loader is always weights-only).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from tracegrad.device import check_device
 from tracegrad.ir import types
 from tracegrad.tensor import Tensor
 
@@ -46,7 +50,10 @@ class _Encoder:
             return obj.item()
         if isinstance(obj, Tensor):
             name = self.array_name(obj, obj.detach()._concrete())
-            return {"tensor": name, "requires_grad": obj.requires_grad}
+            entry = {"tensor": name, "requires_grad": obj.requires_grad}
+            if getattr(type(obj), "_is_parameter", False):
+                entry["parameter"] = True
+            return entry
         if isinstance(obj, np.ndarray):
             if obj.dtype == object:
                 raise TypeError(f"tg.save: cannot save an object array at {where}")
@@ -69,9 +76,11 @@ class _Encoder:
                         "tuples of them can be saved")
 
 
-def save(obj: Any, f: str | os.PathLike | IO[bytes]) -> None:
-    """Write `obj` (e.g. `model.state_dict()` or an optimizer's) to the path or binary file
-    `f` as an .npz archive. The path is used as given (no ".npz" is appended)."""
+def save(obj: Any, f: str | os.PathLike | IO[bytes], pickle_module: Any = None, pickle_protocol: int = 2,
+         _use_new_zipfile_serialization: bool = True, _disable_byteorder_record: bool = False) -> None:
+    """Write `obj` (e.g. `model.state_dict()`, an optimizer's, or a dict of them with numbers
+    and strings) to the path or binary file `f` as an .npz archive. The path is used as
+    given (no ".npz" is appended). PyTorch's pickle options are accepted and unused."""
     encoder = _Encoder()
     structure = {"format": FORMAT, "version": VERSION, "object": encoder.encode(obj, "obj")}
     arrays = dict(encoder.arrays)
@@ -92,7 +101,9 @@ def _decode(obj, arrays, tensors: dict[str, Tensor]):
         name = obj["tensor"]
         if name not in tensors:
             tensor = Tensor(arrays[name])
-            if obj.get("requires_grad"):
+            if obj.get("parameter"):
+                tensor = _make_parameter(tensor, bool(obj.get("requires_grad")))
+            elif obj.get("requires_grad"):
                 tensor.requires_grad_(True)
             tensors[name] = tensor
         return tensors[name]
@@ -114,9 +125,58 @@ def _dtype(name: str) -> types.DType:
     raise ValueError(f"tg.load: unknown dtype {name!r}")
 
 
-def load(f: str | os.PathLike | IO[bytes]) -> Any:
+def _make_parameter(tensor: Tensor, requires_grad: bool) -> Tensor:
+    # nn sits above this layer: the Parameter class (marked `_is_parameter`) is looked up
+    # among the Tensor subclasses when one is loaded.
+    parameter_class = next(cls for cls in _subclasses(Tensor) if cls.__dict__.get("_is_parameter"))
+    return parameter_class(tensor, requires_grad=requires_grad)
+
+
+def _subclasses(cls: type) -> list[type]:
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub] + _subclasses(sub)
+    return found
+
+
+def _check_map_location(map_location: Any) -> None:
+    """Every location is the CPU: a map_location naming another device is refused."""
+    if map_location is None or callable(map_location):
+        return
+    targets = map_location.values() if isinstance(map_location, dict) else [map_location]
+    for target in targets:
+        check_device("tg.load", target)
+
+
+def load(f: str | os.PathLike | IO[bytes], map_location: Any = None, pickle_module: Any = None, *,
+         weights_only: bool | None = None, mmap: bool | None = None, **pickle_load_args: Any) -> Any:
     """Read an object written by `tg.save`: tensors come back as tracegrad Tensors (with
-    their `requires_grad`), dicts as OrderedDicts."""
+    their `requires_grad`; Parameters as Parameters), dicts as OrderedDicts. Everything is
+    on the CPU: `map_location` may name it ("cpu", a device, a dict of locations) or be a
+    function, which gets each tensor and "cpu" and returns the tensor to use."""
+    _check_map_location(map_location)
+    if mmap:
+        raise RuntimeError("tg.load: mmap=True is not supported (the archive is a compressed-free .npz, read "
+                           "into memory)")
+    result = _read(f)
+    if callable(map_location):
+        result = _map_tensors(result, lambda tensor: map_location(tensor, "cpu"))
+    return result
+
+
+def _map_tensors(obj, function):
+    if isinstance(obj, Tensor):
+        return function(obj)
+    if isinstance(obj, dict):
+        return OrderedDict((key, _map_tensors(value, function)) for key, value in obj.items())
+    if isinstance(obj, list):
+        return [_map_tensors(value, function) for value in obj]
+    if isinstance(obj, tuple):
+        return tuple(_map_tensors(value, function) for value in obj)
+    return obj
+
+
+def _read(f: str | os.PathLike | IO[bytes]) -> Any:
     with np.load(f, allow_pickle=False) as archive:
         if _STRUCTURE not in archive.files:
             raise RuntimeError("tg.load: not a tracegrad archive (no __structure__ entry); "

@@ -93,3 +93,63 @@ def test_batch_norm_and_layer_norm_start_with_ones_and_zeros():
     for layer in (nn.BatchNorm2d(3), nn.LayerNorm(3)):
         np.testing.assert_array_equal(_numpy(layer.weight), np.ones(3))
         np.testing.assert_array_equal(_numpy(layer.bias), np.zeros(3))
+
+
+def test_eye_fills_the_identity_of_a_rectangular_matrix():
+    np.testing.assert_array_equal(_numpy(init.eye_(_param(2, 3))), np.eye(2, 3))
+
+
+def test_eye_refuses_other_than_2_dims():
+    with pytest.raises(ValueError, match="Only tensors with 2 dimensions are supported"):
+        init.eye_(_param(2, 2, 2))
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (3, 6), (6, 3), (4, 2, 3)])
+def test_orthogonal_rows_or_columns_are_orthonormal_times_gain(shape):
+    weight = _numpy(init.orthogonal_(_param(*shape), gain=2.0)).reshape(shape[0], -1)
+    small = min(weight.shape)
+    product = weight @ weight.T if weight.shape[0] == small else weight.T @ weight
+    np.testing.assert_allclose(product, 4.0 * np.eye(small), atol=1e-5)
+
+
+def test_orthogonal_refuses_1_dim():
+    with pytest.raises(ValueError, match="Only tensors with 2 or more dimensions are supported"):
+        init.orthogonal_(_param(3))
+
+
+def test_trunc_normal_stays_in_bounds_with_the_truncated_moments():
+    values = _numpy(init.trunc_normal_(nn.Parameter(tg.zeros(200, 200, dtype=tg.float64)), mean=0.5, std=1.0,
+                                       a=0.0, b=1.0))
+    assert values.min() >= 0.0 and values.max() <= 1.0
+    # N(0.5, 1) truncated to [0.5 - 0.5, 0.5 + 0.5] is symmetric: mean 0.5; its variance is
+    # 1 - 2 * 0.5 * phi(0.5) / (Phi(0.5) - Phi(-0.5)).
+    phi = math.exp(-0.125) / math.sqrt(2 * math.pi)
+    variance = 1 - 2 * 0.5 * phi / math.erf(0.5 / math.sqrt(2))
+    assert values.mean() == pytest.approx(0.5, abs=0.01)
+    assert values.var() == pytest.approx(variance, rel=0.03)
+
+
+def test_trunc_normal_refuses_a_range_without_mass():
+    with pytest.raises(ValueError, match="holds almost none"):
+        init.trunc_normal_(_param(3), mean=0.0, std=1.0, a=50.0, b=60.0)
+
+
+@pytest.mark.parametrize("fill", [
+    init.uniform_, init.normal_, init.trunc_normal_, init.orthogonal_, init.xavier_uniform_, init.xavier_normal_,
+    init.kaiming_uniform_, init.kaiming_normal_])
+def test_a_generator_makes_the_fill_reproducible(fill):
+    first = _numpy(fill(_param(3, 4), generator=tg.Generator().manual_seed(7))).copy()
+    tg.manual_seed(123)  # the global stream does not matter
+    second = _numpy(fill(_param(3, 4), generator=tg.Generator().manual_seed(7)))
+    np.testing.assert_array_equal(first, second)
+    assert not np.array_equal(first, _numpy(fill(_param(3, 4), generator=tg.Generator().manual_seed(8))))
+
+
+def test_init_signatures_match_torch():
+    torch = pytest.importorskip("torch")
+    import inspect
+    for name in ["uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "orthogonal_",
+                 "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "calculate_gain"]:
+        ours = inspect.signature(getattr(init, name)).parameters
+        theirs = inspect.signature(getattr(torch.nn.init, name)).parameters
+        assert [(p, ours[p].default) for p in ours] == [(p, theirs[p].default) for p in theirs], name

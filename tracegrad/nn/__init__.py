@@ -1,11 +1,11 @@
 """`tg.nn`: Module, Parameter, layers, losses, `init` and `functional`."""
 
-from tracegrad.nn import functional, init  # noqa: F401
+from tracegrad.nn import functional, init, utils  # noqa: F401
 from tracegrad.nn.activation import (  # noqa: F401
     CELU, ELU, GELU, GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax,
     Mish, PReLU, ReLU, ReLU6, Sigmoid, SiLU, Softmax, Softmin, Softplus, Softsign, Tanh, Threshold,
 )
-from tracegrad.nn.container import ModuleList, Sequential  # noqa: F401
+from tracegrad.nn.container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential  # noqa: F401
 from tracegrad.nn.conv import AvgPool2d, Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, MaxPool2d  # noqa: F401
 from tracegrad.nn.distance import CosineSimilarity, PairwiseDistance  # noqa: F401
 from tracegrad.nn.dropout import AlphaDropout, Dropout1d, Dropout2d, Dropout3d  # noqa: F401

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from tracegrad.device import check_device, is_device
 from tracegrad.grad_mode import MODE, no_grad
 from tracegrad.ir import types
+from tracegrad.nn.hooks import RemovableHandle, add_hook, call_with_hooks
 from tracegrad.nn.parameter import Parameter
 from tracegrad.tensor import Tensor
 
@@ -48,6 +49,11 @@ class Module:
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_non_persistent_buffers_set", set())
         object.__setattr__(self, "training", True)
+        for registry in ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks"):
+            object.__setattr__(self, registry, OrderedDict())
+        for flags in ("_forward_pre_hooks_with_kwargs", "_forward_hooks_with_kwargs",
+                      "_forward_hooks_always_called"):
+            object.__setattr__(self, flags, {})
 
     # --- registration -------------------------------------------------------------------
 
@@ -139,13 +145,63 @@ class Module:
             module = child
         return module
 
+    def get_parameter(self, target: str) -> Parameter:
+        """The parameter at a dotted path (`"features.0.weight"`)."""
+        module_path, _, name = target.rpartition(".")
+        module = self.get_submodule(module_path)
+        if not hasattr(module, name):
+            raise AttributeError(f"{module._get_name()} has no attribute `{name}`")
+        if name not in module._parameters:
+            raise AttributeError(f"`{name}` is not an nn.Parameter")
+        return module._parameters[name]
+
+    def get_buffer(self, target: str) -> Tensor:
+        """The buffer at a dotted path (`"bn.running_mean"`)."""
+        module_path, _, name = target.rpartition(".")
+        module = self.get_submodule(module_path)
+        if not hasattr(module, name):
+            raise AttributeError(f"{module._get_name()} has no attribute `{name}`")
+        if name not in module._buffers:
+            raise AttributeError(f"`{name}` is not a buffer")
+        return module._buffers[name]
+
     # --- running ------------------------------------------------------------------------
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"Module [{type(self).__name__}] is missing the required \"forward\" function")
 
     def __call__(self, *args, **kwargs):
+        if any(self.__dict__.get(registry) for registry in
+               ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")):
+            return call_with_hooks(self, args, kwargs)
         return self.forward(*args, **kwargs)
+
+    def register_forward_pre_hook(self, hook: Callable, *, prepend: bool = False,
+                                  with_kwargs: bool = False) -> RemovableHandle:
+        """`hook(module, args)` (or `hook(module, args, kwargs)` with `with_kwargs`) runs
+        before each forward; a result other than None replaces the arguments."""
+        return add_hook(self._forward_pre_hooks, hook, prepend, self._forward_pre_hooks_with_kwargs, with_kwargs)
+
+    def register_full_backward_pre_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
+        """`hook(module, grad_output)` runs when the gradients of the module's outputs are
+        known; a result other than None replaces them."""
+        return add_hook(self._backward_pre_hooks, hook, prepend)
+
+    def register_full_backward_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
+        """`hook(module, grad_input, grad_output)` runs when the gradients of the module's
+        tensor inputs are known (None for inputs that do not require grad); a result other
+        than None replaces grad_input."""
+        return add_hook(self._backward_hooks, hook, prepend)
+
+    def register_forward_hook(self, hook: Callable, *, prepend: bool = False, with_kwargs: bool = False,
+                              always_call: bool = False) -> RemovableHandle:
+        """`hook(module, args, output)` (or `hook(module, args, kwargs, output)`) runs after
+        each forward; a result other than None replaces the output."""
+        handle = add_hook(self._forward_hooks, hook, prepend, self._forward_hooks_with_kwargs, with_kwargs)
+        if always_call:
+            self._forward_hooks_always_called[handle.id] = True
+            handle._dicts += (self._forward_hooks_always_called,)
+        return handle
 
     # --- traversal ----------------------------------------------------------------------
 
@@ -287,6 +343,16 @@ class Module:
 
     def cpu(self) -> Module:
         return self
+
+    def half(self) -> Module:
+        """Refused: tracegrad has no float16 dtype (float32 and float64 only)."""
+        raise TypeError("Module.half: tracegrad has no float16 dtype; its floating dtypes are float32 and "
+                        "float64 (use .float() or .double())")
+
+    def bfloat16(self) -> Module:
+        """Refused: tracegrad has no bfloat16 dtype (float32 and float64 only)."""
+        raise TypeError("Module.bfloat16: tracegrad has no bfloat16 dtype; its floating dtypes are float32 and "
+                        "float64 (use .float() or .double())")
 
     def cuda(self, device=None) -> Module:
         """Refused: there is no CUDA device (`tracegrad.device.check_device` says so)."""

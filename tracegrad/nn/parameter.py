@@ -8,6 +8,8 @@ from tracegrad.tensor import Tensor
 class Parameter(Tensor):
     """A tensor that, assigned as a Module attribute, is registered as a parameter."""
 
+    _is_parameter = True  # how `tg.save`, a layer below nn, knows one
+
     def __init__(self, data=None, requires_grad: bool = True):
         if data is None:
             data = []

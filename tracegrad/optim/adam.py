@@ -14,7 +14,7 @@ from typing import Any
 from tracegrad import functional as F
 from tracegrad.creation import zeros_like
 from tracegrad.grad_mode import no_grad
-from tracegrad.optim.optimizer import Optimizer, ParamsT
+from tracegrad.optim.optimizer import Optimizer, ParamsT, state_number
 
 
 class Adam(Optimizer):
@@ -63,7 +63,7 @@ class Adam(Optimizer):
             state["exp_avg_sq"] = zeros_like(p)
             if group["amsgrad"]:
                 state["max_exp_avg_sq"] = zeros_like(p)
-        state["step"] += 1
+        state["step"] = state_number(state["step"]) + 1  # (a 0-d tensor in a state dict from PyTorch)
         step = state["step"]
         if weight_decay != 0:
             if group["decoupled_weight_decay"]:

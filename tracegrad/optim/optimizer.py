@@ -1,5 +1,6 @@
 """`Optimizer`: parameter groups, per-parameter state, `zero_grad`, `state_dict` and
-`load_state_dict` (PyTorch's structure). The update rules live in `sgd.py` and `adam.py`.
+`load_state_dict` (PyTorch's structure). The update rules live in `sgd.py`, `adam.py`,
+`adam_variants.py`, `rmsprop.py` and `lbfgs.py`.
 
 Update rules read hyperparameters as Python floats and pass them to tensor ops as operands
 (`p.add_(d_p, alpha=-lr)`), never as op attributes: inside `tg.compile` a Python scalar
@@ -13,7 +14,7 @@ from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import Any
 
-from tracegrad.grad_mode import MODE, enable_grad
+from tracegrad.grad_mode import MODE, enable_grad, no_grad
 from tracegrad.tensor import Tensor
 
 ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]]
@@ -134,6 +135,29 @@ class Optimizer:
             saved["params"] = group["params"]
             group.clear()
             group.update(saved)
+
+
+class PerParameterOptimizer(Optimizer):
+    """`step()` calls `_update(p, grad, group)` for every parameter that has a gradient,
+    with the gradient negated when the group maximizes."""
+
+    @no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        loss = self._evaluate_closure(closure)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self._update(p, -p.grad if group["maximize"] else p.grad, group)
+        return loss
+
+    def _update(self, p, grad, group: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
+def state_number(value: Any) -> float | int:
+    """A step count (or NAdam's momentum product) kept in the state as a Python number; a
+    state loaded from PyTorch holds it as a 0-d tensor."""
+    return value.item() if isinstance(value, Tensor) else value
 
 
 def _cast_state(param: Tensor, key: str, value: Any) -> Any:

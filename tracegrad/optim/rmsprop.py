@@ -1,0 +1,138 @@
+"""`RMSprop`, `Adagrad` and `Adadelta`: optimizers that divide the gradient by a running
+root mean (or sum) of its squares, with PyTorch's update rules (`torch.optim`, single-tensor
+form, no `capturable`/`foreach`).
+
+As in `adam.py`, the step counter is a Python int in `state[p]["step"]` and every
+hyperparameter reaches the tensors as a Python float operand, so inside `tg.compile` a
+changed learning rate or step is a runtime scalar, not a recompile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracegrad.creation import full_like, zeros_like
+from tracegrad.optim.optimizer import ParamsT, PerParameterOptimizer, state_number
+
+
+def _check_non_negative(**values: float) -> None:
+    """PyTorch's messages: `Invalid learning rate: -1`, `Invalid epsilon value: ...`."""
+    names = {"lr": "learning rate", "eps": "epsilon value"}
+    for key, value in values.items():
+        if not 0.0 <= value:
+            raise ValueError(f"Invalid {names.get(key, key + ' value')}: {value}")
+
+
+class RMSprop(PerParameterOptimizer):
+    """For each parameter, with g its gradient:
+
+        g = g + weight_decay * p                                  (if weight_decay)
+        v = alpha * v + (1 - alpha) * g * g
+        m = alpha * m + (1 - alpha) * g;  avg = sqrt(v - m * m) + eps    (centered)
+        avg = sqrt(v) + eps                                       (otherwise)
+        buf = momentum * buf + g / avg;  p = p - lr * buf         (if momentum)
+        p = p - lr * g / avg                                      (otherwise)
+    """
+
+    def __init__(self, params: ParamsT, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, *,
+                 maximize: bool = False):
+        _check_non_negative(lr=lr, eps=eps, momentum=momentum, weight_decay=weight_decay)
+        if not 0.0 <= alpha:
+            raise ValueError(f"Invalid alpha value: {alpha}")
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
+                                      momentum=momentum, centered=centered, maximize=maximize))
+
+    def _update(self, p, grad, group: dict[str, Any]) -> None:
+        alpha, momentum = group["alpha"], group["momentum"]
+        state = self._state_of(p)
+        if not state:
+            state["step"] = 0
+            state["square_avg"] = zeros_like(p)
+            if momentum > 0:
+                state["momentum_buffer"] = zeros_like(p)
+            if group["centered"]:
+                state["grad_avg"] = zeros_like(p)
+        state["step"] = state_number(state["step"]) + 1
+        if group["weight_decay"] != 0:
+            grad = grad.add(p, alpha=group["weight_decay"])
+        square_avg = state["square_avg"]
+        square_avg.mul_(alpha).add_(grad * grad, alpha=1 - alpha)
+        if group["centered"]:
+            grad_avg = state["grad_avg"]
+            grad_avg.mul_(alpha).add_(grad, alpha=1 - alpha)
+            avg = square_avg.sub(grad_avg * grad_avg).sqrt().add(group["eps"])
+        else:
+            avg = square_avg.sqrt().add(group["eps"])
+        if momentum > 0:
+            buf = state["momentum_buffer"]
+            buf.mul_(momentum).add_(grad / avg)
+            p.add_(buf, alpha=-group["lr"])
+        else:
+            p.add_(grad / avg, alpha=-group["lr"])
+
+
+class Adagrad(PerParameterOptimizer):
+    """For each parameter, with g its gradient and t the step (from 1):
+
+        g = g + weight_decay * p                        (if weight_decay)
+        s = s + g * g                                   (s starts at initial_accumulator_value)
+        p = p - lr / (1 + (t - 1) * lr_decay) * g / (sqrt(s) + eps)
+
+    As PyTorch, the state (`step`, `sum`) exists from construction on."""
+
+    def __init__(self, params: ParamsT, lr: float = 1e-2, lr_decay: float = 0.0, weight_decay: float = 0.0,
+                 initial_accumulator_value: float = 0.0, eps: float = 1e-10, *, maximize: bool = False):
+        _check_non_negative(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                            initial_accumulator_value=initial_accumulator_value, eps=eps)
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value,
+                                      maximize=maximize))
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p] = {"step": 0,
+                                 "sum": full_like(p, group["initial_accumulator_value"])}
+
+    def _update(self, p, grad, group: dict[str, Any]) -> None:
+        state = self._state_of(p)
+        state["step"] = state_number(state["step"]) + 1
+        if group["weight_decay"] != 0:
+            grad = grad.add(p, alpha=group["weight_decay"])
+        clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
+        state["sum"].add_(grad * grad)
+        std = state["sum"].sqrt().add(group["eps"])
+        p.add_(grad / std, alpha=-clr)
+
+
+class Adadelta(PerParameterOptimizer):
+    """For each parameter, with g its gradient (Zeiler, 2012):
+
+        g = g + weight_decay * p                        (if weight_decay)
+        v = rho * v + (1 - rho) * g * g
+        delta = sqrt(u + eps) / sqrt(v + eps) * g
+        u = rho * u + (1 - rho) * delta * delta
+        p = p - lr * delta
+    """
+
+    def __init__(self, params: ParamsT, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
+                 weight_decay: float = 0.0, *, maximize: bool = False):
+        _check_non_negative(lr=lr, eps=eps, weight_decay=weight_decay)
+        if not 0.0 <= rho <= 1.0:
+            raise ValueError(f"Invalid rho value: {rho}")
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize))
+
+    def _update(self, p, grad, group: dict[str, Any]) -> None:
+        rho, eps = group["rho"], group["eps"]
+        state = self._state_of(p)
+        if not state:
+            state["step"] = 0
+            state["square_avg"] = zeros_like(p)
+            state["acc_delta"] = zeros_like(p)
+        state["step"] = state_number(state["step"]) + 1
+        if group["weight_decay"] != 0:
+            grad = grad.add(p, alpha=group["weight_decay"])
+        square_avg, acc_delta = state["square_avg"], state["acc_delta"]
+        square_avg.mul_(rho).add_(grad * grad, alpha=1 - rho)
+        std = square_avg.add(eps).sqrt()
+        delta = acc_delta.add(eps).sqrt().div(std).mul(grad)
+        acc_delta.mul_(rho).add_(delta * delta, alpha=1 - rho)
+        p.add_(delta, alpha=-group["lr"])
