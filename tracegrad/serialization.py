@@ -6,7 +6,8 @@ Each distinct tensor is one array of the archive (`tensor0`, `tensor1`, ...; a t
 appears twice is stored once and loads as one tensor). The structure around them is JSON in
 the array `__structure__`: a dict is `{"dict": [[key, value], ...]}` (so int keys, as in an
 optimizer's state, and key order survive), a tuple `{"tuple": [...]}`, a tensor
-`{"tensor": name, "requires_grad": bool}`, a list a JSON list, and a scalar itself.
+`{"tensor": name, "requires_grad": bool}` (a bfloat16 tensor, which .npy cannot hold, is stored
+as its bits in uint16 with `"dtype": "bfloat16"`), a list a JSON list, and a scalar itself.
 """
 
 from __future__ import annotations
@@ -45,7 +46,11 @@ class _Encoder:
         if isinstance(obj, np.generic):
             return obj.item()
         if isinstance(obj, Tensor):
-            name = self.array_name(obj, obj.detach()._concrete())
+            array = obj.detach()._concrete()
+            if obj.dtype is types.bfloat16:  # (.npy has no bfloat16: its bits, as uint16, and the dtype's name)
+                name = self.array_name(obj, array.view(np.uint16))
+                return {"tensor": name, "requires_grad": obj.requires_grad, "dtype": obj.dtype.name}
+            name = self.array_name(obj, array)
             return {"tensor": name, "requires_grad": obj.requires_grad}
         if isinstance(obj, np.ndarray):
             if obj.dtype == object:
@@ -91,7 +96,10 @@ def _decode(obj, arrays, tensors: dict[str, Tensor]):
     if "tensor" in obj:
         name = obj["tensor"]
         if name not in tensors:
-            tensor = Tensor(arrays[name])
+            array = arrays[name]
+            if obj.get("dtype") == types.bfloat16.name:
+                array = array.view(types.bfloat16.np)
+            tensor = Tensor(array)
             if obj.get("requires_grad"):
                 tensor.requires_grad_(True)
             tensors[name] = tensor
@@ -108,7 +116,7 @@ def _decode(obj, arrays, tensors: dict[str, Tensor]):
 
 
 def _dtype(name: str) -> types.DType:
-    for dtype in (types.bool_, types.int64, types.float32, types.float64):
+    for dtype in types.ALL_DTYPES:
         if dtype.name == name:
             return dtype
     raise ValueError(f"tg.load: unknown dtype {name!r}")

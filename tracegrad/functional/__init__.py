@@ -8,6 +8,7 @@ from tracegrad.functional.arith import (  # noqa: F401
     where,
 )
 from tracegrad.functional.conv import avg_pool2d, conv2d, max_pool2d  # noqa: F401
+from tracegrad.functional.dtype_info import can_cast, finfo, iinfo, promote_types, result_type  # noqa: F401
 from tracegrad.functional.index import gather, getitem, index_put  # noqa: F401
 from tracegrad.functional.linalg import addmm, bmm, dot, matmul, mm, mv, outer  # noqa: F401
 from tracegrad.functional.masking import masked_fill, tril, triu  # noqa: F401
@@ -26,4 +27,4 @@ from tracegrad.functional.shape import (  # noqa: F401
 globals().update(GENERATED)  # the functions generated from primitive entries (`Primitive.api`)
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {
-    "GENERATED", "arith", "conv", "index", "linalg", "masking", "neural", "pieces", "reduce", "shape"}]
+    "GENERATED", "arith", "conv", "dtype_info", "index", "linalg", "masking", "neural", "pieces", "reduce", "shape"}]
