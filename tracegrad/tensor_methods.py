@@ -191,7 +191,7 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False, replac
         raise RuntimeError(f"{name}: output with shape {list(self.shape)} doesn't match the "
                            f"broadcast shape {list(result.shape)}")
     if result_type.dtype is not typ.dtype:
-        if self.dtype.is_floating or not result.dtype.is_floating:
+        if types.can_cast(result_type.dtype, typ.dtype):
             result_cast = ew.convert(result, self.dtype)
         else:
             raise RuntimeError(f"{name}: result type {result.dtype.name} can't be cast to the "

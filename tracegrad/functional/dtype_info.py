@@ -26,7 +26,7 @@ class finfo:
             self.tiny = 2.0 ** (1 - max_exponent)
         else:
             info = np.finfo(dtype.np)
-            self.bits, self.resolution = info.bits, float(info.resolution)
+            self.bits, self.resolution = info.bits, 10.0 ** -info.precision  # (1e-06, not float32's 1e-06)
             self.eps, self.max, self.tiny = float(info.eps), float(info.max), float(info.tiny)
         self.min = -self.max
         self.smallest_normal = self.tiny
