@@ -206,3 +206,16 @@ def test_uint8_any_all_are_uint8():
     x = tg.tensor([[0, 3], [1, 2]], dtype=tg.uint8)
     assert tg.any(x, 1).dtype is tg.uint8 and tg.any(x, 1).tolist() == [1, 1]
     assert tg.all(x, 1).tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_eager_fusion_leaves_unlowered_dtypes_to_the_op_by_op_path(dtype, monkeypatch):
+    # A fused program of these dtypes would be nothing but NumPy steps: slower than op by op.
+    monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 1)
+    monkeypatch.setattr(eager_fusion, "SINGLE_OP_FACTOR", 1)
+    monkeypatch.setattr(eager_fusion, "_programs", {})
+    x = _tensor(dtype)
+    for _ in range(eager_fusion.FUSE_AFTER + 2):
+        tg.softmax(x if x.dtype.is_floating else x.float(), 1)
+        x + x
+    assert len(eager_fusion._programs) == (0 if x.dtype.is_floating else 1)  # (x.float() fuses)

@@ -285,6 +285,12 @@ class Module:
     def float(self) -> Module:
         return self.to(types.float32)
 
+    def half(self) -> Module:
+        return self.to(types.float16)
+
+    def bfloat16(self) -> Module:
+        return self.to(types.bfloat16)
+
     def cpu(self) -> Module:
         return self
 
