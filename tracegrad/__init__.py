@@ -8,9 +8,14 @@ from tracegrad import memory as _memory
 
 from tracegrad.ir.types import bool_ as bool  # noqa: A001,F401
 from tracegrad.ir.types import DType as dtype  # noqa: F401
-from tracegrad.ir.types import float32, float64, int64  # noqa: F401
+from tracegrad.ir.types import (  # noqa: F401
+    bfloat16, float16, float32, float64, int8, int16, int32, int64, uint8,
+)
+from tracegrad.ir.types import float16 as half  # noqa: F401
 from tracegrad.ir.types import float32 as float  # noqa: A001,F401
 from tracegrad.ir.types import float64 as double  # noqa: F401
+from tracegrad.ir.types import int16 as short  # noqa: F401
+from tracegrad.ir.types import int32 as int  # noqa: A001,F401
 from tracegrad.ir.types import int64 as long  # noqa: F401
 from tracegrad.tensor import Tensor  # noqa: F401
 from tracegrad import ops  # noqa: F401  (registers the primitive table)

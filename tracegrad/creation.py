@@ -31,8 +31,9 @@ def from_numpy(array: np.ndarray) -> Tensor:
         raise TypeError(f"from_numpy: expected np.ndarray (got {type(array).__name__})")
     dtype = types.from_numpy(array.dtype)
     if dtype.np != array.dtype:
-        raise TypeError(f"from_numpy: can't convert np.ndarray of type {array.dtype}. The only "
-                        "supported types are: float64, float32, int64, and bool.")
+        raise TypeError(f"from_numpy: can't convert np.ndarray of type numpy.{array.dtype}. The only "
+                        "supported types are: float64, float32, float16, bfloat16 (ml_dtypes), int64, "
+                        "int32, int16, int8, uint8, and bool.")
     return _make(array)
 
 

@@ -25,11 +25,11 @@ def get_default_dtype() -> types.DType:
 
 
 def set_default_dtype(dtype: types.DType) -> None:
-    """Make `dtype` (float32 or float64) the dtype of tensors made from Python floats and of
+    """Make `dtype` (a floating dtype) the dtype of tensors made from Python floats and of
     float results of integer inputs, as PyTorch's."""
-    if dtype not in (types.float32, types.float64):
+    if not isinstance(dtype, types.DType) or not dtype.is_floating:
         raise TypeError(f"set_default_dtype: only floating-point types are supported as the default type "
-                        f"(float32, float64), got {getattr(dtype, 'name', dtype)}")
+                        f"(float16, bfloat16, float32, float64), got {getattr(dtype, 'name', dtype)}")
     types.default_float = dtype
 
 

@@ -7,7 +7,9 @@ import numpy as np
 from tracegrad.ir import types
 
 
-def _format_values(array: np.ndarray) -> str:
+def _format_values(array: np.ndarray, dtype: types.DType) -> str:
+    if dtype in types.REDUCED_FLOATS:  # (shown through float32, which holds their values exactly)
+        array = array.astype(np.float32)
     if array.dtype == np.bool_:
         formatter = {"bool": lambda v: "True" if v else "False"}
     elif array.dtype.kind == "f":
@@ -32,7 +34,7 @@ def _special(v) -> str:
 
 
 def tensor_repr(t) -> str:
-    parts = [_format_values(t._concrete())]
+    parts = [_format_values(t._concrete(), t.dtype)]
     if t.dtype not in (types.default_float, types.int64, types.bool_):
         parts.append(f"dtype=tracegrad.{t.dtype.name}")
     if t.numel() == 0:

@@ -73,13 +73,21 @@ def randperm(n: int, *, generator: Generator | None = None, dtype=None, requires
 def rand(*size, dtype=None, requires_grad: bool = False, device=None, **options) -> Tensor:
     _check_options("rand", device, options)
     dtype = _dtype(dtype)
-    return _make(_generator.random(_shape(size), dtype=dtype.np), requires_grad)
+    return _make(_in_dtype(_generator.random, _shape(size), dtype), requires_grad)
 
 
 def randn(*size, dtype=None, requires_grad: bool = False, device=None, **options) -> Tensor:
     _check_options("randn", device, options)
     dtype = _dtype(dtype)
-    return _make(_generator.standard_normal(_shape(size), dtype=dtype.np), requires_grad)
+    return _make(_in_dtype(_generator.standard_normal, _shape(size), dtype), requires_grad)
+
+
+def _in_dtype(draw, shape: tuple[int, ...], dtype: types.DType) -> np.ndarray:
+    """NumPy's generator draws float32 or float64 only: float16 and bfloat16 values are
+    float32 draws rounded, as PyTorch's CPU generator makes them."""
+    if dtype in types.REDUCED_FLOATS:
+        return draw(shape, dtype=np.float32).astype(dtype.np)
+    return draw(shape, dtype=dtype.np)
 
 
 def randint(low, high=None, size=(), dtype=None, requires_grad: bool = False, device=None,

@@ -6,10 +6,11 @@ Each distinct tensor is one array of the archive (`tensor0`, `tensor1`, ...; a t
 appears twice is stored once and loads as one tensor). The structure around them is JSON in
 the array `__structure__`: a dict is `{"dict": [[key, value], ...]}` (so int keys, as in an
 optimizer's state, and key order survive), a tuple `{"tuple": [...]}`, a tensor
-`{"tensor": name, "requires_grad": bool}` (with `"parameter": true` for an nn.Parameter), a
-list a JSON list, and a scalar itself. Whole training checkpoints (`{'model': ...,
-'optimizer': ..., 'epoch': 3, 'args': {...}}`) are such structures. Loading builds only
-these types: `weights_only` is accepted (the loader is always weights-only).
+`{"tensor": name, "requires_grad": bool}` (with `"parameter": true` for an nn.Parameter; a
+bfloat16 tensor, which .npy cannot hold, is stored as its bits in uint16 with
+`"dtype": "bfloat16"`), a list a JSON list, and a scalar itself. Whole training checkpoints
+(`{'model': ..., 'optimizer': ..., 'epoch': 3, 'args': {...}}`) are such structures. Loading
+builds only these types: `weights_only` is accepted (the loader is always weights-only).
 """
 
 from __future__ import annotations
@@ -49,8 +50,12 @@ class _Encoder:
         if isinstance(obj, np.generic):
             return obj.item()
         if isinstance(obj, Tensor):
-            name = self.array_name(obj, obj.detach()._concrete())
-            entry = {"tensor": name, "requires_grad": obj.requires_grad}
+            array = obj.detach()._concrete()
+            entry = {"requires_grad": obj.requires_grad}
+            if obj.dtype is types.bfloat16:  # (.npy has no bfloat16: its bits, as uint16, and the dtype's name)
+                array = array.view(np.uint16)
+                entry["dtype"] = obj.dtype.name
+            entry["tensor"] = self.array_name(obj, array)
             if getattr(type(obj), "_is_parameter", False):
                 entry["parameter"] = True
             return entry
@@ -100,7 +105,10 @@ def _decode(obj, arrays, tensors: dict[str, Tensor]):
     if "tensor" in obj:
         name = obj["tensor"]
         if name not in tensors:
-            tensor = Tensor(arrays[name])
+            array = arrays[name]
+            if obj.get("dtype") == types.bfloat16.name:
+                array = array.view(types.bfloat16.np)
+            tensor = Tensor(array)
             if obj.get("parameter"):
                 tensor = _make_parameter(tensor, bool(obj.get("requires_grad")))
             elif obj.get("requires_grad"):
@@ -119,7 +127,7 @@ def _decode(obj, arrays, tensors: dict[str, Tensor]):
 
 
 def _dtype(name: str) -> types.DType:
-    for dtype in (types.bool_, types.int64, types.float32, types.float64):
+    for dtype in types.ALL_DTYPES:
         if dtype.name == name:
             return dtype
     raise ValueError(f"tg.load: unknown dtype {name!r}")

@@ -467,7 +467,21 @@ def as_array(data, dtype: types.DType | None = None) -> np.ndarray:
         raise TypeError("tensor: could not infer dtype of the data; expected numbers, nested "
                         "lists of numbers or an array")
     target = dtype if dtype is not None else types.from_numpy(array.dtype)
+    if dtype is not None and dtype.category == types.INTEGRAL and not isinstance(data, np.ndarray) and array.size:
+        _check_fits(array, dtype)
     return np.array(array, dtype=target.np, copy=True)
+
+
+def _check_fits(array: np.ndarray, dtype: types.DType) -> None:
+    """PyTorch's overflow check of Python numbers written into a narrow integer dtype: a
+    float must lie in the dtype's range; an int too, except that an unsigned dtype also takes
+    negative ints down to minus its maximum (uint8 takes -1 as 255, -255 as 1)."""
+    if array.dtype.kind not in "iuf":
+        return
+    info = np.iinfo(dtype.np)
+    low = -info.max if array.dtype.kind in "iu" and not dtype.is_signed else info.min
+    if array.min() < low or array.max() > info.max:
+        raise RuntimeError(f"value cannot be converted to type {dtype.name} without overflow")
 
 
 def _rebuild(array, requires_grad):

@@ -158,8 +158,7 @@ def _type(self, dtype=None, non_blocking: bool = False):
     return _to(self, dtype)
 
 
-_TYPE_NAMES = {types.float32: "torch.FloatTensor", types.float64: "torch.DoubleTensor",
-               types.int64: "torch.LongTensor", types.bool_: "torch.BoolTensor"}
+_TYPE_NAMES = {dtype: "torch." + name for dtype, name in types.TENSOR_TYPE_NAMES.items()}
 
 
 Tensor.new_zeros = _new(np.zeros)
@@ -169,7 +168,7 @@ Tensor.new_full = _new_full
 Tensor.new_tensor = _new_tensor
 Tensor.type = _type
 Tensor.nelement = lambda self: self.numel()
-Tensor.element_size = lambda self: self.dtype.np.itemsize
+Tensor.element_size = lambda self: self.dtype.itemsize
 Tensor.view_as = _view_as
 Tensor.reshape_as = _view_as
 Tensor.to = _to
@@ -178,6 +177,12 @@ Tensor.float = lambda self: _to(self, types.float32)
 Tensor.double = lambda self: _to(self, types.float64)
 Tensor.long = lambda self: _to(self, types.int64)
 Tensor.bool = lambda self: _to(self, types.bool_)
+Tensor.int = lambda self: _to(self, types.int32)
+Tensor.short = lambda self: _to(self, types.int16)
+Tensor.char = lambda self: _to(self, types.int8)
+Tensor.byte = lambda self: _to(self, types.uint8)
+Tensor.half = lambda self: _to(self, types.float16)
+Tensor.bfloat16 = lambda self: _to(self, types.bfloat16)
 Tensor.cpu = lambda self, memory_format=None: self
 Tensor.cuda = _cuda
 Tensor.is_floating_point = lambda self: self.dtype.is_floating
@@ -204,7 +209,7 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False, replac
         raise RuntimeError(f"{name}: output with shape {list(self.shape)} doesn't match the "
                            f"broadcast shape {list(result.shape)}")
     if result_type.dtype is not typ.dtype:
-        if self.dtype.is_floating or not result.dtype.is_floating:
+        if types.can_cast(result_type.dtype, typ.dtype):
             result_cast = ew.convert(result, self.dtype)
         else:
             raise RuntimeError(f"{name}: result type {result.dtype.name} can't be cast to the "

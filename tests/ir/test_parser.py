@@ -260,8 +260,14 @@ def test_unknown_op_is_a_parse_error():
 
 
 def test_bad_type_is_a_parse_error():
-    with pytest.raises(tg.ir.IRParseError, match="bad type 'f16\\[2\\]'"):
-        tg.ir.parse("graph g(%x: f16[2]) {\n  return (%x)\n}")
+    with pytest.raises(tg.ir.IRParseError, match="bad type 'f8\\[2\\]'"):
+        tg.ir.parse("graph g(%x: f8[2]) {\n  return (%x)\n}")
+
+
+@pytest.mark.parametrize("short", ["u8", "i8", "i16", "i32", "f16", "bf16"])
+def test_narrow_dtypes_parse(short):
+    graph = tg.ir.parse(f"graph g(%x: {short}[2]) {{\n  return (%x)\n}}")
+    assert graph.inputs[0].type.dtype.short == short
 
 
 def test_redefinition_is_a_parse_error():

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tracegrad.ir import types
 from tracegrad.ir.dot import set_kernel_planner
 from tracegrad.ir.graph import Graph, Node, Value
 from tracegrad.ir.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
 
 
 def lowerable(node: Node) -> bool:
-    if touches_empty(node):
+    if touches_empty(node) or not lowered_dtypes(node):
         return False
     op = node.op
     if op.kind == ELEMENTWISE:
@@ -43,6 +44,18 @@ def touches_empty(node: Node) -> bool:
     nothing is lost."""
     return (any(value.type.numel == 0 for value in node.inputs)
             or any(typ.numel == 0 for typ in node.out_types))
+
+
+# The dtypes the code generator has LLVM types for (`llvm.register_type`). A node reading or
+# making another dtype (the narrow integers, float16, bfloat16) runs as its NumPy step, whose
+# values are eager's by construction.
+LOWERED_DTYPES = frozenset((types.bool_, types.int64, types.float32, types.float64))
+
+
+def lowered_dtypes(node: Node) -> bool:
+    """Whether every tensor a node reads or makes has a dtype the code generator lowers."""
+    return (all(value.type.dtype in LOWERED_DTYPES for value in node.inputs)
+            and all(typ.dtype in LOWERED_DTYPES for typ in node.out_types))
 
 
 @dataclass

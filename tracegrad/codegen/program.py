@@ -225,7 +225,7 @@ def build_program(graph: Graph, fuse: bool = True, donations: tuple = ()) -> Pro
     `fuse=False`, every op) run as NumPy steps. `donations`: (output position, input
     index) pairs whose output may be written into that input's buffer (see `_donate`)."""
     from tracegrad.codegen.epilogue import MatmulEpilogue
-    from tracegrad.codegen.fusion import FusedKernel, Unfused, plan, touches_empty
+    from tracegrad.codegen.fusion import FusedKernel, Unfused, lowered_dtypes, plan, touches_empty
     from tracegrad.codegen.kernels import KernelStep
     from tracegrad.codegen.matmul_step import EpilogueMatmulStep, MatmulStep
 
@@ -252,7 +252,8 @@ def build_program(graph: Graph, fuse: bool = True, donations: tuple = ()) -> Pro
         node = item.node
         inputs = tuple(slot_of[v] for v in node.inputs)
         outputs = new_slots([node.output(i) for i in range(len(node.out_types))])
-        step_type = MatmulStep if fuse and node.op.kind == MATMUL and not touches_empty(node) else NumpyStep
+        step_type = (MatmulStep if fuse and node.op.kind == MATMUL and not touches_empty(node)
+                     and lowered_dtypes(node) else NumpyStep)
         steps.append(step_type(node, inputs, outputs))
     return Program(graph, steps, slot_of, len(slot_of))
 

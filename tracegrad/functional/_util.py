@@ -42,7 +42,11 @@ def _new_scalar_tensor(value, dtype: types.DType) -> Tensor:
     if typ is None:
         typ = _SCALAR_TYPES.setdefault(dtype, types.TensorType((), dtype))
     t = _new_object(Tensor)  # (Tensor._make without its checks: every traced scalar op pays this)
-    t._init(np.array(value, dtype.np), typ)  # (dtype passed by position: a third faster)
+    try:
+        array = np.array(value, dtype.np)  # (dtype passed by position: a third faster)
+    except OverflowError:  # an int outside a narrow integer dtype: wrapped, as PyTorch casts it
+        array = np.array(value, np.int64).astype(dtype.np)
+    t._init(array, typ)
     return t
 
 
@@ -50,10 +54,6 @@ _new_object = object.__new__
 
 
 _SCALAR_TYPES: dict[types.DType, types.TensorType] = {}  # one 0-d type per dtype
-
-
-def _category(dtype: types.DType) -> int:
-    return 2 if dtype.is_floating else (1 if dtype is types.int64 else 0)
 
 
 def result_dtype(*operands) -> types.DType:
@@ -76,7 +76,7 @@ def result_dtype(*operands) -> types.DType:
         group_dtype = group[0]
         for dtype in group[1:]:
             group_dtype = types.promote(group_dtype, dtype)
-        if result is None or _category(group_dtype) > _category(result):
+        if result is None or group_dtype.category > result.category:
             result = group_dtype
     return result
 

@@ -14,7 +14,8 @@ ordinary recorded graph.
 
 Calls that take the op-by-op path: inside a trace (the compiler and the backward cache
 inline composites into their own graphs), inference mode, volatile or small tensors
-(below `MIN_ELEMENTS`, where a kernel launch costs more than it saves), the first sighting
+(below `MIN_ELEMENTS`, where a kernel launch costs more than it saves), arguments of a dtype
+the code generator does not lower (float16, bfloat16, the narrow integers), the first sighting
 of a call signature (a one-off call does not pay for code generation), and everything
 when `TRACEGRAD_EAGER_COMPILE=0`. What lives elsewhere: the backward of these graphs
 (`autograd/backward_cache.py`), code generation (`codegen/`).
@@ -30,6 +31,7 @@ import numpy as np
 from tracegrad import reference
 from tracegrad.grad_mode import MODE
 from tracegrad.autograd.recency import RecencyCache
+from tracegrad.codegen.fusion import LOWERED_DTYPES
 from tracegrad.ir.graph import Graph, Node, Value
 from tracegrad.ops.tracer import Tracer
 from tracegrad.ir.primitive import MOVEMENT
@@ -118,6 +120,8 @@ def _signature(composite, args: tuple, kwargs: dict, min_elements: int,
     for item in (*args, *kwargs.values()):
         if isinstance(item, Tensor):
             if floating_only and not item._type.dtype.is_floating:
+                return None
+            if item._type.dtype not in LOWERED_DTYPES:  # (its ops would all be NumPy steps)
                 return None
             largest = max(largest, item._type.numel)
     if largest < min_elements:

@@ -21,8 +21,8 @@ ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
 def sum(input: Tensor, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A001
     if dtype is not None:
         input = ew.convert(input, dtype)
-    elif input._type.dtype is types.bool_:
-        input = ew.convert(input, types.int64)
+    elif input._type.dtype.category != types.FLOATING and input._type.dtype is not types.int64:
+        input = ew.convert(input, types.int64)  # (bool and every integer dtype sum in int64, as in PyTorch)
     if dim is None:  # (the usual call, a loss: without the frames of normalize_dims and sum_)
         return bind(red.SUM, (input,), {"axes": tuple(range(len(input._type.shape))), "keepdim": keepdim})
     return red.sum_(input, normalize_dims("sum", dim, input.ndim), keepdim)
@@ -147,14 +147,19 @@ def _over_nothing(input: Tensor, axes, keepdim: bool, value: bool) -> Tensor | N
 
 
 def any(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
-    """True where any element (along `dim`) is nonzero; a bool tensor."""
+    """True where any element (along `dim`) is nonzero; a bool tensor (uint8 for uint8 input)."""
     axes = normalize_dims("any", dim, input.ndim)
     empty = _over_nothing(input, axes, keepdim, False)
-    return empty if empty is not None else red.amax(_truth(input), axes, keepdim)
+    return _as_input_kind(input, empty if empty is not None else red.amax(_truth(input), axes, keepdim))
 
 
 def all(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
-    """True where every element (along `dim`) is nonzero; a bool tensor."""
+    """True where every element (along `dim`) is nonzero; a bool tensor (uint8 for uint8 input)."""
     axes = normalize_dims("all", dim, input.ndim)
     empty = _over_nothing(input, axes, keepdim, True)
-    return empty if empty is not None else red.amin(_truth(input), axes, keepdim)
+    return _as_input_kind(input, empty if empty is not None else red.amin(_truth(input), axes, keepdim))
+
+
+def _as_input_kind(input: Tensor, truth: Tensor) -> Tensor:
+    """any/all of a uint8 tensor are uint8 0/1 in PyTorch (kept from its byte-mask days)."""
+    return ew.convert(truth, types.uint8) if input._type.dtype is types.uint8 else truth

@@ -341,18 +341,14 @@ class Module:
     def float(self) -> Module:
         return self.to(types.float32)
 
-    def cpu(self) -> Module:
-        return self
-
     def half(self) -> Module:
-        """Refused: tracegrad has no float16 dtype (float32 and float64 only)."""
-        raise TypeError("Module.half: tracegrad has no float16 dtype; its floating dtypes are float32 and "
-                        "float64 (use .float() or .double())")
+        return self.to(types.float16)
 
     def bfloat16(self) -> Module:
-        """Refused: tracegrad has no bfloat16 dtype (float32 and float64 only)."""
-        raise TypeError("Module.bfloat16: tracegrad has no bfloat16 dtype; its floating dtypes are float32 and "
-                        "float64 (use .float() or .double())")
+        return self.to(types.bfloat16)
+
+    def cpu(self) -> Module:
+        return self
 
     def cuda(self, device=None) -> Module:
         """Refused: there is no CUDA device (`tracegrad.device.check_device` says so)."""

@@ -46,8 +46,19 @@ def broadcast_back(g, in_type: TensorType, axes, keepdim):
 
 
 def _sum_impl(x, axes, keepdim):
-    result = np.sum(x, axis=axes, keepdims=keepdim, dtype=x.dtype if x.dtype != np.bool_ else np.int64)
-    return np.asarray(result)
+    accumulator = _SUM_ACCUMULATORS.get(x.dtype)
+    if accumulator is None:
+        return np.asarray(np.sum(x, axis=axes, keepdims=keepdim, dtype=x.dtype))
+    result = np.asarray(np.sum(x, axis=axes, keepdims=keepdim, dtype=accumulator))
+    return result if x.dtype == np.bool_ else result.astype(x.dtype)
+
+
+# Sums whose accumulator differs from the input: bool counts in int64, and float16/bfloat16
+# accumulate in float32 and round once at the end, as PyTorch's CPU sum does (bfloat16
+# rounded at every step would stop growing at 256 ones).
+_SUM_ACCUMULATORS = {np.dtype(np.bool_): np.int64, np.dtype(np.float16): np.float32}
+if types.bfloat16_available():
+    _SUM_ACCUMULATORS[types.bfloat16.np] = np.float32
 
 
 _plain_sum_rule = _reduce_rule("sum")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tracegrad.grad_mode import MODE
+from tracegrad.ir import types
 from tracegrad.ir.graph import Node, Value
 
 FREED_MESSAGE = (
@@ -67,11 +68,10 @@ class SavedTensor:
 
     def _modified_message(self, node: Node) -> str:
         if self.data is not None:
-            shape, dtype = list(self.data.shape), self.data.dtype.name
+            shape, dtype = list(self.data.shape), types.from_numpy(self.data.dtype).name
         else:  # a traced tensor
             shape, dtype = list(self.lazy._type.shape), self.lazy._type.dtype.name
-        kind = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "LongTensor",
-                "bool": "BoolTensor"}[dtype]
+        kind = types.TENSOR_TYPE_NAMES[types.from_name(dtype)]
         where = ""
         value = node.output(self.output_index) if self.output_index is not None else self.value
         if value is not None and value.origin is not None:  # (a compiled call's input with history)
