@@ -204,8 +204,11 @@ def test_container_reprs_match_torch():
 
 
 @pytest.mark.parametrize("method, dtype", [("half", "float16"), ("bfloat16", "bfloat16")])
-def test_half_precision_conversions_are_refused_and_leave_the_module_unchanged(method, dtype):
-    layer = nn.Linear(2, 2)
-    with pytest.raises(TypeError, match=f"Module.{method}: tracegrad has no {dtype} dtype"):
-        getattr(layer, method)()
-    assert layer.weight.dtype == tg.float32
+def test_half_precision_conversions_convert_parameters_and_buffers(method, dtype):
+    if dtype == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    layer = nn.BatchNorm1d(2)
+    assert getattr(layer, method)() is layer
+    assert layer.weight.dtype == getattr(tg, dtype) and layer.running_mean.dtype == getattr(tg, dtype)
+    assert isinstance(layer.weight, nn.Parameter) and layer.weight.requires_grad
+    assert layer.num_batches_tracked.dtype == tg.int64  # integer buffers keep their dtype, as in PyTorch
