@@ -406,6 +406,13 @@ class Tensor:
     def __repr__(self) -> str:
         return tensor_repr(self)
 
+    def __format__(self, format_spec: str) -> str:
+        # PyTorch's rule: a 0-d tensor formats as its Python number ('{:.2f}'.format(loss));
+        # any other tensor only with an empty spec.
+        if self.ndim == 0:
+            return self.item().__format__(format_spec)
+        return object.__format__(self, format_spec)
+
     def __hash__(self) -> int:
         return id(self)
 
