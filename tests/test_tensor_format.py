@@ -7,7 +7,7 @@ import tracegrad as tg
 
 
 def test_a_zero_dim_tensor_formats_as_its_number():
-    assert "{:+.2f}".format(tg.tensor(1.234)) == "+1.23"
+    assert f"{tg.tensor(1.234):+.2f}" == "+1.23"
     assert f"{tg.tensor(2.5, dtype=tg.float64):.3e}" == "2.500e+00"
     assert f"{tg.tensor(7):>4}" == "   7"
     loss = (tg.ones(3, requires_grad=True) * 2).sum()

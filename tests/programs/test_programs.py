@@ -13,12 +13,12 @@ PROGRAMS = sorted(p.stem for p in harness.HERE.glob("*.py")
                   if p.stem not in {"__init__", "harness"} and not p.stem.startswith("test_"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _program(name):
     return harness.load(name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _eager(name):
     program = _program(name)
     return program.main(program.STEPS)
