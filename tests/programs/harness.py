@@ -10,13 +10,20 @@ or date). It defines
     def main(steps: int, compiled: bool = False, init: dict | None = None) -> dict
 
 which trains for `steps` steps in a reduced configuration and returns at least
-`{"losses": [float per step], "init": {name: np.ndarray}}`: the initial weights it trained
-from (its models' state_dicts, names prefixed per model when there are several). Given
+`{"losses": [float per step], "init": {name: np.ndarray}, "step_seconds": [float per step]}`:
+the initial weights it trained from (its models' state_dicts, names prefixed per model when
+there are several) and the wall time of each training step (for docs/programs.md). Given
 `init`, it loads those weights instead of its own initialization, so the same run can be
 repeated compiled and in PyTorch. `compiled=True` runs the training step through
 `torch.compile`. Data comes from NumPy generators, never from torch's random numbers (the
 two libraries draw different sequences); dropout, where a program has it, is off in the
 reduced configuration so runs are comparable.
+
+It also defines `STEPS` (the reduced run's length), `check(result)` (asserts the program's
+outcome, e.g. the loss falls), and `COMPILED_RTOL` / `TORCH_RTOL`: the step-by-step
+tolerance of the compiled run and of the PyTorch run against eager. None says the runs
+cannot agree step by step (randomness inside the step that the libraries draw differently,
+such as a VAE's noise): then the run is only held to `check`.
 
 `load(name, library)` loads the program's source with `library` ("tracegrad" or "torch")
 as `torch`: the PyTorch run executes the same text with the import lines swapped back.

@@ -6,6 +6,7 @@ generator; the loop runs a given number of steps (the original stops at loss < 1
 step is a function so it can be compiled; the prints are kept as `describe`.
 """
 
+import time
 from itertools import count
 
 import numpy as np
@@ -74,14 +75,16 @@ def main(steps=STEPS, compiled=False, init=None):
 
     step = torch.compile(train_step) if compiled else train_step
     rng = np.random.default_rng(1)
-    losses = []
+    losses, seconds = [], []
     for batch_idx in count(1):
         # Get data
         batch_x, batch_y = get_batch(rng)
+        start_time = time.perf_counter()
         losses.append(step(batch_x, batch_y).item())
+        seconds.append(time.perf_counter() - start_time)
         if batch_idx == steps:
             break
-    return {"losses": losses, "init": start, "describe": (
+    return {"losses": losses, "init": start, "step_seconds": seconds, "describe": (
         '==> Learned function:\t' + poly_desc(fc.weight.view(-1), fc.bias) + '\n'
         '==> Actual function:\t' + poly_desc(W_target.view(-1), b_target))}
 
