@@ -1,0 +1,3 @@
+"""`tg.nn.utils`: helpers around modules (`rnn`: padded and packed sequences)."""
+
+from tracegrad.nn.utils import rnn  # noqa: F401
