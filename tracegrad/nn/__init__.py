@@ -2,6 +2,7 @@
 
 from tracegrad.nn import functional, init, utils  # noqa: F401
 from tracegrad.nn.activation import GELU, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh  # noqa: F401
+from tracegrad.nn.attention import MultiheadAttention  # noqa: F401
 from tracegrad.nn.container import ModuleList, Sequential  # noqa: F401
 from tracegrad.nn.conv import AvgPool2d, Conv2d, MaxPool2d  # noqa: F401
 from tracegrad.nn.layers import Dropout, Embedding, Flatten, Identity, Linear  # noqa: F401
