@@ -265,7 +265,7 @@ def multi_head_attention_forward(
     else:
         if attn_mask is not None:
             attn_mask = (unsqueeze(attn_mask, 0) if attn_mask.shape[0] == 1
-                         else reshape(attn_mask, (batch, num_heads, target_length, source_length)))
+                         else reshape(attn_mask, (batch, num_heads, -1, source_length)))
         out = scaled_dot_product_attention(reshape(q, (batch, num_heads, target_length, head_dim)),
                                            reshape(k, (batch, num_heads, source_length, head_dim)),
                                            reshape(v, (batch, num_heads, source_length, head_dim)),

@@ -11,3 +11,6 @@ from tracegrad.nn.module import Module  # noqa: F401
 from tracegrad.nn.normalization import BatchNorm1d, BatchNorm2d, LayerNorm  # noqa: F401
 from tracegrad.nn.parameter import Parameter  # noqa: F401
 from tracegrad.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase  # noqa: F401
+from tracegrad.nn.transformer import (  # noqa: F401
+    Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer,
+)
