@@ -313,3 +313,14 @@ def test_mha_matches_torch_from_its_state_dict(name):
     pairs += [(p.grad, theirs_params[n].grad) for n, p in ours.named_parameters()]
     for got, want in pairs:
         np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_size_zero_and_size_one_dims():
+    assert F.scaled_dot_product_attention(tg.ones(0, 2), tg.ones(3, 2), tg.ones(3, 4)).shape == (0, 4)
+    assert F.scaled_dot_product_attention(tg.ones(2, 0, 2), tg.ones(2, 0, 2), tg.ones(2, 0, 4)).shape == (2, 0, 4)
+    one = F.scaled_dot_product_attention(tg.ones(1, 2), tg.ones(1, 2), tg.full((1, 3), 2.0))
+    assert one.tolist() == [[2.0, 2.0, 2.0]]  # one key: all the weight on it
+    module = nn.MultiheadAttention(4, 2)
+    x = tg.ones(1, 1, 4)
+    out, weights = module(x, x, x)
+    assert out.shape == (1, 1, 4) and weights.tolist() == [[[1.0]]]

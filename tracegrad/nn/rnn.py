@@ -6,7 +6,7 @@ loads. Everything is a composite of `linear`, `sigmoid`, `tanh`, `chunk`, `stack
 `where` (no gradient code here): the input projection of a whole sequence is one matmul,
 then a Python loop runs the hidden-to-hidden step; under `tg.compile` the loop unrolls
 into one program per sequence length. Packed sequences (`tracegrad.nn.utils.rnn`) run as
-padded batches whose finished sequences keep their state (`_run_direction`'s `lengths`).
+padded batches whose finished sequences keep their state (`_run_direction`'s `alive`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from tracegrad.device import check_device
 from tracegrad.nn import init
 from tracegrad.nn.module import Module
 from tracegrad.nn.parameter import Parameter
+from tracegrad.nn.utils.rnn import PackedSequence, packed_to_padded, padded_to_packed
 from tracegrad.tensor import Tensor
 
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
@@ -355,12 +356,10 @@ class RNNBase(Module):
         """input (L, N, H_in) ((N, L, H_in) with batch_first, (L, H_in) unbatched, or a
         PackedSequence) and hx (h0 or (h0, c0), zeros when None); returns (output, h_n) or
         (output, (h_n, c_n)) shaped as in PyTorch."""
-        from tracegrad.nn.utils.rnn import PackedSequence, packed_to_padded, padded_to_packed
-
         packed = input if isinstance(input, PackedSequence) else None
         if packed is not None:
             input, lengths = packed_to_padded(packed)
-            batched, alive = True, _alive_masks(lengths, input.dtype)
+            batched, alive = True, _alive_masks(lengths)
             states = self._states(hx, True)
             if states is not None and packed.sorted_indices is not None:
                 states = tuple(F.getitem(s, (slice(None), packed.sorted_indices)) for s in states)
@@ -416,7 +415,7 @@ class RNNBase(Module):
         return layer_input, tuple(F.stack(final, 0) for final in finals)
 
 
-def _alive_masks(lengths: list[int], dtype) -> list[Tensor]:
+def _alive_masks(lengths: list[int]) -> list[Tensor]:
     """For each step t, a (N, 1) bool constant: which sequences have an element at t."""
     lengths_array = np.asarray(lengths)
     return [Tensor((lengths_array > t)[:, None]) for t in range(int(lengths_array.max(initial=0)))]
