@@ -180,6 +180,7 @@ def test_bad_input_is_refused_with_pytorchs_message(call, message):
 
 
 @pytest.mark.parametrize("name", CASES)
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")  # (PyTorch's, about its fast path)
 def test_matches_torch_from_its_state_dict(name):
     torch = pytest.importorskip("torch")
     ours, theirs = _build(name), _build(name, torch)
