@@ -5,6 +5,7 @@ from tracegrad.nn.activation import (  # noqa: F401
     CELU, ELU, GELU, GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax,
     Mish, PReLU, ReLU, ReLU6, Sigmoid, SiLU, Softmax, Softmin, Softplus, Softsign, Tanh, Threshold,
 )
+from tracegrad.nn.attention import MultiheadAttention  # noqa: F401
 from tracegrad.nn.container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential  # noqa: F401
 from tracegrad.nn.conv import AvgPool2d, Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, MaxPool2d  # noqa: F401
 from tracegrad.nn.distance import CosineSimilarity, PairwiseDistance  # noqa: F401
@@ -31,4 +32,8 @@ from tracegrad.nn.pooling import (  # noqa: F401
 )
 from tracegrad.nn.resample import (  # noqa: F401
     Fold, PixelShuffle, PixelUnshuffle, Unfold, Upsample, UpsamplingBilinear2d, UpsamplingNearest2d,
+)
+from tracegrad.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase  # noqa: F401
+from tracegrad.nn.transformer import (  # noqa: F401
+    Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer,
 )

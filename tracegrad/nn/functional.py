@@ -16,6 +16,7 @@ from tracegrad.functional import (  # noqa: F401
     avg_pool2d, conv2d, cross_entropy, dropout, gelu, layer_norm, linear, log_softmax, max_pool2d,
     mse_loss, relu, sigmoid, silu, softmax, tanh,
 )
+from tracegrad.functional.attention import multi_head_attention_forward, scaled_dot_product_attention  # noqa: F401
 from tracegrad.functional.activations import (  # noqa: F401
     celu, elu, glu, hardsigmoid, hardswish, hardtanh, leaky_relu, logsigmoid, mish, prelu, relu6, selu,
     softmin, softplus, softsign, threshold,
