@@ -13,10 +13,11 @@ import tracegrad
 LAYERS = [
     ["ir"],                                          # the ground: imports nothing of tracegrad
     ["grad_mode", "printing", "reference", "memory",   # per-thread mode, repr, switches,
-     "device", "cuda", "accelerator", "backends"],   # devices (the CPU only)
+     "device", "cuda", "accelerator", "backends",    # devices (the CPU only),
+     "amp"],                                         # autocast/GradScaler (no-ops on the CPU)
     ["tensor"],
-    ["creation", "serialization", "defaults"],
-    ["random"],
+    ["creation", "serialization", "defaults", "testing"],
+    ["random", "legacy"],                            # legacy: typed tensor classes, Size, as_tensor
     ["ops"],                                         # the primitive table, bind, the graph trace
     ["codegen"],                                     # fusion, LLVM lowering, programs, runtime
     ["autograd"],

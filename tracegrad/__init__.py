@@ -22,6 +22,7 @@ from tracegrad import ops  # noqa: F401  (registers the primitive table)
 from tracegrad import tensor_methods  # noqa: F401  (installs Tensor methods)
 from tracegrad.functional import *  # noqa: F401,F403
 from tracegrad.functional import abs, all, any, max, min, pow, sum  # noqa: F401,A004
+from tracegrad.functional.aliases import divide as div  # noqa: F401  (with rounding_mode)
 from tracegrad.creation import (  # noqa: F401
     arange, empty, empty_like, eye, from_numpy, full, full_like, linspace, ones, ones_like,
     tensor, zeros, zeros_like,
@@ -40,12 +41,20 @@ from tracegrad.jit import compile, inspect_log  # noqa: F401,A004
 from tracegrad.reference import is_reference_mode, reference_mode  # noqa: F401
 from tracegrad.serialization import load, save  # noqa: F401
 from tracegrad import accelerator, backends, cuda  # noqa: F401
+from tracegrad import amp, testing  # noqa: F401
+from tracegrad.amp import autocast  # noqa: F401
+from tracegrad.legacy import (  # noqa: F401
+    BFloat16Tensor, BoolTensor, ByteTensor, CharTensor, DoubleTensor, FloatTensor, HalfTensor, IntTensor,
+    LongTensor, ShortTensor, Size, are_deterministic_algorithms_enabled, as_tensor, get_num_interop_threads,
+    get_num_threads, set_num_interop_threads, set_num_threads, use_deterministic_algorithms,
+)
 from tracegrad.device import device  # noqa: F401
 from tracegrad.defaults import (  # noqa: F401
     e, get_default_dtype, get_float32_matmul_precision, inf, is_floating_point, is_tensor, nan, numel, pi,
     set_default_dtype, set_float32_matmul_precision,
 )
 
+cuda.amp = amp  # (`torch.cuda.amp.GradScaler` / `autocast`: the same no-op classes)
 _memory.tune_allocator()
 
 __version__ = "0.1.0"

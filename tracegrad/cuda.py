@@ -39,3 +39,8 @@ current_device = _unavailable("current_device")
 synchronize = _unavailable("synchronize")
 get_device_name = _unavailable("get_device_name")
 set_device = _unavailable("set_device")
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """No CUDA device, so no CUDA bfloat16 (tracegrad's CPU bfloat16 tensors exist)."""
+    return False

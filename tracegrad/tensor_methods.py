@@ -27,6 +27,14 @@ VIEW_INPLACE_MESSAGE = (
     "index_put / torch.where) instead")
 
 
+def _contains(self: Tensor, element) -> bool:
+    """`element in t`: whether some entry equals it (PyTorch's rule: a number or a tensor)."""
+    if not isinstance(element, (Tensor, int, float, bool)):
+        raise RuntimeError(f"Tensor.__contains__ only supports Tensor or scalar, but you passed in a "
+                           f"{type(element).__name__}.")
+    return bool(F.any(F.eq(self, element)).item())
+
+
 def _reflect(fn):
     return lambda self, other: fn(other, self)
 
@@ -78,6 +86,20 @@ _METHODS = {
     "matrix_power": F.matrix_power, "norm": F.norm, "dist": F.dist, "renorm": F.renorm,
 }
 _METHODS.update(F.arith.GENERATED)  # (the functions generated from primitive entries)
+_METHODS.update(F.sampling.IN_PLACE)
+_METHODS.update({
+    # functional/aliases.py: PyTorch's other names and small composites
+    "div": F.aliases.divide, "divide": F.aliases.divide, "subtract": F.subtract, "multiply": F.multiply,
+    "greater": F.greater, "greater_equal": F.greater_equal, "less": F.less, "less_equal": F.less_equal,
+    "not_equal": F.not_equal, "absolute": F.absolute, "arcsin": F.arcsin, "arccos": F.arccos,
+    "arctan": F.arctan, "arcsinh": F.arcsinh, "arccosh": F.arccosh, "arctanh": F.arctanh,
+    "select": F.select, "ravel": F.ravel, "fliplr": F.fliplr, "flipud": F.flipud, "diff": F.diff,
+    "nansum": F.nansum, "nanmean": F.nanmean, "aminmax": F.aminmax, "logical_xor": F.logical_xor,
+    "argwhere": F.argwhere, "stride": F.aliases.stride,
+    "__floordiv__": F.floor_divide, "__rfloordiv__": _reflect(F.floor_divide),
+    "__mod__": F.remainder, "__rmod__": _reflect(F.remainder), "__xor__": F.logical_xor,
+})
+_METHODS.update({"multinomial": F.multinomial, "bernoulli": F.bernoulli})
 _METHODS.update({name: getattr(F.elementwise_math, name) for name in F.elementwise_math.__all__})
 _METHODS["polygamma"] = lambda self, n: F.polygamma(n, self)
 for _name, _fn in _METHODS.items():
@@ -169,6 +191,17 @@ Tensor.new_tensor = _new_tensor
 Tensor.type = _type
 Tensor.nelement = lambda self: self.numel()
 Tensor.element_size = lambda self: self.dtype.itemsize
+Tensor.itemsize = property(lambda self: self.dtype.itemsize)
+Tensor.nbytes = property(lambda self: self.numel() * self.dtype.itemsize)
+Tensor.ndimension = lambda self: self.ndim
+Tensor.is_complex = lambda self: False  # (tracegrad has no complex dtypes)
+Tensor.__pos__ = lambda self: self
+Tensor.__contains__ = _contains
+# Memory placement requests of a CPU-only library: the tensor is already where they ask.
+Tensor.pin_memory = lambda self, device=None: self
+Tensor.is_pinned = lambda self, device=None: False
+Tensor.share_memory_ = lambda self: self
+Tensor.is_shared = lambda self: False
 Tensor.view_as = _view_as
 Tensor.reshape_as = _view_as
 Tensor.to = _to

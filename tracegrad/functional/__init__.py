@@ -26,6 +26,12 @@ from tracegrad.functional.linalg import addmm, bmm, dot, matmul, mm, mv, outer  
 from tracegrad.functional.masking import masked_fill, tril, triu  # noqa: F401
 from tracegrad.functional.norms import cdist, dist, norm, renorm  # noqa: F401
 from tracegrad.functional.pieces import chunk, flip, narrow, split, unbind  # noqa: F401
+from tracegrad.functional.aliases import (  # noqa: F401
+    absolute, aminmax, arccos, arccosh, arcsin, arcsinh, arctan, arctanh, argwhere, concatenate, diff, divide,
+    fliplr, flipud, greater, greater_equal, isin, less, less_equal, logical_xor, multiply, nanmean, nansum,
+    not_equal, ravel, rsub, select, std_mean, subtract, var_mean,
+)
+from tracegrad.functional.sampling import bernoulli, multinomial, normal, poisson  # noqa: F401
 from tracegrad.functional.products import (  # noqa: F401
     addbmm, addmv, addr, baddbmm, chain_matmul, cross, kron, matrix_power,
 )
