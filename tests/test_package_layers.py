@@ -22,7 +22,7 @@ LAYERS = [
     ["codegen"],                                     # fusion, LLVM lowering, programs, runtime
     ["autograd"],
     ["functional"],
-    ["tensor_methods", "nn", "optim", "linalg", "utils"],  # utils: data loading, checkpointing
+    ["tensor_methods", "nn", "optim", "linalg", "utils", "distributions"],  # utils: data loading, checkpointing
     ["jit"],                                         # @compile and everything it builds on
 ]
 

@@ -195,3 +195,29 @@ def _read(f: str | os.PathLike | IO[bytes]) -> Any:
                                f"version {structure.get('version')!r}")
         arrays = {name: archive[name] for name in archive.files if name != _STRUCTURE}
     return _decode(structure["object"], arrays, {})
+
+
+class safe_globals:  # noqa: N801 - PyTorch's name
+    """Accepted for PyTorch programs that allow-list classes for `load(weights_only=True)`:
+    tracegrad's loader never unpickles, so there is nothing to allow (a context manager)."""
+
+    def __init__(self, safe_globals: list):
+        self.safe_globals = list(safe_globals)
+
+    def __enter__(self) -> safe_globals:
+        return self
+
+    def __exit__(self, *exc_info) -> bool:
+        return False
+
+
+_allowed_globals: list = []
+
+
+def add_safe_globals(safe_globals: list) -> None:
+    """Recorded (`get_safe_globals`) and otherwise a no-op, as `safe_globals`."""
+    _allowed_globals.extend(safe_globals)
+
+
+def get_safe_globals() -> list:
+    return list(_allowed_globals)

@@ -37,3 +37,4 @@ from tracegrad.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from tracegrad.nn.transformer import (  # noqa: F401
     Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer,
 )
+from tracegrad.nn import modules  # noqa: F401,E402  (last: its namespaces name the classes above)

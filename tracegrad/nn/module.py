@@ -350,6 +350,10 @@ class Module:
     def cpu(self) -> Module:
         return self
 
+    def share_memory(self) -> Module:
+        """Already shareable: worker processes that fork see the parameters' memory."""
+        return self
+
     def cuda(self, device=None) -> Module:
         """Refused: there is no CUDA device (`tracegrad.device.check_device` says so)."""
         check_device("Module.cuda", "cuda" if device is None else device)
