@@ -30,6 +30,48 @@ from pathlib import Path
 _PYTHON_METHODS = frozenset(name for kind in (list, dict, str, set, tuple, bytes, object) for name in dir(kind))
 
 
+# Names tracegrad leaves out on purpose, by prefix, with the reason (docs/surface_coverage.md).
+DECISIONS: dict[str, str] = {
+    "torch.distributed.rpc": "RPC model parallelism: out of scope",
+    "torch.distributed.autograd": "RPC model parallelism: out of scope",
+    "torch.distributed.optim": "RPC model parallelism: out of scope",
+    "torch.futures": "RPC model parallelism: out of scope",
+    "torch.distributed.fsdp": "sharded and tensor-parallel multi-GPU training: out of scope",
+    "torch.distributed.tensor": "sharded and tensor-parallel multi-GPU training: out of scope",
+    "torch.distributed._tensor": "sharded and tensor-parallel multi-GPU training: out of scope",
+    "torch.distributed.device_mesh": "sharded and tensor-parallel multi-GPU training: out of scope",
+    "torch.distributed": "process groups and DDP: issue 19 (data-parallel training over MPI)",
+    "torch.nn.parallel.DistributedDataParallel": "process groups and DDP: issue 19 (data-parallel training over MPI)",
+    "torch.utils.data.distributed": "process groups and DDP: issue 19 (data-parallel training over MPI)",
+    "torch.multiprocessing": "process groups and DDP: issue 19 (data-parallel training over MPI)",
+    "torch.nn.DataParallel": "multi-GPU: out of scope (CPU only)",
+    "torch.nn.parallel": "multi-GPU: out of scope (CPU only)",
+    "torch.cuda": "CUDA devices: out of scope (CPU only; the queries answer False)",
+    "torch.accelerator.set_device_index": "accelerator devices: out of scope (CPU only)",
+    "torch.accelerator.device_index": "accelerator devices: out of scope (CPU only)",
+    "torch.fx": "torch.fx graph capture: out of scope (tracegrad's own IR: tg.compile(fn).explain)",
+    "torch.jit": "TorchScript and export: out of scope",
+    "torch.onnx": "TorchScript and export: out of scope",
+    "torch.classes": "TorchScript and export: out of scope",
+    "torch.ops": "TorchScript and export: out of scope",
+    "torch.hub": "downloads: out of scope (no network)",
+    "torch.profiler": "profiling: out of scope (TRACEGRAD_LOG=timings instead)",
+    "torch.autograd.profiler": "profiling: out of scope (TRACEGRAD_LOG=timings instead)",
+    "torch.sparse_coo_tensor": "sparse and complex tensors: not yet",
+    "torch.spmm": "sparse and complex tensors: not yet",
+    "Tensor.to_sparse": "sparse and complex tensors: not yet",
+    "torch.view_as_real": "sparse and complex tensors: not yet",
+    "torch.view_as_complex": "sparse and complex tensors: not yet",
+    "torch.polar": "sparse and complex tensors: not yet",
+}
+
+
+def decision(name: str) -> str | None:
+    """The reason tracegrad leaves `name` out, or None (the longest matching prefix wins)."""
+    matches = [p for p in DECISIONS if name == p or name.startswith(p + ".")]
+    return DECISIONS[max(matches, key=len)] if matches else None
+
+
 def _torch_classes() -> dict[str, type] | None:
     try:
         import torch
@@ -152,12 +194,24 @@ def report(uses: Counter, where: dict[str, list[str]], files: int, corpus: list[
     total = sum(uses.values())
     missing = sorted(((n, c) for n, c in uses.items() if not covered(n)), key=lambda item: (-item[1], item[0]))
     have = total - sum(c for _, c in missing)
+    decided = [(n, c, decision(n)) for n, c in missing if decision(n) is not None]
+    left = [(n, c) for n, c in missing if decision(n) is None]
+    in_scope = total - sum(c for _, c, _ in decided)
     lines = [f"Corpus: {', '.join(p.name for p in corpus)}: {files} files that import torch, "
              f"{len(uses)} distinct torch names, {total} (name, file) uses.",
              f"Covered: {have} of {total} uses ({100.0 * have / max(total, 1):.1f}%), "
-             f"{len(uses) - len(missing)} of {len(uses)} names.", "",
-             "| missing name | files | e.g. |", "|---|---|---|"]
-    lines += [f"| `{n}` | {c} | {where[n][0]} |" for n, c in missing]
+             f"{len(uses) - len(missing)} of {len(uses)} names.",
+             f"Covered of the uses not left out on purpose: {have} of {in_scope} "
+             f"({100.0 * have / max(in_scope, 1):.1f}%).", "",
+             "Missing, not decided:", "", "| missing name | files | e.g. |", "|---|---|---|"]
+    lines += [f"| `{n}` | {c} | {where[n][0]} |" for n, c in left]
+    by_reason: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for n, c, reason in decided:
+        by_reason[reason].append((n, c))
+    lines += ["", "Left out on purpose:", "", "| reason | uses | names |", "|---|---|---|"]
+    for reason, names in sorted(by_reason.items(), key=lambda item: -sum(c for _, c in item[1])):
+        shown = ", ".join(f"`{n}`" for n, _ in names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        lines.append(f"| {reason} | {sum(c for _, c in names)} | {shown} |")
     return "\n".join(lines)
 
 

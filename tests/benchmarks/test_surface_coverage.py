@@ -53,9 +53,17 @@ def test_coverage_counts_what_tracegrad_has():
     assert not coverage.covered("Tensor.not_a_method")
 
 
-def test_the_report_lists_missing_names_by_files(tmp_path):
-    uses = {"torch.zeros": 3, "torch.fx.symbolic_trace": 2}
-    where = {"torch.zeros": ["c/a.py"], "torch.fx.symbolic_trace": ["c/b.py"]}
+def test_the_report_lists_missing_names_by_files_and_decisions_by_reason(tmp_path):
+    uses = {"torch.zeros": 3, "torch.fx.symbolic_trace": 2, "torch.not_here": 1}
+    where = {"torch.zeros": ["c/a.py"], "torch.fx.symbolic_trace": ["c/b.py"], "torch.not_here": ["c/c.py"]}
     text = coverage.report(uses, where, 3, [tmp_path])
-    assert "Covered: 3 of 5 uses (60.0%), 1 of 2 names." in text
-    assert "| `torch.fx.symbolic_trace` | 2 | c/b.py |" in text
+    assert "Covered: 3 of 6 uses (50.0%), 1 of 3 names." in text
+    assert "Covered of the uses not left out on purpose: 3 of 4 (75.0%)." in text
+    assert "| `torch.not_here` | 1 | c/c.py |" in text
+    assert f"| {coverage.DECISIONS['torch.fx']} | 2 | `torch.fx.symbolic_trace` |" in text
+
+
+def test_the_longest_matching_prefix_decides():
+    assert coverage.decision("torch.distributed.rpc.init_rpc") == coverage.DECISIONS["torch.distributed.rpc"]
+    assert coverage.decision("torch.distributed.all_reduce") == coverage.DECISIONS["torch.distributed"]
+    assert coverage.decision("torch.distributedx") is None and coverage.decision("torch.zeros") is None
