@@ -143,3 +143,9 @@ def test_constants_and_predicates():
     x = tg.ones(2, 3)
     assert tg.is_tensor(x) and not tg.is_tensor(np.ones(2)) and tg.numel(x) == 6
     assert tg.is_floating_point(x) and not tg.is_floating_point(tg.tensor([1]))
+
+
+def test_a_tensor_says_it_is_on_the_cpu_and_on_no_accelerator():
+    t = tg.zeros(2)
+    assert t.is_cpu is True
+    assert (t.is_cuda, t.is_meta, t.is_mps, t.is_xpu) == (False, False, False, False)

@@ -148,9 +148,11 @@ class Tensor:
     def device(self) -> device:
         return CPU  # (tracegrad computes on the CPU only: tracegrad.device)
 
+    is_cpu = True
     is_cuda = False
-    is_mps = False
     is_meta = False
+    is_mps = False
+    is_xpu = False  # (DCGAN's forward asks `input.is_cuda or input.is_xpu`)
 
     @property
     def ndim(self) -> int:

@@ -290,9 +290,16 @@ def test_in_place_activations_write_into_their_input():
     y = x * 1.0
     assert F.leaky_relu(y, 0.5, inplace=True) is y and y.tolist() == [-0.5, 2.0]
     assert F.hardtanh(y, -0.25, 1.0, inplace=True) is y and y.tolist() == [-0.25, 1.0]
+    assert F.relu(y, inplace=True) is y and y.tolist() == [0.0, 1.0]
 
 
-@pytest.mark.parametrize("name", ["leaky_relu", "elu", "selu", "celu", "hardtanh", "relu6", "hardswish",
+def test_relu_layer_with_inplace_writes_into_its_input_and_without_does_not():
+    y = tg.tensor([-1.0, 2.0])
+    assert tg.nn.ReLU()(y) is not y and y.tolist() == [-1.0, 2.0]
+    assert tg.nn.ReLU(inplace=True)(y) is y and y.tolist() == [0.0, 2.0]
+
+
+@pytest.mark.parametrize("name", ["relu", "leaky_relu", "elu", "selu", "celu", "hardtanh", "relu6", "hardswish",
                                   "hardsigmoid", "mish", "threshold"])
 def test_in_place_activation_of_a_non_leaf_gives_the_out_of_place_gradient(name):
     fn = getattr(F, name)

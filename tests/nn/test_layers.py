@@ -215,3 +215,19 @@ def test_softmax_without_dim_warns_and_uses_pytorchs_legacy_choice():
     with pytest.warns(UserWarning, match="Implicit dimension choice"):
         out = nn.Softmax()(tg.randn(2, 3))
     np.testing.assert_allclose(_numpy(out).sum(1), [1, 1], rtol=1e-6)
+
+
+@pytest.fixture
+def float64_default():
+    tg.set_default_dtype(tg.float64)
+    yield
+    tg.set_default_dtype(tg.float32)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: nn.Linear(3, 2), lambda: nn.Conv2d(2, 3, 3), lambda: nn.ConvTranspose2d(2, 3, 3),
+    lambda: nn.Embedding(4, 2), lambda: nn.LayerNorm(3), lambda: nn.BatchNorm2d(3), lambda: nn.PReLU(),
+], ids=["Linear", "Conv2d", "ConvTranspose2d", "Embedding", "LayerNorm", "BatchNorm2d", "PReLU"])
+def test_layers_made_after_set_default_dtype_have_floating_state_of_that_dtype(float64_default, make):
+    state = make().state_dict()
+    assert {v.dtype for k, v in state.items() if k != "num_batches_tracked"} == {tg.float64}

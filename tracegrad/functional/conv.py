@@ -143,8 +143,10 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: In
         if bias.shape != (out_channels,):
             raise RuntimeError(f"conv2d: expected bias of shape [{out_channels}], got "
                                f"{list(bias.shape)}")
-        out = arith.add(out, mv.reshape(ew.convert(bias, dtype), (out_channels, 1, 1)))
-    return out
+        return arith.add(out, mv.reshape(ew.convert(bias, dtype), (out_channels, 1, 1)))
+    # PyTorch's result is a fresh contiguous tensor, not a view of the matmul, so a program
+    # may write into it (DCGAN's LeakyReLU(inplace=True) right after a bias-free conv).
+    return ew.copy(out)
 
 
 def _pool_args(name, kernel_size, stride, padding, dilation=1):

@@ -14,7 +14,7 @@ from tracegrad.ops import indexing
 from tracegrad.tensor import Tensor
 from tracegrad.functional import (  # noqa: F401
     avg_pool2d, conv2d, cross_entropy, dropout, gelu, layer_norm, linear, log_softmax, max_pool2d,
-    mse_loss, relu, sigmoid, silu, softmax, tanh,
+    mse_loss, sigmoid, silu, softmax, tanh,
 )
 from tracegrad.functional.attention import multi_head_attention_forward, scaled_dot_product_attention  # noqa: F401
 from tracegrad.functional.activations import (  # noqa: F401
@@ -29,6 +29,7 @@ from tracegrad.functional.losses import (  # noqa: F401
     margin_ranking_loss, multi_margin_loss, nll_loss, poisson_nll_loss, smooth_l1_loss,
     triplet_margin_loss,
 )
+from tracegrad.functional._util import in_place_option
 from tracegrad.functional.neural import _reduce_loss
 from tracegrad.functional.normalization import (  # noqa: F401
     group_norm, instance_norm, local_response_norm, rms_norm,
@@ -39,6 +40,12 @@ from tracegrad.functional.pooling import (  # noqa: F401
     max_pool1d,
 )
 from tracegrad.functional.resample import fold, interpolate, pixel_shuffle, pixel_unshuffle, unfold  # noqa: F401
+
+
+@in_place_option
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    """max(input, 0); with inplace=True written into `input` (nn.ReLU(inplace=True))."""
+    return F.relu(input)
 
 
 def flatten(input: Tensor, start_dim: int = 1, end_dim: int = -1) -> Tensor:

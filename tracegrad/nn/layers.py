@@ -8,7 +8,6 @@ import math
 from tracegrad import creation
 from tracegrad import functional as F
 from tracegrad.grad_mode import no_grad
-from tracegrad.ir import types
 from tracegrad.nn import functional as nnF
 from tracegrad.nn import init
 from tracegrad.nn.module import Module
@@ -17,7 +16,8 @@ from tracegrad.tensor import Tensor
 
 
 def _empty(*shape: int) -> Parameter:
-    return Parameter(creation.zeros(*shape, dtype=types.float32))
+    # In the default dtype at construction, as PyTorch's (float64 after set_default_dtype).
+    return Parameter(creation.zeros(*shape))
 
 
 class Identity(Module):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracegrad import creation
 from tracegrad import functional as F
 from tracegrad.grad_mode import no_grad
 from tracegrad.nn import functional as nnF
@@ -69,8 +70,8 @@ class _BatchNorm(Module):
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
         if track_running_stats:
-            self.register_buffer("running_mean", Tensor(np.zeros(num_features, np.float32)))
-            self.register_buffer("running_var", Tensor(np.ones(num_features, np.float32)))
+            self.register_buffer("running_mean", creation.zeros(num_features))
+            self.register_buffer("running_var", creation.ones(num_features))
             self.register_buffer("num_batches_tracked", Tensor(np.array(0, np.int64)))
         else:
             self.register_buffer("running_mean", None)
