@@ -39,3 +39,6 @@ current_device = _unavailable("current_device")
 synchronize = _unavailable("synchronize")
 get_device_name = _unavailable("get_device_name")
 set_device = _unavailable("set_device")
+
+
+from tracegrad.cuda import amp  # noqa: E402,F401  (torch.cuda.amp.GradScaler)
