@@ -30,7 +30,7 @@ def test_grad_scaler_is_a_disabled_scaler():
     opt = tg.optim.SGD([w], lr=0.5)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        scaler = tg.cuda.amp.GradScaler(enabled=False)
+        scaler = tg.amp.GradScaler(enabled=False)
     loss = (w * w).sum()
     scaled = scaler.scale(loss)
     assert scaled is loss
@@ -41,3 +41,8 @@ def test_grad_scaler_is_a_disabled_scaler():
     assert w.tolist() == [0.0, 0.0] and scaler.get_scale() == 1.0 and not scaler.is_enabled()
     with pytest.warns(UserWarning, match="Disabling"):
         tg.amp.GradScaler("cuda", enabled=True)
+    with pytest.warns(FutureWarning, match="is deprecated"):
+        assert not tg.cuda.amp.GradScaler(enabled=False).is_enabled()
+    with pytest.warns(FutureWarning, match="is deprecated"):
+        with tg.cuda.amp.autocast():
+            assert (tg.ones(1) * 2).dtype == tg.float32

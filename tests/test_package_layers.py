@@ -12,9 +12,9 @@ import tracegrad
 # Bottom to top. Units of one layer do not import each other.
 LAYERS = [
     ["ir"],                                          # the ground: imports nothing of tracegrad
+    ["amp"],                                         # autocast/GradScaler (no-ops on the CPU)
     ["grad_mode", "printing", "reference", "memory",   # per-thread mode, repr, switches,
-     "device", "cuda", "accelerator", "backends",    # devices (the CPU only),
-     "amp"],                                         # autocast/GradScaler (no-ops on the CPU)
+     "device", "cuda", "accelerator", "backends"],   # devices (the CPU only)
     ["tensor"],
     ["creation", "serialization", "defaults", "testing"],
     ["random", "legacy"],                            # legacy: typed tensor classes, Size, as_tensor

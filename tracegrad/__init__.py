@@ -54,7 +54,6 @@ from tracegrad.defaults import (  # noqa: F401
     set_default_dtype, set_float32_matmul_precision,
 )
 
-cuda.amp = amp  # (`torch.cuda.amp.GradScaler` / `autocast`: the same no-op classes)
 _memory.tune_allocator()
 
 __version__ = "0.1.0"

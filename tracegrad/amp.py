@@ -55,27 +55,51 @@ class GradScaler:
             warnings.warn("tracegrad: GradScaler is enabled, but there is no float16 device to scale for. "
                           "Disabling.", stacklevel=2)
         self._enabled = False
+        self._init_scale, self._growth_factor = init_scale, growth_factor
+        self._backoff_factor, self._growth_interval = backoff_factor, growth_interval
 
     def is_enabled(self) -> bool:
         return self._enabled
 
     def scale(self, outputs):
+        """The outputs unscaled: a disabled scaler returns them unmodified."""
         return outputs
 
     def unscale_(self, optimizer) -> None:
-        return None
+        """Nothing to unscale: the gradients were never scaled."""
 
     def step(self, optimizer, *args, **kwargs):
+        """`optimizer.step(*args, **kwargs)` and its return value."""
         return optimizer.step(*args, **kwargs)
 
     def update(self, new_scale=None) -> None:
-        return None
+        """Nothing to update: a disabled scaler has no scale."""
 
     def get_scale(self) -> float:
+        """1.0, PyTorch's scale of a disabled scaler."""
         return 1.0
 
+    def get_growth_factor(self) -> float:
+        return self._growth_factor
+
+    def get_backoff_factor(self) -> float:
+        return self._backoff_factor
+
+    def get_growth_interval(self) -> int:
+        return self._growth_interval
+
+    def set_growth_factor(self, new_factor: float) -> None:
+        self._growth_factor = new_factor
+
+    def set_backoff_factor(self, new_factor: float) -> None:
+        self._backoff_factor = new_factor
+
+    def set_growth_interval(self, new_interval: int) -> None:
+        self._growth_interval = new_interval
+
     def state_dict(self) -> dict:
+        """Empty, as PyTorch's for a disabled scaler."""
         return {}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        return None
+        """A no-op for a disabled scaler, as PyTorch's."""

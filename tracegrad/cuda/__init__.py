@@ -44,3 +44,6 @@ set_device = _unavailable("set_device")
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     """No CUDA device, so no CUDA bfloat16 (tracegrad's CPU bfloat16 tensors exist)."""
     return False
+
+
+from tracegrad.cuda import amp  # noqa: E402,F401  (torch.cuda.amp.GradScaler)
