@@ -5,6 +5,7 @@ fully masked rows), PyTorch's parameter names, shapes, init and errors; compared
 PyTorch from the same state_dict where it is installed."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -229,6 +230,18 @@ def test_mha_dropout_applies_in_training_only():
                                                                            (3, 2, 4)))
     module.eval()
     assert module(x, x, x)[1].detach().numpy().sum() > 0
+
+
+def test_mha_padding_mask_of_another_dtype_than_the_attention_mask_warns_as_pytorch():
+    module, x = _mha(), _randn(3, 2, 4, requires_grad=False)
+    padding = tg.tensor([[False, True, False], [False, False, True]])
+    causal = nn.Transformer.generate_square_subsequent_mask(3, dtype=tg.float64)
+    with pytest.warns(UserWarning, match="Support for mismatched key_padding_mask and attn_mask is deprecated"):
+        mixed = module(x, x, x, key_padding_mask=padding, attn_mask=causal)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same = module(x, x, x, key_padding_mask=padding, attn_mask=causal == -math.inf)[0]
+    np.testing.assert_allclose(mixed.detach().numpy(), same.detach().numpy(), rtol=1e-14)
 
 
 @pytest.mark.parametrize("call, error, message", [

@@ -4,6 +4,7 @@ dropout 0), compiled equal to eager, PyTorch's submodule names, the causal mask,
 compared with PyTorch from the same state_dict where it is installed."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -164,6 +165,22 @@ def test_dropout_in_training_only():
         layer.eval()
         assert not np.allclose(first, second)
         np.testing.assert_array_equal(layer(x).numpy(), layer(x).numpy())
+
+
+@pytest.mark.parametrize("module", ["encoder", "layer"])
+def test_encoder_padding_mask_of_another_dtype_than_the_mask_warns_once_as_pytorch(module):
+    layer = nn.TransformerEncoderLayer(4, 2, dim_feedforward=6, dropout=0.0, dtype=tg.float64)
+    encoder = nn.TransformerEncoder(layer, 2) if module == "encoder" else layer
+    mask_name = "mask" if module == "encoder" else "src_mask"
+    x = tg.ones(3, 2, 4, dtype=tg.float64)
+    padding = tg.tensor([[False, False, True], [False, False, False]])
+    causal = nn.Transformer.generate_square_subsequent_mask(3, dtype=tg.float64)
+    with pytest.warns(UserWarning, match=f"Support for mismatched src_key_padding_mask and {mask_name} ") as caught:
+        encoder(x, causal, padding)
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        encoder(x, causal == -math.inf, padding)
 
 
 @pytest.mark.parametrize("call, message", [

@@ -9,6 +9,7 @@ queries, keys and values per head, applies the masks and projects the heads back
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -106,15 +107,21 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
 
 # --- multi-head attention (the computation of nn.MultiheadAttention) --------------------------
 
-def canonical_mask(mask: Tensor | None, mask_name: str, target_type: types.DType) -> Tensor | None:
+def canonical_mask(mask: Tensor | None, mask_name: str, target_type: types.DType,
+                   other: Tensor | None = None, other_name: str = "") -> Tensor | None:
     """A mask as an additive float mask: a bool mask's True (masked out) becomes -inf, a
-    float mask is kept (PyTorch's `_canonical_mask`)."""
+    float mask is kept (PyTorch's `_canonical_mask`). Given the `other` mask applied with it,
+    a mask of another dtype warns as PyTorch does (mixing a bool padding mask with a float
+    attention mask is deprecated there)."""
     if mask is None:
         return None
+    if mask.dtype is not types.bool_ and not mask.dtype.is_floating:
+        raise AssertionError(f"only bool and floating types of {mask_name} are supported")
+    if other is not None and mask.dtype != other.dtype:
+        warnings.warn(f"Support for mismatched {mask_name} and {other_name} is deprecated. "
+                      "Use same type for both instead.", stacklevel=3)
     if mask.dtype is types.bool_:
         return masked_fill(ew.full(mask.shape, 0.0, target_type), mask, -math.inf)
-    if not mask.dtype.is_floating:
-        raise AssertionError(f"only bool and floating types of {mask_name} are supported")
     return mask
 
 
@@ -192,7 +199,7 @@ def multi_head_attention_forward(
             key_padding_mask = unsqueeze(key_padding_mask, 0)
     target_length, batch, embed_dim = query.shape
     source_length = key.shape[0]
-    key_padding_mask = canonical_mask(key_padding_mask, "key_padding_mask", query.dtype)
+    key_padding_mask = canonical_mask(key_padding_mask, "key_padding_mask", query.dtype, attn_mask, "attn_mask")
     if is_causal and attn_mask is None:
         raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the Transformer "
                            "module method `generate_square_subsequent_mask` to create this mask.")

@@ -82,7 +82,8 @@ class TransformerEncoderLayer(Module):
 
     def forward(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
                 is_causal: bool = False) -> Tensor:
-        src_key_padding_mask = canonical_mask(src_key_padding_mask, "src_key_padding_mask", src.dtype)
+        src_key_padding_mask = canonical_mask(src_key_padding_mask, "src_key_padding_mask", src.dtype,
+                                              src_mask, "src_mask")
         src_mask = canonical_mask(src_mask, "src_mask", src.dtype)
         x = src
         if self.norm_first:
@@ -175,7 +176,8 @@ class TransformerEncoder(Module):
 
     def forward(self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
                 is_causal: bool | None = None) -> Tensor:
-        src_key_padding_mask = canonical_mask(src_key_padding_mask, "src_key_padding_mask", src.dtype)
+        src_key_padding_mask = canonical_mask(src_key_padding_mask, "src_key_padding_mask", src.dtype,
+                                              mask, "mask")
         mask = canonical_mask(mask, "mask", src.dtype)
         # is_causal is a hint that `mask` is causal (PyTorch then may skip reading it); the mask
         # is applied either way here, so an unset hint is not worked out from the mask.
