@@ -2,7 +2,7 @@
 their training step compiled) and, where it is installed, with PyTorch from the same
 initial weights.
 
-A program is a module `tests/programs/<name>.py`: a public PyTorch program ported with only
+A program is a module `tests/programs/ports/<name>.py`: a public PyTorch program ported with only
 the import changed (`import tracegrad as torch`, and `tracegrad.nn` etc. for `torch.nn`)
 and its data source made synthetic. Its header names the source (repository, path, commit
 or date). It defines
@@ -40,19 +40,20 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+PORTS = HERE / "ports"  # (the ported programs keep their authors' style: pyproject's lint exemption)
 
 # The import lines a port changed, and their PyTorch spelling.
 _SWAPS = [(re.compile(r"\btracegrad\b"), "torch")]
 
 
 def source(name: str) -> str:
-    return (HERE / f"{name}.py").read_text()
+    return (PORTS / f"{name}.py").read_text()
 
 
 def load(name: str, library: str = "tracegrad") -> types.ModuleType:
     """The program `name` as a fresh module, with `library` as its torch."""
     if library == "tracegrad":
-        spec = importlib.util.spec_from_file_location(f"tests.programs.{name}", HERE / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(f"tests.programs.ports.{name}", PORTS / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module
@@ -62,7 +63,7 @@ def load(name: str, library: str = "tracegrad") -> types.ModuleType:
     for pattern, replacement in _SWAPS:
         text = pattern.sub(replacement, text)
     module = types.ModuleType(f"torch_port_of_{name}")
-    module.__file__ = str(HERE / f"{name}.py")
+    module.__file__ = str(PORTS / f"{name}.py")
     sys.modules[module.__name__] = module  # (dataclasses and pickling look the module up)
     exec(compile(text, module.__file__, "exec"), module.__dict__)
     return module

@@ -9,8 +9,7 @@ import pytest
 
 from tests.programs import harness
 
-PROGRAMS = sorted(p.stem for p in harness.HERE.glob("*.py")
-                  if p.stem not in {"__init__", "harness"} and not p.stem.startswith("test_"))
+PROGRAMS = sorted(p.stem for p in harness.PORTS.glob("*.py"))
 
 
 @functools.cache
