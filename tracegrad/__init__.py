@@ -24,7 +24,7 @@ from tracegrad.functional import *  # noqa: F401,F403
 from tracegrad.functional import abs, all, any, max, min, pow, sum  # noqa: F401,A004
 from tracegrad.functional.aliases import divide as div  # noqa: F401  (with rounding_mode)
 from tracegrad.creation import (  # noqa: F401
-    arange, empty, empty_like, eye, from_numpy, full, full_like, linspace, ones, ones_like,
+    arange, empty, empty_like, eye, from_numpy, full, full_like, linspace, logspace, ones, ones_like,
     tensor, zeros, zeros_like,
 )
 from tracegrad.random import (  # noqa: F401

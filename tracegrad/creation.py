@@ -103,6 +103,15 @@ def linspace(start, end, steps: int, dtype=None, requires_grad: bool = False, de
     return _make(np.linspace(start, end, steps).astype(_dtype(dtype).np), requires_grad)
 
 
+def logspace(start, end, steps: int, base: float = 10.0, dtype=None, requires_grad: bool = False, device=None,
+             **options) -> Tensor:
+    """`steps` values from base**start to base**end, evenly spaced in the exponent."""
+    _check_options("logspace", device, options)
+    if steps < 0:
+        raise RuntimeError(f"logspace: number of steps must be non-negative, got {steps}")
+    return _make(np.logspace(start, end, steps, base=base).astype(_dtype(dtype).np), requires_grad)
+
+
 def eye(n: int, m: int | None = None, dtype=None, requires_grad: bool = False, device=None,
         **options) -> Tensor:
     _check_options("eye", device, options)
