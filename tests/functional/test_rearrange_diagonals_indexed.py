@@ -9,15 +9,9 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.autograd.gradcheck import gradcheck, gradgradcheck
-
-CHECKS = [pytest.param(gradcheck, id="grad"), pytest.param(gradgradcheck, id="gradgrad")]
-
-
-def _leaf(*shape, seed=0, transposed=False):
-    rng = np.random.default_rng(seed)
-    data = rng.standard_normal(shape[::-1] if transposed else shape)
-    return tg.from_numpy(data.T if transposed else data).requires_grad_()
+from tests.functional.case_table import CHECKS, assert_compiled_equals_eager
+from tests.functional.case_table import inputs as _inputs
+from tests.functional.case_table import leaf as _leaf
 
 
 def _scatter_index(m):
@@ -91,10 +85,6 @@ CASES = {
 }
 
 
-def _inputs(shapes, seed=1, transposed=False):
-    return [_leaf(*s, seed=seed + i, transposed=transposed and len(s) == 2) for i, s in enumerate(shapes)]
-
-
 @pytest.mark.parametrize("check", CHECKS)
 @pytest.mark.parametrize("name", CASES)
 def test_gradients_match_finite_differences(name, check):
@@ -114,19 +104,7 @@ def test_gradients_on_transposed_inputs(name, check):
 
 @pytest.mark.parametrize("name", CASES)
 def test_compiled_values_and_gradients_equal_eager(name):
-    fn, shapes = CASES[name]
-
-    def step(*xs):
-        out = fn(tg, *xs)
-        return out, tg.autograd.grad((out * out).sum(), list(xs))
-
-    compiled = tg.compile(step)
-    eager_out, eager_grads = step(*_inputs(shapes))
-    for _ in range(2):
-        out, grads = compiled(*_inputs(shapes))
-        np.testing.assert_allclose(out.detach().numpy(), eager_out.detach().numpy(), rtol=1e-12, atol=1e-12)
-        for got, want in zip(grads, eager_grads):
-            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
+    assert_compiled_equals_eager(*CASES[name])
 
 
 def test_scatter_reduce_amax_shares_the_gradient_among_ties_self_included():
