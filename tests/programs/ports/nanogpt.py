@@ -16,10 +16,9 @@ a CPU); the DDP, wandb, checkpoint and evaluation branches are left out (all off
 configuration); the iteration's forward/backward/update is a function so it can be compiled
 (nanoGPT's own `compile` compiles the model's forward; the harness compiles the whole step).
 
-Attention path: tracegrad has no F.scaled_dot_product_attention yet, so under tracegrad
-`self.flash` is False and the manual masked_fill/tril attention runs; PyTorch takes the
-flash path. The mask buffer `attn.bias` exists only on the manual path, so the PyTorch run
-loads the tracegrad weights it has names for (its mask is the same tril of ones).
+Attention path: both libraries have F.scaled_dot_product_attention, so both take nanoGPT's
+flash path (`is_causal=True`). `main` loads only the weights the model has names for (the
+manual path's mask buffer `attn.bias` exists only when `self.flash` is False).
 """
 
 import inspect
