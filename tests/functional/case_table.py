@@ -40,3 +40,27 @@ def assert_compiled_equals_eager(fn, shapes, calls: int = 2) -> None:
         np.testing.assert_allclose(out.detach().numpy(), eager_out.detach().numpy(), rtol=1e-12, atol=1e-12)
         for got, want in zip(grads, eager_grads):
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def assert_matches_torch(torch, fn, shapes) -> None:
+    """`fn` run with tracegrad and with PyTorch (`torch`) on the same float64 inputs: equal
+    values and equal input gradients of a weighted sum of the output."""
+    arrays = [np.random.default_rng(20 + i).standard_normal(s) for i, s in enumerate(shapes)]
+    ours = [tg.tensor(a, requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    out, expected = fn(tg, *ours), fn(torch, *theirs)
+    np.testing.assert_allclose(out.detach().numpy(), expected.detach().numpy(), rtol=1e-12, atol=1e-12)
+    weights = np.linspace(-1.0, 1.0, int(np.prod(out.shape))).reshape(out.shape)
+    (out * tg.tensor(weights)).sum().backward()
+    (expected * torch.tensor(weights)).sum().backward()
+    for got, want in zip(ours, theirs):
+        np.testing.assert_allclose(got.grad.numpy(), want.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def assert_gradients_check(check, fn, shapes, transposed: bool = False) -> None:
+    """`check` (gradcheck or gradgradcheck) of `fn` on leaves of `shapes`; `transposed`: on
+    transposed (non-contiguous) 2-D leaves."""
+    leaves = inputs(shapes, transposed=transposed)
+    if transposed:
+        assert any(not x.is_contiguous() for x in leaves)
+    assert check(lambda *xs: fn(tg, *xs), tuple(leaves))

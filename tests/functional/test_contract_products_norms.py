@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tests.functional.case_table import CHECKS, assert_compiled_equals_eager
-from tests.functional.case_table import inputs as _inputs
+from tests.functional.case_table import (
+    CHECKS, assert_compiled_equals_eager, assert_gradients_check, assert_matches_torch,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.chain_matmul is deprecated")
 INF = math.inf
@@ -78,18 +79,14 @@ CASES = {
 @pytest.mark.parametrize("check", CHECKS)
 @pytest.mark.parametrize("name", CASES)
 def test_gradients_match_finite_differences(name, check):
-    fn, shapes = CASES[name]
-    assert check(lambda *xs: fn(tg, *xs), tuple(_inputs(shapes)))
+    assert_gradients_check(check, *CASES[name])
 
 
 @pytest.mark.parametrize("check", CHECKS)
 @pytest.mark.parametrize("name", ["einsum_matmul", "einsum_three_operands", "einsum_implicit", "kron", "addr",
                                   "matrix_norm_inf", "linalg_cross", "cdist", "chain_matmul"])
 def test_gradients_on_transposed_inputs(name, check):
-    fn, shapes = CASES[name]
-    inputs = _inputs(shapes, transposed=True)
-    assert any(not x.is_contiguous() for x in inputs)
-    assert check(lambda *xs: fn(tg, *xs), tuple(inputs))
+    assert_gradients_check(check, *CASES[name], transposed=True)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -211,17 +208,7 @@ except ImportError:
 @pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
 @pytest.mark.parametrize("name", CASES)
 def test_values_and_gradients_match_torch(name):
-    fn, shapes = CASES[name]
-    arrays = [np.random.default_rng(20 + i).standard_normal(s) for i, s in enumerate(shapes)]
-    ours = [tg.tensor(a, requires_grad=True) for a in arrays]
-    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
-    out, expected = fn(tg, *ours), fn(torch, *theirs)
-    np.testing.assert_allclose(out.detach().numpy(), expected.detach().numpy(), rtol=1e-12, atol=1e-12)
-    weights = np.linspace(-1.0, 1.0, int(np.prod(out.shape))).reshape(out.shape)
-    (out * tg.tensor(weights)).sum().backward()
-    (expected * torch.tensor(weights)).sum().backward()
-    for got, want in zip(ours, theirs):
-        np.testing.assert_allclose(got.grad.numpy(), want.grad.numpy(), rtol=1e-12, atol=1e-12)
+    assert_matches_torch(torch, *CASES[name])
 
 
 @pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
