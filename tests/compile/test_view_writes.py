@@ -172,3 +172,49 @@ def test_write_into_an_argument_that_views_a_leaf_raises_as_eagerly():
         tg.compile(write)(a[1:])
     np.testing.assert_array_equal(a.detach().numpy(), np.ones((2, 3)))
     assert a._version == 0
+
+
+def _grads_after_a_write(fn, compiled):
+    a0 = tg.tensor(np.arange(40.0).reshape(1, 5, 2, 4), dtype=tg.float32, requires_grad=True)
+    a3 = tg.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    try:
+        return [g.numpy().copy() for g in (tg.compile(fn) if compiled else fn)(a0, a3)]
+    except RuntimeError as error:
+        return str(error)
+
+
+def test_a_reshape_eager_makes_as_a_copy_shares_no_version_with_its_source():
+    # Fuzz seed 15006027: a transposed batch reshaped (a copy: NumPy cannot fold those
+    # dims in place) is saved by the matmul; a later write to the source under no_grad must
+    # not fail the saved tensor's version check, eagerly or compiled.
+    def folded(a0, a3):
+        t = a0.transpose(-1, -2) @ a3  # (the batch folded into rows: a reshape that copies)
+        with tg.no_grad():
+            a0.add_(1)
+        return tg.autograd.grad(t.sum(), [a0, a3])
+
+    def reshaped(a0, a3):
+        t = a0.transpose(-1, -2).reshape(20, 2) @ a3
+        with tg.no_grad():
+            a0.add_(1)
+        return tg.autograd.grad(t.sum(), [a0, a3])
+
+    for fn in (folded, reshaped):
+        eager = _grads_after_a_write(fn, compiled=False)
+        assert not isinstance(eager, str), eager
+        compiled = _grads_after_a_write(fn, compiled=True)
+        assert not isinstance(compiled, str), compiled
+        for got, want in zip(compiled, eager):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_a_reshape_eager_makes_as_a_view_still_sees_the_write():
+    def viewed(a0, a3):
+        t = a0.reshape(20, 2) @ a3  # contiguous: a view, saved by the matmul
+        with tg.no_grad():
+            a0.add_(1)
+        return tg.autograd.grad(t.sum(), [a0, a3])
+
+    for compiled in (False, True):
+        outcome = _grads_after_a_write(viewed, compiled)
+        assert isinstance(outcome, str) and "modified by an inplace operation" in outcome

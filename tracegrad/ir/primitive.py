@@ -28,7 +28,7 @@ class Primitive:
     __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output", "saved_for", "saves_by_needs",
                  "kind", "num_outputs", "backward_name", "lower", "index_map", "reduction",
                  "simplify", "rewrite", "constant", "aligned", "lower_indexed", "lowers",
-                 "index_checks", "view_strides", "write_back", "api", "__dict__")
+                 "index_checks", "view_strides", "view_may_copy", "write_back", "api", "__dict__")
 
     def __init__(self, name: str, *, shape_rule: Callable[..., tuple[TensorType, ...]],
                  impl: Callable, vjp: Callable | None = None,
@@ -40,7 +40,7 @@ class Primitive:
                  rewrite: Callable | None = None, constant: Callable | None = None, aligned: Callable | None = None,
                  lower_indexed: Callable | None = None, lowers: Callable | None = None,
                  index_checks: Callable | None = None, view_strides: Callable | None = None,
-                 write_back: Callable | None = None):
+                 view_may_copy: bool = False, write_back: Callable | None = None):
         if name in REGISTRY:
             raise ValueError(f"primitive {name!r} is defined twice")
         self.name = name
@@ -89,6 +89,9 @@ class Primitive:
         # in_strides, **attrs)` gives the view's strides in elements, or None where NumPy
         # copies (ops.layout tells a traced tensor's layout from it).
         self.view_strides = view_strides
+        # Whether `view_strides` may say None (reshape: NumPy copies some layouts): then a
+        # traced result is a view of its input only where the input's layout allows it.
+        self.view_may_copy = view_may_copy
         # `write_back(new, source, **attrs)`: `source` with `new` written where the view
         # shows it (an in-place write through a traced view reaching its base).
         self.write_back = write_back

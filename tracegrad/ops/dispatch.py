@@ -15,7 +15,7 @@ import numpy as np
 from tracegrad.grad_mode import MODE
 from tracegrad.ops.saved import SavedTensor
 from tracegrad.ir.graph import Node, Value, user_location
-from tracegrad.ops.layout import views_memory_of
+from tracegrad.ops.layout import array_strides, value_strides, views_memory_of
 from tracegrad.ir.primitive import MOVEMENT, Primitive
 from tracegrad.tensor import Tensor
 
@@ -139,10 +139,24 @@ def _needed_saves(prim: Primitive, needs: tuple) -> tuple[tuple, bool]:
     return tuple([i for i in prim.saves_inputs if needed(i)]), prim.saves_output and needed("out")
 
 
+def copied_by_view_op(source, view) -> bool:
+    """Whether eager execution makes the lazy `view` (the output of a movement op on
+    `source`) a copy, not a view: a reshape of a layout NumPy cannot reshape in place (a
+    transposed batch folded into rows). Such a result shares nothing with `source`."""
+    node = view._value.node
+    if node is None or not node.op.view_may_copy:
+        return False
+    strides = (array_strides(source._data) if source._data is not None
+               else value_strides(source._value, MODE.tracer.array_of))
+    return node.op.view_strides(source._type, strides, **node.attrs) is None
+
+
 def _share_storage(source, view) -> None:
     """A view shares its base's memory (in eager mode when NumPy made a view), so it shares
     its version counter, and remembers the base's history (a lazy view: its version) to
     detect going stale (`Tensor._check_view_is_current`)."""
+    if view._data is None and copied_by_view_op(source, view):
+        return
     if source._data is not None:
         if view._data is None:
             # A traced view of a real tensor: a compile trace may write the tensor (then the

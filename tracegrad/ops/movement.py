@@ -60,7 +60,7 @@ RESHAPE = Primitive("reshape", shape_rule=_reshape_rule, kind=MOVEMENT,
                 simplify=lambda inputs, attrs: _view_of_view(inputs[0], RESHAPE, attrs['shape']),
                 aligned=lambda src, dst: _unit_reshape_map(src.shape, dst.shape),
                 view_strides=lambda x, strides, shape: reshape_strides(x.shape, strides, tuple(shape)),
-                write_back=lambda new, source, shape: reshape(new, source.shape))
+                view_may_copy=True, write_back=lambda new, source, shape: reshape(new, source.shape))
 
 
 def _permute_rule(x: TensorType, perm):
