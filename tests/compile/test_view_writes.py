@@ -218,3 +218,26 @@ def test_a_reshape_eager_makes_as_a_view_still_sees_the_write():
     for compiled in (False, True):
         outcome = _grads_after_a_write(viewed, compiled)
         assert isinstance(outcome, str) and "modified by an inplace operation" in outcome
+
+
+def test_a_followed_composite_makes_its_views_after_the_trace_ended():
+    # Fuzz seed 18003585: the second call follows the first; a composite's saved tensors
+    # made at the call's end (after the trace stopped being the active one) include a view
+    # (linear on a 3-D input folds it with a reshape): it raised AttributeError.
+    def program(a0, a6, a7):
+        t1 = tg.ones_like(a0)
+        t5 = a0.clamp(min=0.25)
+        t8 = tg.nn.functional.linear(t1, a6, a7)
+        t1 += 0.25
+        loss = a6.mean() + t5.sum() + (a0 * a0).sum() * 0.5
+        return [t8, *tg.autograd.grad(loss, [a0, a6])]
+
+    def inputs():
+        return (tg.full((3, 5, 1), 0.5, requires_grad=True), tg.full((4, 1), -0.25, requires_grad=True),
+                tg.ones(4))
+
+    want = [t.detach().numpy() for t in program(*inputs())]
+    compiled = tg.compile(program)
+    for _ in range(3):
+        for got, expected in zip(compiled(*inputs()), want):
+            np.testing.assert_allclose(got.detach().numpy(), expected, rtol=1e-6)

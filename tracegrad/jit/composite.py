@@ -398,7 +398,7 @@ class Deferred:
                 if t is None:
                     t = tensors[value] = lazy_tensor(value, value.type, self.tracer)
                     if movement:
-                        _share_storage(read[0], t)
+                        _share_storage(read[0], t, self.tracer)
                     if position in record.recorded and value.type.dtype.is_floating:
                         t._requires_grad = True
                         t._grad_fn = node

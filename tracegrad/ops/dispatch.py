@@ -139,30 +139,33 @@ def _needed_saves(prim: Primitive, needs: tuple) -> tuple[tuple, bool]:
     return tuple([i for i in prim.saves_inputs if needed(i)]), prim.saves_output and needed("out")
 
 
-def copied_by_view_op(source, view) -> bool:
+def copied_by_view_op(source, view, tracer) -> bool:
     """Whether eager execution makes the lazy `view` (the output of a movement op on
-    `source`) a copy, not a view: a reshape of a layout NumPy cannot reshape in place (a
-    transposed batch folded into rows). Such a result shares nothing with `source`."""
+    `source`, traced by `tracer`) a copy, not a view: a reshape of a layout NumPy cannot
+    reshape in place (a transposed batch folded into rows). Such a result shares nothing
+    with `source`."""
     node = view._value.node
     if node is None or not node.op.view_may_copy:
         return False
     strides = (array_strides(source._data) if source._data is not None
-               else value_strides(source._value, MODE.tracer.array_of))
+               else value_strides(source._value, tracer.array_of))
     return node.op.view_strides(source._type, strides, **node.attrs) is None
 
 
-def _share_storage(source, view) -> None:
+def _share_storage(source, view, tracer=None) -> None:
     """A view shares its base's memory (in eager mode when NumPy made a view), so it shares
     its version counter, and remembers the base's history (a lazy view: its version) to
-    detect going stale (`Tensor._check_view_is_current`)."""
-    if view._data is None and copied_by_view_op(source, view):
+    detect going stale (`Tensor._check_view_is_current`). `tracer`: the trace that made a
+    lazy view, when it is no longer the active one (a composite's tensors made at its end)."""
+    tracer = tracer if tracer is not None else MODE.tracer
+    if view._data is None and copied_by_view_op(source, view, tracer):
         return
     if source._data is not None:
         if view._data is None:
             # A traced view of a real tensor: a compile trace may write the tensor (then the
             # view is stale) or the view (which must reach the tensor); other traces never
             # do. Its base is that tensor, whose values the trace follows (not its own base).
-            if MODE.tracer.writes_real_tensors:
+            if tracer.writes_real_tensors:
                 counter = view._version_counter = source._version_counter
                 view._view_history = counter.value
                 view._view_graph_history = counter.history
