@@ -16,9 +16,7 @@ from tracegrad.functional import arith, reduce, shape
 from tracegrad.functional.pieces import flip, narrow
 from tracegrad.functional.counting import nonzero
 from tracegrad.functional.index import getitem
-from tracegrad.grad_mode import MODE
 from tracegrad.ops import elementwise as ew
-from tracegrad.ops import layout
 from tracegrad.tensor import Tensor
 
 _GENERATED = arith.GENERATED
@@ -164,15 +162,10 @@ def argwhere(input: Tensor) -> Tensor:
 
 def stride(input: Tensor, dim: int | None = None):
     """The tensor's strides in elements, as eager execution lays it out (a traced tensor too)."""
-    if input._data is not None:
-        strides = layout.array_strides(input._data)
-    elif MODE.tracer is not None:
-        strides = layout.value_strides(input._value, MODE.tracer.array_of)
-    else:
-        strides = layout.c_strides(input.shape)
+    all_strides = shape.strides(input)
     if dim is None:
-        return tuple(strides)
+        return tuple(all_strides)
     if not -max(input.ndim, 1) <= dim < max(input.ndim, 1):
         raise IndexError(f"stride(): Dimension out of range (expected to be in range of "
                          f"[{-input.ndim}, {input.ndim - 1}], but got {dim})")
-    return strides[dim]
+    return all_strides[dim]

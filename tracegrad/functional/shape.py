@@ -152,14 +152,21 @@ def clone(input: Tensor) -> Tensor:
     return ew.copy(input)
 
 
+def strides(input: Tensor) -> tuple[int, ...]:
+    """The strides (in elements) eager execution gives `input` (a traced tensor too: see ops.layout)."""
+    if input._data is not None:
+        return layout.array_strides(input._data)
+    tracer = MODE.tracer
+    if tracer is None:
+        return layout.c_strides(input.shape)
+    return layout.value_strides(input._value, tracer.array_of)
+
+
 def is_contiguous(input: Tensor) -> bool:
     """Whether eager execution lays `input` out in C order (a traced tensor too: see ops.layout)."""
     if input._data is not None:
         return bool(input._data.flags.c_contiguous)
-    tracer = MODE.tracer
-    if tracer is None:
-        return True
-    return layout.is_contiguous(input.shape, layout.value_strides(input._value, tracer.array_of))
+    return layout.is_contiguous(input.shape, strides(input))
 
 
 def contiguous(input: Tensor) -> Tensor:
