@@ -17,6 +17,7 @@ from tracegrad.ops.saved import SavedTensor
 from tracegrad.ir import types
 from tracegrad.ops import REGISTRY
 from tracegrad.ops import elementwise as ew
+from tracegrad.ops import layout
 from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
 from tracegrad.tensor import Tensor, lazy_tensor
 
@@ -301,11 +302,15 @@ def _apply_traced_inplace(self: Tensor, result: Tensor, name: str, fresh: bool =
             _check_view_update(real, result, name)
     if result._grad_fn is not None:
         _keep_value_read(self, result._grad_fn, tracer)
+    strides = layout.tensor_strides(self, tracer.array_of)  # (kept by the write)
     if self._requires_grad and not result._requires_grad:
         # Updated without grad (an optimizer step, an update under no_grad): later ops of
         # the trace read the new value but must still send gradients where they went
         # before (a leaf's .grad, or the tensor's history), as in eager execution.
-        result = tracer.leaf_update(self, result, fresh)
+        result, fresh = tracer.leaf_update(self, result, fresh), True
+    if not layout.keep_layout(result._value, strides, tracer.array_of, own=fresh):
+        result = ew.copy(result)  # (a value of its own, to carry the layout)
+        layout.keep_layout(result._value, strides, tracer.array_of, own=True)
     tracer.note_update(self)
     if self._data is None:
         self._value = result._value

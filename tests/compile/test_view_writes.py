@@ -241,3 +241,81 @@ def test_a_followed_composite_makes_its_views_after_the_trace_ended():
     for _ in range(3):
         for got, expected in zip(compiled(*inputs()), want):
             np.testing.assert_allclose(got.detach().numpy(), expected, rtol=1e-6)
+
+
+def _outcome(fn, make, compiled):
+    args = make()
+    try:
+        results = (tg.compile(fn) if compiled else fn)(*args)
+    except RuntimeError as error:
+        return str(error)
+    return [None if t is None else t.detach().numpy().copy() for t in results]
+
+
+def _same_outcome(fn, make):
+    eager = _outcome(fn, make, compiled=False)
+    assert not isinstance(eager, str), eager
+    for _ in range(2):  # (traced, then replayed)
+        compiled = _outcome(fn, make, compiled=True)
+        assert not isinstance(compiled, str), compiled
+        for got, want in zip(compiled, eager):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_a_stale_view_refreshed_after_a_write_keeps_its_transposed_layout():
+    # Fuzz seed 18000454: a transposed view of a leaf, gone stale by a write under no_grad,
+    # is read again by linear, whose batch fold is a reshape that copies in eager execution
+    # (the view is transposed). Compiled, the refreshed view was a fresh C-ordered copy, so
+    # the fold was a view sharing the leaf's version: a later write failed its check.
+    def program(a1, a0, w):
+        t2 = a1.transpose(0, -2)
+        with tg.no_grad():
+            a1.zero_()
+        t7 = tg.nn.functional.linear(t2, w)
+        with tg.no_grad():
+            a1.mul_(a0)
+        t7.sum().backward()
+        return [t7, a1.grad, w.grad]
+
+    def make():
+        return [tg.arange(10.0).reshape(5, 2, 1).requires_grad_(), tg.full((5, 2, 1), 0.5),
+                tg.tensor([[0.5], [1.5], [1.0]], requires_grad=True)]
+
+    _same_outcome(program, make)
+
+
+def test_a_traced_tensor_written_in_place_keeps_its_layout():
+    # A transposed traced tensor written in place is still transposed in eager execution:
+    # its reshape copies, so a later write to it must not reach the reshaped tensor's saved
+    # version, and `stride()` is the transposed one.
+    def program(a, w):
+        x = (a * 1).t()
+        x.mul_(2)
+        z = x.reshape(-1)
+        out = (z * w).sum()
+        x.add_(1)
+        out.backward()
+        return [out, w.grad, tg.tensor(x.stride()), tg.tensor(z.stride())]
+
+    def make():
+        return [tg.arange(6.0).reshape(2, 3), tg.ones(6, requires_grad=True)]
+
+    _same_outcome(program, make)
+
+
+def test_an_argument_written_through_its_alias_keeps_its_layout():
+    # `x` is a transposed view of `y`'s memory: a write to `y` changes `x`, whose reshape
+    # still copies (eager), so a later write to `y` is no version error for the reshape.
+    def program(x, y, w):
+        y.mul_(2)
+        z = x.reshape(-1)
+        out = (z * w).sum()
+        y.add_(1)
+        out.backward()
+        return [out, w.grad, x * 1]
+
+    def make():
+        a = tg.arange(6.0, dtype=tg.float64).reshape(2, 3)
+        return [a.t(), a, tg.ones(6, dtype=tg.float64, requires_grad=True)]
+
+    _same_outcome(program, make)

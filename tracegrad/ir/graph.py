@@ -25,7 +25,7 @@ class Value:
     output can be re-created (e.g. from a saved tensor) without losing its identity.
     """
 
-    __slots__ = ("type", "node", "index", "name", "leaf", "origin")
+    __slots__ = ("type", "node", "index", "name", "leaf", "origin", "strides")
 
     def __init__(self, type: TensorType, node: Node | None = None, index: int = 0,
                  name: str | None = None, leaf: Any = None):
@@ -40,6 +40,10 @@ class Value:
         # tensor's new value after an in-place update without grad, the tensor's before.
         # Never itself a value with an origin.
         self.origin = None
+        # The strides (in elements) eager execution gives the tensor this value stands for,
+        # where they are not the ones its op makes: a tensor written in place keeps its
+        # layout (`ops.layout.value_strides`). None: its op's.
+        self.strides = None
 
     def __eq__(self, other: object) -> bool:
         if self is other:

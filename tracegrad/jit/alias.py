@@ -44,7 +44,7 @@ from tracegrad.ir.types import TensorType
 from tracegrad.ops import elementwise, indexing
 from tracegrad.ops.dispatch import bind
 from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
-from tracegrad.ops.layout import array_strides, value_strides
+from tracegrad.ops.layout import array_strides, keep_layout, value_strides
 from tracegrad.ir.primitive import MOVEMENT
 from tracegrad.tensor import Tensor, lazy_tensor
 
@@ -169,8 +169,13 @@ class SharedMemory:
         if new is current:
             return  # nothing shared
         keeps = not rebased and current._requires_grad
-        if keeps:
+        strides = array_strides(reader._data)  # (its layout, which the write keeps)
+        if keeps:  # (then a value of its own)
             new = trace.leaf_update(current, new, fresh=all(new._value is not value._value for _, value in sources))
+        if not keep_layout(new._value, strides, trace.array_of, own=keeps):
+            with enable_grad() if rebased else no_grad():
+                new = elementwise.copy(new)  # (a value of its own, to carry the layout)
+            keep_layout(new._value, strides, trace.array_of, own=True)
         trace.note_update(current)
         if current is not reader:
             current._value = new._value
@@ -220,7 +225,9 @@ def refresh_view(trace, view: Tensor) -> bool:
         # Updated without grad: the view shows the new values and keeps its graph, as an
         # eager view keeps its grad_fn (an update without grad of a tensor with history).
         view._view_history = counter.value  # (its graph is current: leaf_update reads it)
+        strides = value_strides(value, trace.array_of)
         value = trace.leaf_update(view, lazy_tensor(value, view._type, trace))._value
+        keep_layout(value, strides, trace.array_of, own=True)  # (a copy standing for the view)
     if copied:  # not a view of the base in eager execution
         view._base = None
         counter = view._version_counter = type(counter)()

@@ -6,7 +6,9 @@ PyTorch: `retain_grad()` or an in-place write on the result then reaches the ten
 The answer must be the one eager execution gives, so it follows NumPy: an op that
 computes makes a fresh C-ordered array; a movement op whose `view_strides` rule gives
 strides is a view (reshape only when NumPy can express it without a copy); a graph input
-has its array's strides. Strides here count elements, not bytes.
+has its array's strides. An in-place write keeps the written tensor's layout, which the
+new value carries (`Value.strides`, set by `keep_layout`). Strides here count elements,
+not bytes.
 """
 
 from __future__ import annotations
@@ -90,9 +92,31 @@ def reshape_strides(shape: tuple[int, ...], strides: tuple[int, ...],
     return tuple(result)
 
 
+def tensor_strides(tensor, array_of: Callable[[Value], np.ndarray | None]) -> tuple[int, ...]:
+    """The strides eager execution gives `tensor`, real (its array's) or traced."""
+    array = tensor._data
+    return array_strides(array) if array is not None else value_strides(tensor._value, array_of)
+
+
+def keep_layout(value: Value, strides: tuple[int, ...], array_of: Callable[[Value], np.ndarray | None],
+                own: bool) -> bool:
+    """Mark `value`, a tensor's new value after an in-place write, as laid out as the
+    tensor was (`strides`): eager execution writes into the tensor's memory, so a later
+    reshape of it is a view or a copy as before the write. `own`: no other tensor holds
+    `value`. False when it needs the mark but is not its own: the caller copies it first."""
+    if value_strides(value, array_of) == strides:
+        return True
+    if not own:
+        return False
+    value.strides = tuple(strides)
+    return True
+
+
 def value_strides(value: Value, array_of: Callable[[Value], np.ndarray | None]) -> tuple[int, ...]:
     """The strides eager execution gives the tensor `value` stands for; `array_of(input)`
     is the array behind a graph input (None: a fresh array)."""
+    if value.strides is not None:
+        return value.strides
     shape = value.type.shape
     node = value.node
     if node is None:
