@@ -569,3 +569,45 @@ def test_a_view_saved_by_a_followed_op_then_gone_stale_is_saved_as_the_op_read_i
     compiled = tg.compile(program)
     for _ in range(3):
         assert run(compiled) == expected
+
+
+def test_a_step_detaching_an_argument_with_history_follows_its_backward_too():
+    # A recurrent state carried between calls (word_language_model's `repackage_hidden`):
+    # the argument has a history from the previous call, the step detaches it at once, so
+    # its backward stays inside the graph and later calls follow the whole recording.
+    w = tg.tensor(np.linspace(-0.5, 0.5, 12).reshape(3, 4), requires_grad=True)
+    w_eager = tg.tensor(w.detach().numpy(), requires_grad=True)
+
+    def step(x, hidden, weight):
+        hidden = hidden.detach()
+        hidden = tg.tanh(x @ weight + hidden)
+        loss = (hidden * hidden).sum()
+        loss.backward()
+        return loss, hidden
+
+    compiled = tg.compile(step)
+    rng = np.random.default_rng(1)
+    hidden = hidden_eager = tg.zeros(2, 4, requires_grad=True) * 1  # (has a history)
+    followed = []
+    for _ in range(6):
+        x = tg.tensor(rng.standard_normal((2, 3)))
+        (loss, hidden), replayed = _followed(compiled, x, hidden, w)
+        followed.append(replayed)
+        want_loss, hidden_eager = step(x, hidden_eager, w_eager)
+        np.testing.assert_allclose(loss.detach().numpy(), want_loss.detach().numpy(), rtol=1e-6)
+        np.testing.assert_allclose(w.grad.numpy(), w_eager.grad.numpy(), rtol=1e-6)
+        assert hidden.grad_fn is not None
+        del loss
+    # (The second call cannot follow the first: the first's result, this call's argument,
+    # still references its recording. The third diverges where `.grad` is first accumulated
+    # into, not assigned; from the fourth on, every call follows a recording of its own kind.)
+    assert followed == [False, False, False, True, True, True]
+
+
+def test_a_step_whose_backward_reaches_an_argument_with_history_still_sends_it_there():
+    # Not detached: the gradient goes on into the argument's history, outside the call.
+    a = tg.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    compiled = tg.compile(lambda h: (h * h).sum().backward())
+    for calls in range(1, 4):
+        compiled(a * 2)
+        np.testing.assert_allclose(a.grad.numpy(), calls * 8 * a.detach().numpy())

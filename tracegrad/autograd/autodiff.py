@@ -45,6 +45,32 @@ def forward_order(roots: list[Value]) -> list[Node]:
     return order
 
 
+def reaches_history(roots: list[Value]) -> bool:
+    """Whether gradients from `roots` reach a value standing for a history outside the
+    graph (`Value.origin`: a tensor computed eagerly before a compiled call). Such a call
+    may still detach it first (a recurrent state carried between calls): then its backward
+    stays inside the graph, like any other."""
+    expanded: set[int] = set()
+    stack: list[Node] = []
+    for value in roots:
+        if value.origin is not None:
+            return True
+        if value.node is not None and value.leaf is None:
+            stack.append(value.node)
+    while stack:
+        node = stack.pop()
+        if id(node) in expanded:
+            continue
+        expanded.add(id(node))
+        for value, needed in zip(node.inputs, node.needs_input_grad):
+            if needed and value.leaf is None:
+                if value.origin is not None:
+                    return True
+                if value.node is not None and id(value.node) not in expanded:
+                    stack.append(value.node)
+    return False
+
+
 def _leads_to_targets(order: list[Node], targets: set[Value]) -> set[int]:
     useful: set[int] = set()
     for node in order:  # inputs first, so producers are decided before consumers

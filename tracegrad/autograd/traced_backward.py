@@ -33,7 +33,7 @@ from operator import itemgetter
 from tracegrad import reference
 from tracegrad.grad_mode import no_grad
 from tracegrad.autograd.recency import RecencyCache
-from tracegrad.autograd.autodiff import FREED, forward_order, reverse_mode
+from tracegrad.autograd.autodiff import FREED, forward_order, reaches_history, reverse_mode
 from tracegrad.ir.graph import Node, Value, user_location
 
 CAPACITY = 256
@@ -149,11 +149,11 @@ def run(tracer, roots: list, targets: list[Value] | None, retain_graph: bool) ->
     None when the caller must take the direct path."""
     if reference.ACTIVE:
         return None
-    if tracer.leaf_updates or tracer.histories:
+    root_values = [v for v, _ in roots]
+    if tracer.leaf_updates or (tracer.histories and reaches_history(root_values)):
         # (Templates key results by graph input: not for values marked as leaves in the
         # trace, nor for inputs whose gradients go on into a history outside the graph.)
         return None
-    root_values = [v for v, _ in roots]
     if len(root_values) > 1 and len(set(root_values)) != len(root_values):  # (hashing a Value is a Python call)
         return None
     graph = tracer.graph

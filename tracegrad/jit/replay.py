@@ -36,7 +36,7 @@ import numpy as np
 from tracegrad import reference
 from tracegrad.grad_mode import MODE
 from tracegrad.autograd.traced_backward import leaf_hooks
-from tracegrad.autograd.autodiff import FREED
+from tracegrad.autograd.autodiff import FREED, reaches_history
 from tracegrad.ir.graph import Value, attr_key
 from tracegrad.ops.dispatch import _record, _share_storage, traced_view
 from tracegrad.ops.tracer import Tracer
@@ -94,8 +94,8 @@ def describe_backward(tracer, start: int, inputs_before: int, roots: list, targe
     graph = tracer.graph
     seeds = [seed for _, seed in roots]
     if (tracer.realization_count != realizations or tracer.hooked or tracer.rebound or tracer.leaf_updates
-            or tracer.histories):  # (its gradients go on into histories the recording does not see)
-        return None
+            or (tracer.histories and reaches_history([value for value, _ in roots]))):
+        return None  # (the last: its gradients go on into histories the recording does not see)
     if leaf_hooks(graph.inputs):
         return None
     seed_order = []
