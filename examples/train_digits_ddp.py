@@ -50,10 +50,10 @@ def same_on_every_rank(model: tg.nn.Module) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer epochs (for CI)")
-    parser.add_argument("--epochs", type=int, default=None, help="default: 20 (5 with --quick)")
+    parser.add_argument("--epochs", type=int, default=None, help="default: 20 (8 with --quick)")
     parser.add_argument("--out", default=DEFAULT_OUT, help="where rank 0 writes the checkpoint")
     args = parser.parse_args()
-    epochs = args.epochs or (5 if args.quick else 20)
+    epochs = args.epochs or (8 if args.quick else 20)
 
     dist.init_process_group(backend="mpi")
     rank, world = dist.get_rank(), dist.get_world_size()
