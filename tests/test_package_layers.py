@@ -22,6 +22,7 @@ LAYERS = [
     ["codegen"],                                     # fusion, LLVM lowering, programs, runtime
     ["autograd"],
     ["functional"],
+    ["distributed"],                                 # process group, collectives (over MPI)
     ["tensor_methods", "nn", "optim", "linalg", "utils", "distributions"],  # utils: data loading, checkpointing
     ["jit"],                                         # @compile and everything it builds on
 ]

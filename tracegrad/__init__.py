@@ -36,7 +36,7 @@ from tracegrad.grad_mode import (  # noqa: F401
 )
 from tracegrad import autograd, ir  # noqa: F401
 from tracegrad import linalg  # noqa: F401
-from tracegrad import distributions, nn, optim, utils  # noqa: F401
+from tracegrad import distributed, distributions, nn, optim, utils  # noqa: F401
 from tracegrad.jit import compile, inspect_log  # noqa: F401,A004
 from tracegrad.reference import is_reference_mode, reference_mode  # noqa: F401
 from tracegrad.serialization import load, save  # noqa: F401

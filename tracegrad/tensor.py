@@ -279,6 +279,19 @@ class Tensor:
         self._hooks.append(hook)
         return _HookHandle(self._hooks, hook)
 
+    def register_post_accumulate_grad_hook(self, hook):
+        """Call `hook(tensor)` after a backward has accumulated this leaf's gradient into
+        its `.grad` (DistributedDataParallel starts a bucket's all-reduce from here).
+        Returns a handle with `.remove()`."""
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self._grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+        # (In the instance dict, not a slot: every tensor made would pay for the slot.)
+        hooks = self.__dict__.setdefault("_post_accumulate_grad_hooks", [])
+        hooks.append(hook)
+        return _HookHandle(hooks, hook)
+
     def _move_retained_grad(self, node, value) -> None:
         """After an in-place op re-recorded this tensor as `value` of `node`: retain_grad
         follows the tensor, while hooks stay with the old value (as in PyTorch)."""

@@ -94,16 +94,46 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
         if not inputs:
             raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
         targets = [_target_value(t) for t in inputs]
-    results = _run(roots, targets, retain_graph, create_graph)
-    # A gradient may be the caller's own `gradient` array (add passes it through): never
-    # store that as a .grad, which later backwards accumulate into in place.
-    delivered: set[int] = {id(seed._data) for _, seed in roots}
-    for value, grad in results.items():
-        tensor = _leaf_of(value, inputs)
-        if tensor is None:
-            continue
-        grad = _run_leaf_hooks(tensor, grad)
-        _accumulate(tensor, grad, create_graph, delivered)
+    global _final_callbacks
+    outer_callbacks, _final_callbacks = _final_callbacks, []
+    try:
+        results = _run(roots, targets, retain_graph, create_graph)
+        # A gradient may be the caller's own `gradient` array (add passes it through): never
+        # store that as a .grad, which later backwards accumulate into in place.
+        delivered: set[int] = {id(seed._data) for _, seed in roots}
+        for value, grad in results.items():
+            tensor = _leaf_of(value, inputs)
+            if tensor is None:
+                continue
+            grad = _run_leaf_hooks(tensor, grad)
+            _accumulate(tensor, grad, create_graph, delivered)
+            post_hooks = tensor.__dict__.get("_post_accumulate_grad_hooks")
+            if post_hooks:
+                for hook in tuple(post_hooks):
+                    hook(tensor)
+        callbacks = _final_callbacks
+        while callbacks:  # (a callback may queue another)
+            callbacks.pop(0)()
+    finally:
+        _final_callbacks = outer_callbacks
+
+
+# The callbacks queued during the backward() being run (None outside one): PyTorch's
+# `Variable._execution_engine.queue_callback`, run once every gradient is delivered.
+_final_callbacks: list | None = None
+
+
+def queue_callback(callback) -> None:
+    """Run `callback()` when the current backward has delivered all its gradients."""
+    if _final_callbacks is None:
+        raise RuntimeError("Final callbacks can only be installed during backward pass.")
+    _final_callbacks.append(callback)
+
+
+class ExecutionEngine:
+    """`Variable._execution_engine`, for PyTorch code that queues a final callback."""
+
+    queue_callback = staticmethod(queue_callback)
 
 
 def _target_value(tensor: Tensor):

@@ -7,6 +7,7 @@ other inputs and the grad mode: nothing is recorded or saved for it.
 
 from __future__ import annotations
 
+from tracegrad.autograd.engine import ExecutionEngine
 from tracegrad.tensor import Tensor
 
 
@@ -19,3 +20,6 @@ def Variable(data, requires_grad: bool = False, volatile: bool = False) -> Tenso
         t.requires_grad_(True)
     t._volatile = bool(volatile)
     return t
+
+
+Variable._execution_engine = ExecutionEngine()

@@ -1,6 +1,6 @@
 """`tg.nn`: Module, Parameter, layers, losses, `init` and `functional`."""
 
-from tracegrad.nn import functional, init, utils  # noqa: F401
+from tracegrad.nn import functional, init, parallel, utils  # noqa: F401
 from tracegrad.nn.activation import (  # noqa: F401
     CELU, ELU, GELU, GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax,
     Mish, PReLU, ReLU, ReLU6, Sigmoid, SiLU, Softmax, Softmin, Softplus, Softsign, Tanh, Threshold,

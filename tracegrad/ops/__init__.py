@@ -2,6 +2,6 @@
 importing this package registers all of them in `REGISTRY`."""
 
 from tracegrad.ops import (  # noqa: F401
-    binary_math, elementwise, indexing, linalg, movement, reduction, scan, sorting, special, unary_math,
+    binary_math, collective, elementwise, indexing, linalg, movement, reduction, scan, sorting, special, unary_math,
 )
 from tracegrad.ir.primitive import REGISTRY, Primitive  # noqa: F401
