@@ -39,6 +39,13 @@ def _reflect(fn):
     return lambda self, other: fn(other, self)
 
 
+def _rtruediv(self, other):
+    # number / tensor as PyTorch computes it, tensor.reciprocal() * number: the same rounding,
+    # and a backward reading the result, not the tensor (which a later in-place write into
+    # the tensor then does not fail: fuzz seed 30000693, `1 / a0` before `a0.pow_(2)`).
+    return F.mul(F.reciprocal(self), other)
+
+
 def _method(fn):
     return lambda self, *args, **kwargs: fn(self, *args, **kwargs)
 
@@ -48,7 +55,7 @@ _METHODS = {
     "__add__": F.arith.add_same, "__radd__": _reflect(F.add), "__sub__": F.arith.sub_same,
     "__rsub__": _reflect(F.sub),
     "__mul__": F.mul, "__rmul__": _reflect(F.mul), "__truediv__": F.div,
-    "__rtruediv__": _reflect(F.div), "__pow__": F.pow, "__rpow__": _reflect(F.pow),
+    "__rtruediv__": _rtruediv, "__pow__": F.pow, "__rpow__": _reflect(F.pow),
     "__matmul__": F.matmul, "__rmatmul__": _reflect(F.matmul), "__neg__": F.neg,
     "__abs__": F.abs, "__lt__": F.lt, "__le__": F.le, "__gt__": F.gt, "__ge__": F.ge,
     "__eq__": F.eq, "__ne__": F.ne, "__and__": F.logical_and, "__or__": F.logical_or,
