@@ -1,5 +1,6 @@
 """`tensor_methods.py`: the operators bound to Tensor where their definition differs from
-the op they call, as PyTorch's do (number / tensor is tensor.reciprocal() * number)."""
+the op they call, as PyTorch's do (number / tensor is tensor.reciprocal() * number; flip
+takes its dims one by one too)."""
 
 import pytest
 
@@ -35,3 +36,12 @@ def test_number_over_tensor_matches_torch():
     ours = (0.3 / tg.tensor(values)).numpy()
     theirs = (0.3 / torch.tensor(values)).numpy()
     assert np.array_equal(ours, theirs)
+
+
+def test_flip_takes_its_dims_as_one_sequence_or_one_by_one():
+    # (fuzz seed 31000384: x.flip(0, 1) raised a TypeError; PyTorch takes it)
+    x = tg.arange(6.0).reshape(2, 3)
+    want = [[5.0, 4.0, 3.0], [2.0, 1.0, 0.0]]
+    assert x.flip(0, 1).tolist() == x.flip([0, 1]).tolist() == x.flip((0, -1)).tolist() == want
+    assert x.flip(1).tolist() == [[2.0, 1.0, 0.0], [5.0, 4.0, 3.0]]
+    assert tg.compile(lambda v: v.flip(1, 0))(x).tolist() == want

@@ -46,6 +46,11 @@ def _rtruediv(self, other):
     return F.mul(F.reciprocal(self), other)
 
 
+def _flip(self, *dims):
+    # Tensor.flip takes the dims as one sequence or one by one (x.flip(0, 1)), as PyTorch's.
+    return F.flip(self, dims[0] if len(dims) == 1 else dims)
+
+
 def _method(fn):
     return lambda self, *args, **kwargs: fn(self, *args, **kwargs)
 
@@ -72,7 +77,7 @@ _METHODS = {
     "transpose": F.transpose, "t": F.t, "unsqueeze": F.unsqueeze, "squeeze": F.squeeze,
     "expand": F.expand, "expand_as": F.expand_as, "broadcast_to": F.broadcast_to,
     "gather": F.gather, "clone": F.clone, "contiguous": F.contiguous,
-    "narrow": F.narrow, "split": F.split, "chunk": F.chunk, "unbind": F.unbind, "flip": F.flip,
+    "narrow": F.narrow, "split": F.split, "chunk": F.chunk, "unbind": F.unbind, "flip": _flip,
     "repeat": _repeat, "masked_fill": F.masked_fill, "tril": F.tril, "triu": F.triu,
     "bmm": F.bmm, "mv": F.mv, "dot": F.dot, "outer": F.outer, "addmm": F.addmm,
     "cumsum": F.cumsum, "cumprod": F.cumprod, "cummax": F.cummax, "cummin": F.cummin,
