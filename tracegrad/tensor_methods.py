@@ -40,6 +40,18 @@ def _reflect(fn):
     return lambda self, other: fn(other, self)
 
 
+def _rtruediv(self, other):
+    # number / tensor as PyTorch computes it, tensor.reciprocal() * number: the same rounding,
+    # and a backward reading the result, not the tensor (which a later in-place write into
+    # the tensor then does not fail: fuzz seed 30000693, `1 / a0` before `a0.pow_(2)`).
+    return F.mul(F.reciprocal(self), other)
+
+
+def _flip(self, *dims):
+    # Tensor.flip takes the dims as one sequence or one by one (x.flip(0, 1)), as PyTorch's.
+    return F.flip(self, dims[0] if len(dims) == 1 else dims)
+
+
 def _method(fn):
     return lambda self, *args, **kwargs: fn(self, *args, **kwargs)
 
@@ -49,7 +61,7 @@ _METHODS = {
     "__add__": F.arith.add_same, "__radd__": _reflect(F.add), "__sub__": F.arith.sub_same,
     "__rsub__": _reflect(F.sub),
     "__mul__": F.mul, "__rmul__": _reflect(F.mul), "__truediv__": F.div,
-    "__rtruediv__": _reflect(F.div), "__pow__": F.pow, "__rpow__": _reflect(F.pow),
+    "__rtruediv__": _rtruediv, "__pow__": F.pow, "__rpow__": _reflect(F.pow),
     "__matmul__": F.matmul, "__rmatmul__": _reflect(F.matmul), "__neg__": F.neg,
     "__abs__": F.abs, "__lt__": F.lt, "__le__": F.le, "__gt__": F.gt, "__ge__": F.ge,
     "__eq__": F.eq, "__ne__": F.ne, "__and__": F.logical_and, "__or__": F.logical_or,
@@ -66,7 +78,7 @@ _METHODS = {
     "transpose": F.transpose, "t": F.t, "unsqueeze": F.unsqueeze, "squeeze": F.squeeze,
     "expand": F.expand, "expand_as": F.expand_as, "broadcast_to": F.broadcast_to,
     "gather": F.gather, "clone": F.clone, "contiguous": F.contiguous,
-    "narrow": F.narrow, "split": F.split, "chunk": F.chunk, "unbind": F.unbind, "flip": F.flip,
+    "narrow": F.narrow, "split": F.split, "chunk": F.chunk, "unbind": F.unbind, "flip": _flip,
     "repeat": _repeat, "masked_fill": F.masked_fill, "tril": F.tril, "triu": F.triu,
     "bmm": F.bmm, "mv": F.mv, "dot": F.dot, "outer": F.outer, "addmm": F.addmm,
     "cumsum": F.cumsum, "cumprod": F.cumprod, "cummax": F.cummax, "cummin": F.cummin,

@@ -147,6 +147,23 @@ def test_views_and_copies_as_in_pytorch():
         assert copy._base is None
 
 
+@pytest.mark.parametrize("make", [
+    lambda x: x.repeat(1, 1), lambda x: x.tile((1,)), lambda x: x.repeat(2, 1), lambda x: x.tile((1, 2)),
+    lambda x: x.repeat_interleave(1, dim=0), lambda x: x.repeat_interleave(1), lambda x: x.repeat_interleave(2, 1),
+    lambda x: x.repeat_interleave(2, dim=0),
+], ids=["repeat_ones", "tile_ones", "repeat_rows", "tile_last", "interleave_one", "interleave_flat",
+        "interleave_last", "interleave_rows"])
+def test_repeat_tile_and_repeat_interleave_give_fresh_tensors_a_write_into_which_leaves_the_input(make):
+    # (fuzz seed 30000424: tile((2,)) of an int (3, 1) tensor returned an expansion, so a
+    # setitem into it raised; repeat(1, 1) returned the input's memory, so writes went through)
+    x = tg.tensor([[1.0, 2.0]])
+    out = make(x)
+    out[0] = 9.0
+    out.add_(1.0)
+    assert x.tolist() == [[1.0, 2.0]]
+    assert out._base is None and out[0].eq(10.0).all().item()
+
+
 def test_size_zero_and_size_one_inputs():
     empty = tg.ones(0, 3)
     assert empty.movedim(0, 1).shape == (3, 0) and empty.diagonal().shape == (0,)

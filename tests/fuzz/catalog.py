@@ -254,7 +254,8 @@ def reduce(b) -> bool:
     exact_only = kind in ("amax", "amin", "argmax", "argmin", "any", "all", "max_dim")
     float_only = kind in ("mean", "std", "var", "logsumexp")
     if (exact_only and not x.exact) or (float_only and not x.is_float) or (x.dtype == "bool" and not exact_only
-                                                                           and kind != "sum"):
+                                                                           and kind != "sum") \
+            or (x.dtype == "bool" and kind in ("argmax", "argmin")):  # (PyTorch refuses bool there)
         return False
     dims = _reduced_dims(b, x, kind)
     if dims is False:
@@ -352,6 +353,15 @@ OPS = [
     (_lazy("catalog_autograd", "requires_grad_argument"), 2), (_lazy("catalog_autograd", "custom_function"), 3),
     (_lazy("catalog_autograd", "fresh_requires_grad"), 2), (_lazy("catalog_autograd", "item_and_branch"), 2),
     (_lazy("catalog_autograd", "invalid_op"), 0.5), (_lazy("catalog_autograd", "write_then_read_alias"), 3),
+    (_lazy("catalog_math", "scan"), 3), (_lazy("catalog_math", "prod"), 1), (_lazy("catalog_math", "sorting"), 3),
+    (_lazy("catalog_math", "binary_math"), 3), (_lazy("catalog_math", "special"), 2),
+    (_lazy("catalog_math", "narrow_dtype"), 2),
+    (_lazy("catalog_rearrange", "rearrange"), 5), (_lazy("catalog_rearrange", "indexed"), 3),
+    (_lazy("catalog_rearrange", "contraction"), 3),
+    (_lazy("catalog_layers", "activation"), 3), (_lazy("catalog_layers", "norm"), 2),
+    (_lazy("catalog_layers", "loss"), 2), (_lazy("catalog_layers", "pad"), 2), (_lazy("catalog_layers", "pool"), 2),
+    (_lazy("catalog_layers", "conv"), 2), (_lazy("catalog_layers", "normalization"), 2),
+    (_lazy("catalog_layers", "attention"), 1),
 ]
 
 

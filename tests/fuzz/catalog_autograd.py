@@ -276,7 +276,9 @@ def item_and_branch(b) -> bool:
     if b.chance(0.5):
         s = b.name("s")
         conversion = b.rng.choice([f"{x.name}.sum().item()", f"float({x.name}.sum())"])
-        out = b.result(y.shape, y.dtype if y.is_float else "float32", y.requires_grad, None)
+        # (the sum of an integer or bool tensor is a Python int: y keeps an integer dtype)
+        dtype = y.dtype if y.is_float else ("float32" if x.is_float else "int64")
+        out = b.result(y.shape, dtype, y.requires_grad, None)
         b.emit(f"{s} = {conversion}\n    {out.name} = {y.name} * {s}", "item", out)
         return True
     out = b.result(y.shape, y.dtype, y.requires_grad, add_bits(y.bits, (1, 0)))

@@ -35,6 +35,22 @@ def spread(t):
     return t + torch.arange(t.numel(), dtype=t.dtype).reshape(t.shape) * (scale / 16)
 
 
+def untie(t, shift):
+    """t plus distinct multiples of 2**-shift in a scrambled order, finer than the spacing
+    of t's values (multiples of 2**(1 - shift) / numel): no two values tie, none passes
+    another (sort, topk and max_pool pick one element and their gradients go to it)."""
+    n = t.numel()
+    step = next((p for p in (5, 7, 3, 11, 13) if n % p), 1)
+    ramp = (torch.arange(n) * step % max(n, 1)).to(t.dtype) * 2.0 ** -shift
+    return t + ramp.reshape(t.shape)
+
+
+def unique_index(rng, shape, size, dim):
+    """Indices in [0, size) of `shape`, distinct along `dim` (scatter writes each place once)."""
+    keys = rng.random(shape[:dim] + (size,) + shape[dim + 1:])
+    return torch.tensor(np.argsort(keys, axis=dim).take(range(shape[dim]), axis=dim))
+
+
 def labels(rng, n, classes, ignored):
     """Class indices in [0, classes); every third from the second is ignore_index when asked."""
     out = rng.integers(0, classes, n)

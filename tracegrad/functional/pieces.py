@@ -92,4 +92,6 @@ def repeat(input: Tensor, *sizes) -> Tensor:
     x = reshape(x, interleaved)
     target = tuple(v for pair in zip(sizes, shape) for v in pair)
     x = expand(x, target)
-    return reshape(x, tuple(k * n for k, n in zip(sizes, shape)))
+    # PyTorch's result is a fresh tensor: the reshape is a view of the input when no size
+    # grows, or of its expansion (elements sharing memory) when the last grown dim is last.
+    return clone(reshape(x, tuple(k * n for k, n in zip(sizes, shape))))

@@ -282,7 +282,8 @@ def repeat_interleave(input: Tensor, repeats=None, dim: int | None = None, *, ou
         # (n, s) -> (n, 1, s) -> expanded (n, k, s) -> (n*k, s): one expand, one reshape.
         spread = reshape(input, input.shape[:axis + 1] + (1,) + input.shape[axis + 1:])
         grown = expand(spread, input.shape[:axis + 1] + (repeats,) + input.shape[axis + 1:])
-        out = reshape(grown, input.shape[:axis] + (size * repeats,) + input.shape[axis + 1:])
+        # (a fresh tensor, as PyTorch's: the reshape can be a view of the input or of its expansion)
+        out = ew.copy(reshape(grown, input.shape[:axis] + (size * repeats,) + input.shape[axis + 1:]))
     else:
         counts = repeats._concrete() if isinstance(repeats, Tensor) else np.asarray(repeats)
         counts = counts.reshape(-1)
