@@ -117,6 +117,20 @@ def test_flatten_of_a_0d_tensor_has_one_element():
     assert tg.tensor(2.0).flatten().shape == (1,)
 
 
+def test_flatten_of_no_dims_returns_the_input_itself():
+    # Fuzz seed 31000126: PyTorch returns the same tensor, so `retain_grad()` on the result
+    # is the input's, and its .grad holds every gradient reaching either name.
+    h = tg.ones(3, requires_grad=True) * 2
+    for same in (h.flatten(), tg.flatten(h), h.flatten(0, 0), h.flatten(-1, 0)):
+        assert same is h
+    t = h.flatten()
+    t.retain_grad()
+    (t * 3 + h).sum().backward()
+    np.testing.assert_array_equal(t.grad.numpy(), [4.0, 4.0, 4.0])
+    x = tg.ones(2, 3)
+    assert x.flatten(1, 1) is x and x.flatten(0, 1) is not x
+
+
 # --- dtype conversion ----------------------------------------------------------------------
 
 

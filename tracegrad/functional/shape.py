@@ -43,6 +43,8 @@ def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     end = normalize_dim("flatten", end_dim, input.ndim)
     if start > end:
         raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    if start == end:
+        return input  # (no dims flattened: the input itself, as PyTorch returns it)
     middle = 1
     for s in input.shape[start:end + 1]:
         middle *= s
