@@ -611,3 +611,61 @@ def test_a_step_whose_backward_reaches_an_argument_with_history_still_sends_it_t
     for calls in range(1, 4):
         compiled(a * 2)
         np.testing.assert_allclose(a.grad.numpy(), calls * 8 * a.detach().numpy())
+
+
+def test_in_place_updates_of_traced_tensors_are_followed_and_stay_correct():
+    # Gradient clipping scales the traced gradients in place, `relu_` updates a traced
+    # activation before the backward, `+=` updates an argument's stand-in: each is an op
+    # of the recording like any other, so later calls follow it (they used to diverge).
+    rng = np.random.default_rng(2)
+    data = [rng.standard_normal((4, 3)), rng.standard_normal(3)]
+
+    def make_step(params):
+        def step(x, acc):
+            h = x @ params[0]
+            h.relu_()
+            loss = (h * params[1]).sum()
+            loss.backward()
+            tg.nn.utils.clip_grad_norm_(params, 0.5)
+            with tg.no_grad():
+                for p in params:
+                    p.data.add_(p.grad, alpha=-0.1)
+                    p.grad = None
+            acc += loss.detach()
+            return loss
+        return step
+
+    params = [tg.tensor(d, requires_grad=True) for d in data]
+    twins = [tg.tensor(d, requires_grad=True) for d in data]
+    compiled, eager = tg.compile(make_step(params)), make_step(twins)
+    acc, acc_eager = tg.zeros(()), tg.zeros(())
+    followed = []
+    for _ in range(5):
+        x = tg.tensor(rng.standard_normal((2, 4)))
+        loss, replayed = _followed(compiled, x, acc)
+        followed.append(replayed)
+        want = eager(x, acc_eager)
+        np.testing.assert_allclose(loss.detach().numpy(), want.detach().numpy(), rtol=1e-12)
+        np.testing.assert_allclose(acc.numpy(), acc_eager.numpy(), rtol=1e-12)
+        for p, t in zip(params, twins):
+            np.testing.assert_allclose(p.detach().numpy(), t.detach().numpy(), rtol=1e-12)
+        del loss
+    assert followed[0] is False and all(followed[2:])
+
+
+def test_an_in_place_update_of_a_traced_saved_tensor_in_a_followed_call_still_raises():
+    def fn(x, update):
+        y = x * 2
+        z = y.exp()
+        if update:
+            z.mul_(2)  # (exp saved its output)
+        return tg.autograd.grad(z.sum(), [x])[0]
+
+    compiled = tg.compile(fn)
+    x = tg.tensor([0.5, 1.0], dtype=tg.float64, requires_grad=True)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            compiled(x, True)
+    np.testing.assert_allclose(compiled(x, False).numpy(), 2 * np.exp(2 * np.array([0.5, 1.0])), rtol=1e-12)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        compiled(x, True)

@@ -236,9 +236,11 @@ class CompileTrace(Tracer):
 
 
     def rebind(self, tensor, result) -> None:
-        # An in-place update of an argument's stand-in updates the real argument.
-        self.diverge()
+        replay = self.replay
+        if replay is not None:  # (followed: the update is an op like any other, as a write is)
+            replay.save_all()  # (saved tensors made late read the tensors as before the update)
         self.rebound = True
+        # An in-place update of an argument's stand-in updates the real argument.
         real = self.proxies.get(id(tensor))
         if real is not None:
             self.write(real, result)

@@ -12,11 +12,12 @@ nothing. At the first difference the replay *diverges*: the recorded graph is cu
 cursor into a graph of this call (`KeyedGraph.prefix`) and tracing goes on as usual. So a
 call ends with the graph a full trace would have built, and the cache key says the rest.
 
-What a replay does not check, it refuses: in-place updates of traced tensors, hooks on
-traced tensors, values Python asks for (`.item()`), backwards a recording could not
-describe, all diverge first (`CompileTrace` calls `diverge`), then run as in any trace.
-Writes to real tensors (optimizer steps) are ops like any other plus an entry in the
-trace's writes, and are followed.
+What a replay does not check, it refuses: hooks on traced tensors, values Python asks
+for (`.item()`), backwards a recording could not describe, all diverge first
+(`CompileTrace` calls `diverge`), then run as in any trace. Writes to real tensors
+(optimizer steps) are ops like any other plus an entry in the trace's writes, and are
+followed; so are in-place updates of traced tensors (gradient clipping, `relu_`), once
+the saved tensors still to be made are made (they read the tensors as before the update).
 
 Reused nodes are state: a replayed op sets a node's saved tensors and hooks as a fresh
 trace would (the saved tensors late: `Replay.save`). So a recording is followed only while
@@ -93,7 +94,7 @@ def describe_backward(tracer, start: int, inputs_before: int, roots: list, targe
     `checks`: (node, its saved tensors then, the one checked) per version check it made."""
     graph = tracer.graph
     seeds = [seed for _, seed in roots]
-    if (tracer.realization_count != realizations or tracer.hooked or tracer.rebound or tracer.leaf_updates
+    if (tracer.realization_count != realizations or tracer.hooked or tracer.leaf_updates
             or (tracer.histories and reaches_history([value for value, _ in roots]))):
         return None  # (the last: its gradients go on into histories the recording does not see)
     if leaf_hooks(graph.inputs):
