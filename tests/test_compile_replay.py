@@ -669,3 +669,31 @@ def test_an_in_place_update_of_a_traced_saved_tensor_in_a_followed_call_still_ra
     np.testing.assert_allclose(compiled(x, False).numpy(), 2 * np.exp(2 * np.array([0.5, 1.0])), rtol=1e-12)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         compiled(x, True)
+
+
+def test_calls_with_arguments_of_varying_shapes_follow_a_recording_of_their_own_shapes():
+    # A per-example loop over sequences of varying length (the char-RNN tutorial): each
+    # length keeps its recording, instead of every call diverging from the last one's.
+    w = tg.tensor(np.linspace(-1.0, 1.0, 6).reshape(2, 3), requires_grad=True)
+
+    def step(sequence):
+        h = tg.zeros(3)
+        for row in sequence:
+            h = tg.tanh(row @ w + h)
+        loss = h.sum()
+        loss.backward()
+        return loss.detach()
+
+    compiled = tg.compile(step)
+    rng = np.random.default_rng(3)
+    followed = {}
+    for length in [3, 4, 5] * 3:
+        x = tg.tensor(rng.standard_normal((length, 2)))
+        w.grad = None
+        loss, replayed = _followed(compiled, x)
+        got = w.grad.numpy().copy()
+        w.grad = None
+        np.testing.assert_allclose(loss.numpy(), step(x).numpy(), rtol=1e-12)
+        np.testing.assert_allclose(got, w.grad.numpy(), rtol=1e-12)
+        followed.setdefault(length, []).append(replayed)
+    assert followed == {3: [False, True, True], 4: [False, True, True], 5: [False, True, True]}

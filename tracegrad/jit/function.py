@@ -637,7 +637,7 @@ class CompiledFunction:
         return self._traced_call(args, kwargs)[0]
 
     def _traced_call(self, args: tuple, kwargs: dict, follow: bool = True) -> tuple[object, CompileTrace]:
-        recording = self._follow() if follow and compile_replay.enabled() else None
+        recording = self._follow(args, kwargs) if follow and compile_replay.enabled() else None
         trace = CompileTrace(self, self._graph_name, recording)
         try:
             try:
@@ -661,11 +661,18 @@ class CompiledFunction:
         compile_events.call_finished(trace)
         return result, trace
 
-    def _follow(self) -> compile_replay.Recording | None:
-        """The most recent recording no other call follows and no earlier result references."""
+    def _follow(self, args: tuple, kwargs: dict) -> compile_replay.Recording | None:
+        """The most recent recording of a call with arguments of these types (a loop over
+        sequences of varying length keeps one per length) that no other call follows and
+        no earlier result references. (One of other types would diverge at once, and a
+        diverged recording is forgotten.)"""
         with self._lock:
-            for recording in self._recordings:
-                if not recording.busy and recording.free():
+            recordings = self._recordings
+            if not recordings:
+                return None
+            types = _argument_types(args, kwargs)
+            for recording in recordings:
+                if recording.argument_types == types and not recording.busy and recording.free():
                     recording.busy = True
                     return recording
         return None
@@ -774,6 +781,31 @@ def _run_program(program: Program, inputs: list[np.ndarray]) -> list[np.ndarray]
     arrays = program.run([inputs[i] for i in program.feeds] if program.feeds is not None else inputs)
     checks.after(arrays)
     return arrays
+
+
+def _argument_types(args: tuple, kwargs: dict) -> tuple:
+    """The types of the real tensors among a call's arguments, in the order `_substitute`
+    makes them graph inputs (a recording's first inputs: `Recording.argument_types`)."""
+    types: list = []
+    for value in args:
+        if value.__class__ is Tensor or isinstance(value, (Tensor, list, tuple, dict)):
+            _collect_types(value, types)
+    if kwargs:
+        for value in kwargs.values():
+            _collect_types(value, types)
+    return tuple(types)
+
+
+def _collect_types(value, types: list) -> None:
+    if isinstance(value, Tensor):
+        if value._data is not None:
+            types.append(value._type)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _collect_types(v, types)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _collect_types(v, types)
 
 
 def _substitute(value, trace: CompileTrace, name: str):

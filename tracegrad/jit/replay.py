@@ -46,7 +46,9 @@ from tracegrad.tensor import Tensor, lazy_tensor, owned_array
 _new_object = object.__new__
 _weak = weakref.ref
 
-RECORDINGS = 2  # kept per compiled function: a loop keeping the last call's result alive alternates two
+# Kept per compiled function: a loop keeping the last call's result alive alternates two
+# (per argument types: a loop over sequences of varying length follows one per length).
+RECORDINGS = 8
 
 # `TRACEGRAD_REPLAY=0` traces every call in full (to compare, or to see each call's locations).
 ENABLED = os.environ.get("TRACEGRAD_REPLAY", "1") != "0"
@@ -161,11 +163,12 @@ class Recording:
     """A finished call's trace, for later calls to follow (see the module docstring)."""
 
     __slots__ = ("graph", "arguments", "steps", "escapes", "busy", "plans", "leaf_inputs", "finish", "scalars",
-                 "composites", "histories")
+                 "composites", "histories", "argument_types")
 
     def __init__(self, graph, arguments: int, steps: list, escapes: list, composites: dict | None = None):
         self.graph = graph
         self.arguments = arguments  # its first inputs are the arguments' stand-ins
+        self.argument_types = tuple(value.type for value in graph.inputs[:arguments])  # (`_follow` picks by them)
         # The backwards in order: (node position, the BackwardStep, or None if not repeatable).
         self.steps = steps
         self.escapes = escapes      # weak references to tensors referencing its nodes
