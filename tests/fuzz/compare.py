@@ -8,7 +8,8 @@ import dataclasses
 
 import numpy as np
 
-from .config import DOCUMENTED_COMPILE_LIMITS, DOCUMENTED_TORCH_DIVERGENCES, TOLERANCES, TORCH_TOLERANCES
+from .config import DOCUMENTED_COMPILE_LIMITS, DOCUMENTED_EAGER_ONLY_ERRORS, DOCUMENTED_TORCH_DIVERGENCES, \
+    TOLERANCES, TORCH_TOLERANCES
 from .runner import Outcome
 
 WRONG_VALUE = "wrong value"
@@ -53,6 +54,9 @@ def compare(seed: int, mode: str, got: Outcome, want: Outcome, loose: bool = Fal
             return Failure(seed, mode, kind, f"{mode} raised {got.error}; the reference did not")
         kind = TRACEGRAD_RAISES if torch_mode else EAGER_ONLY_ERROR
         if torch_mode and any(text in want.error for text in DOCUMENTED_TORCH_DIVERGENCES):
+            kind = DOCUMENTED_LIMIT
+        if kind == EAGER_ONLY_ERROR and not mode.startswith("eager") and want.error.startswith(
+                DOCUMENTED_EAGER_ONLY_ERRORS):
             kind = DOCUMENTED_LIMIT
         return Failure(seed, mode, kind, f"the reference raised {want.error}; {mode} did not")
     if list(got.values) != list(want.values):

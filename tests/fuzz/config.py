@@ -32,6 +32,13 @@ DOCUMENTED_COMPILE_LIMITS: tuple[str, ...] = (
     "RuntimeError: This view was created before an in-place operation changed its base",
 )
 
+# Errors eager execution raises and compiled programs do not, documented as limits (the
+# README's "Errors and state": value checks of losses, as torch.compile's programs skip them).
+DOCUMENTED_EAGER_ONLY_ERRORS: tuple[str, ...] = (
+    "RuntimeError: all elements of input should be between 0 and 1",
+    "ValueError: var has negative entry/entries",
+)
+
 # Errors of tracegrad where PyTorch computes, documented as tracegrad's limits (`--torch`):
 # a message containing one of these.
 DOCUMENTED_TORCH_DIVERGENCES: tuple[str, ...] = (

@@ -115,3 +115,14 @@ def test_spread_ramps_as_steeply_as_the_values_so_layer_norm_stays_well_conditio
     # An infinity or NaN leaves the step finite, so the other elements stay finite too.
     odd = spread(tracegrad.tensor([1.0, float("inf"), float("nan"), 2.0], dtype=tracegrad.float64)).numpy()
     assert np.isfinite(odd[[0, 3]]).all() and odd[3] - odd[0] == 1 + 3 * 3 / 16
+
+
+def test_a_loss_value_check_made_only_eagerly_is_a_documented_limit_of_compiled_modes():
+    # Fuzz seed 20001282: binary_cross_entropy of a NaN probability raises eagerly (as in
+    # PyTorch); compiled programs skip the check, as torch.compile's do (the README says so).
+    want = Outcome(error="RuntimeError: all elements of input should be between 0 and 1")
+    got = Outcome(values={"out0": np.array(np.nan)}, dtypes={"out0": "float32"})
+    assert compare(1, "compiled cold", got, want).kind == "documented limit"
+    assert compare(1, "eager fusion", got, want).kind == EAGER_ONLY_ERROR
+    other = Outcome(error="RuntimeError: some other check")
+    assert compare(1, "compiled cold", got, other).kind == EAGER_ONLY_ERROR
