@@ -374,6 +374,12 @@ def _positions(reader: np.ndarray, written: np.ndarray) -> tuple[np.ndarray, np.
     and whether there is one (None: for every element); None when they share no element."""
     if not reader.size or not written.size or not _bounds_meet(reader, written):
         return None
+    if (reader.shape == written.shape and reader.strides == written.strides and reader.dtype == written.dtype
+            and reader.__array_interface__["data"][0] == written.__array_interface__["data"][0]
+            and not _self_overlapping(written)):
+        # One memory viewed alike (`p` and `p.data`, as every optimizer step of the
+        # programs written before optimizers writes): element k is element k.
+        return np.arange(reader.size, dtype=np.int64).reshape(reader.shape), None
     itemsize = written.itemsize
     if reader.dtype != written.dtype or _misaligned(reader, itemsize) != _misaligned(written, itemsize) or any(
             s % itemsize for s in (*reader.strides, *written.strides)):
