@@ -77,6 +77,8 @@ class CompileTrace(Tracer):
         self.detached: dict[int, list[weakref.ref]] = {}
         self.realized: dict[Value, np.ndarray] = {}
         self.realization_count = 0
+        # The realizations a later call may follow (`replay.RealizationStep`), in order.
+        self.realization_steps: list[compile_replay.RealizationStep] = []
         self.proxies: dict[int, Tensor] = {}
         self.leaf_updates = False  # see leaf_update
         # Whether a graph input stands for a real tensor with a recorded history (an
@@ -371,27 +373,37 @@ class CompileTrace(Tracer):
         found = self.realized.get(value)
         if found is not None:
             return found
-        self.diverge()
         # Everything still referenced is computed too, so a later realization (the next
         # iteration of a loop) starts from these values instead of from the inputs.
         targets = [value] + [t._value for t in self.live_lazy_tensors()
                              if t._value.node is not None and t._value not in self.realized]
         targets = list(dict.fromkeys(targets))
-        sub, inputs = self._realization_graph(targets)
-        arrays = self.compiled._run(sub, inputs, self)
+        step = self.replay.realization(targets) if self.replay is not None else None
+        if step is not None:  # the recorded call realized the same values here: its graph
+            captured = {id(v): t._data for t, v in self.captured.values()}
+            arrays = self.compiled._run(step.graph, [captured[id(source)] if source.node is None
+                                                     else self.realized[source] for source in step.sources], self)
+        else:
+            self.diverge()
+            sub, sources, inputs = self._realization_graph(targets)
+            arrays = self.compiled._run(sub, inputs, self)
+            self.realization_steps.append(compile_replay.RealizationStep(
+                len(self.graph.nodes), len(self.graph.inputs), targets, sub, sources))
         self.realized.update(zip(targets, arrays))
         array = arrays[0]
         self.realizations.append(compile_events.Realization(user_location(), value.type, len(self.events) - 1))
         self.realization_count += 1
         return array
 
-    def _realization_graph(self, targets: list[Value]) -> tuple[Graph, list[np.ndarray]]:
+    def _realization_graph(self, targets: list[Value]) -> tuple[Graph, list[Value], list[np.ndarray]]:
         """The nodes `targets` need since the values realized before (which enter as
         inputs, so a loop realizing once per iteration runs one iteration each time and
-        every iteration hits the same cached graph), and the input arrays."""
+        every iteration hits the same cached graph), the values its inputs stand for (graph
+        inputs and values realized before), and their arrays."""
         captured = {id(v): t._data for t, v in self.captured.values()}
         mapped: dict[Value, Value] = {}
         inputs: list[Value] = []
+        sources: list[Value] = []
         arrays: list[np.ndarray] = []
         nodes: list[Node] = []
         expanded: set[int] = set()
@@ -406,6 +418,7 @@ class CompileTrace(Tracer):
                 fresh = current if node is None else Value(current.type, name=f"r{len(inputs)}")
                 mapped[current] = fresh
                 inputs.append(fresh)
+                sources.append(current)
                 arrays.append(captured[id(current)] if node is None else self.realized[current])
                 continue
             if finished:
@@ -421,7 +434,7 @@ class CompileTrace(Tracer):
             stack.append((current, True))
             stack.extend((v, False) for v in reversed(node.inputs))
         graph = Graph(inputs, nodes, [mapped[v] for v in targets], f"{self.graph.name}.realize")
-        return graph, arrays
+        return graph, sources, arrays
 
     def live_lazy_tensors(self) -> list[Tensor]:
         alive = []
@@ -708,7 +721,7 @@ class CompiledFunction:
                     return
             else:
                 recording = compile_replay.Recording(trace.graph, len(trace.arguments), trace.backward_steps,
-                                                     escapes, trace.composites)
+                                                     escapes, trace.composites, trace.realization_steps)
             self._recordings.insert(0, recording)
             del self._recordings[compile_replay.RECORDINGS:]
 
@@ -889,7 +902,13 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
                 outputs.append(value)
     traced = trace.graph
     inputs = _input_arrays(trace)
-    if outputs:
+    realized = trace.realized
+    program = None
+    if outputs and realized and all(value in realized for value in outputs):
+        # Every value the call leaves was computed by a realization (`.item()` at the
+        # step's end): running the graph again would compute each of them twice.
+        arrays = [realized[value] for value in outputs]
+    elif outputs:
         graph = Graph(traced.inputs, traced.nodes, outputs, traced.name)
         key = traced.key(outputs, inputs)
         if writes:
@@ -909,7 +928,7 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
     slots = [_slot(value, position, traced.inputs) for value in alive_values]
     write_slots = [_slot(value, position, traced.inputs) for _, value in writes]
     _deliver(alive, slots, writes, write_slots, arrays, inputs)
-    if replay is not None and outputs:
+    if replay is not None and program is not None:
         replay.recording.finish = (alive_values, [v for _, v in writes], graph, slots, write_slots, position,
                                    donations, key, program)
     # A failed call's written tensors take their new histories too (eager's state at the

@@ -159,13 +159,26 @@ def _save(node, prim, inputs: tuple, outputs: tuple, versions: tuple) -> None:
                 saved.version = versions[slot]
 
 
+class RealizationStep:
+    """A value Python asked for (`.item()`) as a trace took it: after `position` nodes and
+    `n_inputs` inputs, the values realized (`targets`) by running `graph`, whose inputs
+    stand for `sources` (graph inputs, or values realized before)."""
+
+    __slots__ = ("position", "n_inputs", "targets", "graph", "sources")
+
+    def __init__(self, position: int, n_inputs: int, targets: list, graph, sources: list):
+        self.position, self.n_inputs = position, n_inputs
+        self.targets, self.graph, self.sources = targets, graph, sources
+
+
 class Recording:
     """A finished call's trace, for later calls to follow (see the module docstring)."""
 
     __slots__ = ("graph", "arguments", "steps", "escapes", "busy", "plans", "leaf_inputs", "finish", "scalars",
-                 "composites", "histories", "argument_types")
+                 "composites", "histories", "argument_types", "realizations")
 
-    def __init__(self, graph, arguments: int, steps: list, escapes: list, composites: dict | None = None):
+    def __init__(self, graph, arguments: int, steps: list, escapes: list, composites: dict | None = None,
+                 realizations: list | None = None):
         self.graph = graph
         self.arguments = arguments  # its first inputs are the arguments' stand-ins
         self.argument_types = tuple(value.type for value in graph.inputs[:arguments])  # (`_follow` picks by them)
@@ -188,6 +201,7 @@ class Recording:
         # Composite calls a following call may take in one step (`jit.composite`):
         # node position -> {function: Composite}.
         self.composites: dict = composites or {}
+        self.realizations: list[RealizationStep] = realizations or []  # in order
 
     def free(self) -> bool:
         """Whether no tensor of an earlier call references the recorded nodes."""
@@ -233,7 +247,8 @@ class Replay:
     """A cursor over a `Recording`, moved by the ops of the call following it."""
 
     __slots__ = ("recording", "tracer", "plans", "n_nodes", "inputs", "position", "n_inputs",
-                 "steps", "step_index", "next_step_at", "unsaved", "scalar_taken", "saved_made")
+                 "steps", "step_index", "next_step_at", "unsaved", "scalar_taken", "saved_made",
+                 "realization_index")
 
     def __init__(self, recording: Recording, tracer):
         graph = recording.graph
@@ -253,6 +268,7 @@ class Replay:
         self.unsaved: dict = {}  # keyed by node (hashed by identity)
         self.scalar_taken = -1  # the input position whose kept scalar tensor this call took last
         self.saved_made = False  # whether `save` or `save_all` made any saved tensor
+        self.realization_index = 0  # realizations followed
 
     def input(self, tensor, name: str | None):
         """The recorded graph input a concrete tensor becomes (an argument when `name` is
@@ -413,6 +429,21 @@ class Replay:
             for out in outputs:
                 out._volatile = True
         return out if single is not None else outputs
+
+    def realization(self, targets: list) -> RealizationStep | None:
+        """The recorded realization at the cursor, if it realized `targets` (the values
+        this call asks for, and every value still referenced): then the call follows it
+        (`CompileTrace.realize` runs its graph); None: the call diverges."""
+        realizations = self.recording.realizations
+        index = self.realization_index
+        if index >= len(realizations):
+            return None
+        step = realizations[index]
+        if (step.position != self.position or step.n_inputs != self.n_inputs
+                or len(step.targets) != len(targets) or any(a != b for a, b in zip(step.targets, targets))):
+            return None
+        self.realization_index = index + 1
+        return step
 
     def save(self, node) -> None:
         """Make the saved tensors of `node` if they are still to be made."""
