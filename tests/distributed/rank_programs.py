@@ -89,8 +89,9 @@ def accumulate_with_no_sync() -> dict[str, np.ndarray]:
 
 
 def record_overlap() -> dict:
-    """The order of gradient deliveries and all-reduce starts in an eager backward with
-    many small buckets (the second one: the first rebuilds the buckets in delivery order)."""
+    """The order of gradient deliveries, all-reduce starts and the computation of the first
+    layer's output gradient (a hook on that activation, which runs inside the backward's
+    computation) in an eager backward with many small buckets (the second backward)."""
     rank = dist.get_rank()
     model = tg.nn.parallel.DistributedDataParallel(make_model(seed=rank), bucket_cap_mb=1e-5)
     x, y = global_batches(1)[0]
@@ -106,6 +107,10 @@ def record_overlap() -> dict:
     backend.start_all_reduce = recording_start
     for name, p in model.module.named_parameters():  # (after DDP's hooks: each records its delivery)
         p.register_post_accumulate_grad_hook(lambda p, name=name: events.append(f"grad {name}"))
+
+    def hook_first_activation(module, inputs, output):
+        output.register_hook(lambda grad: events.append("gradient of the first layer's output computed"))
+    model.module[0].register_forward_hook(hook_first_activation)
     loss = F.cross_entropy(model(tg.tensor(x)), tg.tensor(y))
     loss.backward()
     events.append("backward returned")

@@ -76,6 +76,7 @@ class CompileTrace(Tracer):
         # references shared by its members), which eager execution keeps in one buffer.
         self.detached: dict[int, list[weakref.ref]] = {}
         self.realized: dict[Value, np.ndarray] = {}
+        self.effects_realized = False  # whether a realization ran a node with an effect
         self.realization_count = 0
         self.proxies: dict[int, Tensor] = {}
         self.leaf_updates = False  # see leaf_update
@@ -375,24 +376,28 @@ class CompileTrace(Tracer):
         targets = [value] + [t._value for t in self.live_lazy_tensors()
                              if t._value.node is not None and t._value not in self.realized]
         targets = list(dict.fromkeys(targets))
-        sub, inputs = self._realization_graph(targets)
+        sub, inputs, effects = self._realization_graph(targets)
         arrays = self.compiled._run(sub, inputs, self)
-        self.realized.update(zip(targets, arrays))
+        self.realized.update(zip(targets + effects, arrays))
+        self.effects_realized = self.effects_realized or bool(effects)
         array = arrays[0]
         self.realizations.append(compile_events.Realization(user_location(), value.type, len(self.events) - 1))
         self.realization_count += 1
         return array
 
-    def _realization_graph(self, targets: list[Value]) -> tuple[Graph, list[np.ndarray]]:
+    def _realization_graph(self, targets: list[Value]) -> tuple[Graph, list[np.ndarray], list[Value]]:
         """The nodes `targets` need since the values realized before (which enter as
         inputs, so a loop realizing once per iteration runs one iteration each time and
-        every iteration hits the same cached graph), and the input arrays."""
+        every iteration hits the same cached graph), the input arrays, and the outputs of
+        the nodes with an effect (collectives) it runs: outputs after the targets, to be
+        realized too, so that nothing runs those nodes again."""
         captured = {id(v): t._data for t, v in self.captured.values()}
         mapped: dict[Value, Value] = {}
         inputs: list[Value] = []
         arrays: list[np.ndarray] = []
         nodes: list[Node] = []
         expanded: set[int] = set()
+        effects: list[Value] = []
         wanted = set(targets)
         stack: list[tuple[Value, bool]] = [(v, False) for v in reversed(targets)]
         while stack:
@@ -412,14 +417,27 @@ class CompileTrace(Tracer):
                 nodes.append(clone)
                 for index in range(len(node.out_types)):
                     mapped[node.output(index)] = clone.output(index)
+                if node.op.effect:
+                    effects.extend(node.output(index) for index in range(len(node.out_types)))
                 continue
             if id(node) in expanded:
                 continue
             expanded.add(id(node))
             stack.append((current, True))
             stack.extend((v, False) for v in reversed(node.inputs))
-        graph = Graph(inputs, nodes, [mapped[v] for v in targets], f"{self.graph.name}.realize")
-        return graph, arrays
+        effects = [v for v in effects if v not in wanted]
+        graph = Graph(inputs, nodes, [mapped[v] for v in targets + effects], f"{self.graph.name}.realize")
+        return graph, arrays, effects
+
+    def run_from_realized(self, outputs: list[Value]) -> list[np.ndarray]:
+        """The arrays of `outputs`, computed from the values realized so far (for a call
+        whose realization ran a collective: run again, it would reach the other ranks
+        once more)."""
+        missing = [v for v in outputs if v not in self.realized]
+        if missing:
+            sub, inputs, effects = self._realization_graph(missing)
+            self.realized.update(zip(missing + effects, self.compiled._run(sub, inputs, self)))
+        return [self.realized[v] for v in outputs]
 
     def live_lazy_tensors(self) -> list[Tensor]:
         alive = []
@@ -855,6 +873,17 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
                 outputs.append(value)
     traced = trace.graph
     inputs = _input_arrays(trace)
+    if outputs and trace.effects_realized:
+        # Not the whole graph from the inputs, which would run the collectives again: the
+        # rest of the call, from the realized values (written back by copy, no donation).
+        arrays = trace.run_from_realized(outputs)
+        slots = [_slot(value, position, traced.inputs) for value in alive_values]
+        write_slots = [_slot(value, position, traced.inputs) for _, value in writes]
+        _deliver(alive, slots, writes, write_slots, arrays, inputs)
+        alive = _rebase(rebased, alive) if rebased else alive
+        if not failed:
+            trace.compiled._remember(trace, alive)
+        return
     if outputs:
         graph = Graph(traced.inputs, traced.nodes, outputs, traced.name)
         key = traced.key(outputs, inputs)
