@@ -181,6 +181,41 @@ def collectives() -> dict:
     found["compiled_all_reduce"] = results
     found["compiled_cache"] = [reduce_twice.cache_info().hits, reduce_twice.cache_info().misses]
     found["compiled_graph"] = str(reduce_twice.explain(tg.full((3,), 0.0)))
+    found.update(compiled_edge_cases())
+    return found
+
+
+def compiled_edge_cases() -> dict:
+    """Compiled collectives against the compiler's passes and realization points: a second
+    all_reduce of a written tensor, and an all_reduce before `.item()` (counting the
+    all-reduces this rank runs)."""
+    rank = dist.get_rank()
+    found: dict = {}
+
+    @tg.compile
+    def reduce_in_sequence(x):
+        dist.all_reduce(x)
+        once = x.clone()
+        dist.all_reduce(x)
+        return once
+    t = tg.full((2,), float(rank + 1))
+    found["compiled_reduce_in_sequence"] = [reduce_in_sequence(t).tolist(), t.tolist()]
+
+    @tg.compile
+    def reduce_then_item(x):
+        dist.all_reduce(x)
+        return x * x.sum().item()
+    backend = dist.process_group.default_backend()
+    calls = []
+    all_reduce = backend.all_reduce
+    backend.all_reduce = lambda x, out, op: calls.append(op) or all_reduce(x, out, op)
+    results = []
+    for step in range(3):
+        t = tg.full((2,), float(rank + step))
+        results.append([reduce_then_item(t).tolist(), t.tolist()])
+    del backend.all_reduce
+    found["compiled_reduce_then_item"] = results
+    found["compiled_reduce_then_item_calls"] = len(calls)
     return found
 
 
