@@ -37,6 +37,12 @@ STALE_VIEW_MESSAGE = (
     "(PyTorch would replay the view; tracegrad does not). Take the view again after the "
     "in-place operation.")
 
+# The leaves that have had a post-accumulate-grad hook, by id (weakly held): while any is
+# alive, a backward checks whether it reaches one, and then delivers each gradient as soon
+# as it is final (`autograd.engine`), so that a hook (DistributedDataParallel's) can start
+# work that overlaps the rest of the backward.
+POST_ACCUMULATE_HOOKED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
 NON_LEAF_GRAD_WARNING = (
     "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
     "attribute won't be populated during autograd.backward(). If you indeed want the .grad field "
@@ -290,6 +296,7 @@ class Tensor:
         # (In the instance dict, not a slot: every tensor made would pay for the slot.)
         hooks = self.__dict__.setdefault("_post_accumulate_grad_hooks", [])
         hooks.append(hook)
+        POST_ACCUMULATE_HOOKED[id(self)] = self
         return _HookHandle(hooks, hook)
 
     def _move_retained_grad(self, node, value) -> None:

@@ -89,8 +89,9 @@ def accumulate_with_no_sync() -> dict[str, np.ndarray]:
 
 
 def record_overlap() -> dict:
-    """The order of gradient deliveries and all-reduce starts in an eager backward with
-    many small buckets (the second one: the first rebuilds the buckets in delivery order)."""
+    """The order of gradient deliveries, all-reduce starts and the computation of the first
+    layer's output gradient (a hook on that activation, which runs inside the backward's
+    computation) in an eager backward with many small buckets (the second backward)."""
     rank = dist.get_rank()
     model = tg.nn.parallel.DistributedDataParallel(make_model(seed=rank), bucket_cap_mb=1e-5)
     x, y = global_batches(1)[0]
@@ -106,6 +107,10 @@ def record_overlap() -> dict:
     backend.start_all_reduce = recording_start
     for name, p in model.module.named_parameters():  # (after DDP's hooks: each records its delivery)
         p.register_post_accumulate_grad_hook(lambda p, name=name: events.append(f"grad {name}"))
+
+    def hook_first_activation(module, inputs, output):
+        output.register_hook(lambda grad: events.append("gradient of the first layer's output computed"))
+    model.module[0].register_forward_hook(hook_first_activation)
     loss = F.cross_entropy(model(tg.tensor(x)), tg.tensor(y))
     loss.backward()
     events.append("backward returned")
@@ -176,6 +181,41 @@ def collectives() -> dict:
     found["compiled_all_reduce"] = results
     found["compiled_cache"] = [reduce_twice.cache_info().hits, reduce_twice.cache_info().misses]
     found["compiled_graph"] = str(reduce_twice.explain(tg.full((3,), 0.0)))
+    found.update(compiled_edge_cases())
+    return found
+
+
+def compiled_edge_cases() -> dict:
+    """Compiled collectives against the compiler's passes and realization points: a second
+    all_reduce of a written tensor, and an all_reduce before `.item()` (counting the
+    all-reduces this rank runs)."""
+    rank = dist.get_rank()
+    found: dict = {}
+
+    @tg.compile
+    def reduce_in_sequence(x):
+        dist.all_reduce(x)
+        once = x.clone()
+        dist.all_reduce(x)
+        return once
+    t = tg.full((2,), float(rank + 1))
+    found["compiled_reduce_in_sequence"] = [reduce_in_sequence(t).tolist(), t.tolist()]
+
+    @tg.compile
+    def reduce_then_item(x):
+        dist.all_reduce(x)
+        return x * x.sum().item()
+    backend = dist.process_group.default_backend()
+    calls = []
+    all_reduce = backend.all_reduce
+    backend.all_reduce = lambda x, out, op: calls.append(op) or all_reduce(x, out, op)
+    results = []
+    for step in range(3):
+        t = tg.full((2,), float(rank + step))
+        results.append([reduce_then_item(t).tolist(), t.tolist()])
+    del backend.all_reduce
+    found["compiled_reduce_then_item"] = results
+    found["compiled_reduce_then_item_calls"] = len(calls)
     return found
 
 

@@ -239,3 +239,17 @@ def test_compiled_all_reduce_on_two_ranks_runs_in_every_call_of_one_program(two_
         assert found["compiled_all_reduce"] == [[2 * (2 * step + 1) + 1] * 3 for step in range(3)]
         assert found["compiled_cache"] == [2, 1]
         assert "all_reduce" in found["compiled_graph"]
+
+
+def test_a_second_compiled_all_reduce_of_a_written_tensor_reduces_the_first_result_on_two_ranks(two_ranks):
+    for found in two_ranks:
+        # ranks hold 1 and 2: the first sum is 3 on both, the second 3 + 3
+        assert found["compiled_reduce_in_sequence"] == [[3.0, 3.0], [6.0, 6.0]]
+
+
+def test_a_compiled_all_reduce_before_item_runs_once_per_call_on_two_ranks(two_ranks):
+    for found in two_ranks:
+        # ranks hold step and 1 + step: reduced r = 2 * step + 1, result r * (2 * r)
+        expected = [[[2.0 * (2 * step + 1) ** 2] * 2, [2.0 * step + 1] * 2] for step in range(3)]
+        assert found["compiled_reduce_then_item"] == expected
+        assert found["compiled_reduce_then_item_calls"] == 3

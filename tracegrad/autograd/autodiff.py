@@ -10,6 +10,7 @@ compiler).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 
 from tracegrad.ops.saved import FREED_MESSAGE
@@ -103,10 +104,14 @@ def _default_unpack(saved, node):
 
 def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None = None,
                  retain_graph: bool = False, unpack: Callable = _default_unpack,
-                 run_hooks: bool = True) -> dict[Value, object]:
+                 run_hooks: bool = True, ready: Callable | None = None) -> dict[Value, object]:
     """Gradients of `sum(<root, cotangent>)` w.r.t. every leaf reached (targets=None) or
     w.r.t. `targets`. Returns {value: gradient tensor}; values not reached are absent.
-    A value with an `origin` is that origin here (its gradient goes on into its history)."""
+    A value with an `origin` is that origin here (its gradient goes on into its history).
+
+    With `ready`, a leaf's gradient is handed to `ready(value, grad)` as soon as it is
+    final (the walk has processed the last node reading the leaf) instead of being
+    returned, so that the caller can deliver it while the walk goes on."""
     from tracegrad.ops.elementwise import add, full
     from tracegrad.ops.reduction import sum_
 
@@ -128,7 +133,16 @@ def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None 
         target_set.update(aliases)
     useful = _leads_to_targets(order, target_set) if target_set is not None else None
     results: dict[Value, object] = {}
+    # (A gradient summed over aliases or origins at the end is final only there.)
+    finals = None
+    if ready is not None and not aliases and not origins:
+        order = _leaves_early(order)
+        finals = _final_leaves(order)
+    final_now = None
     for node in reversed(order):
+        if final_now is not None:  # the leaves the node processed last finished
+            _hand_over(final_now, cotangents, target_set, ready)
+        final_now = finals.get(id(node)) if finals else None
         outputs = [node.output(i) for i in range(len(node.out_types))]
         grads = [cotangents.pop(v, None) for v in outputs]
         if all(g is None for g in grads):
@@ -159,6 +173,8 @@ def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None 
                 value = value.origin
             previous = cotangents.get(value)
             cotangents[value] = grad if previous is None else add(previous, grad)
+    if final_now is not None:
+        _hand_over(final_now, cotangents, target_set, ready)
     for value, grad in cotangents.items():
         if (value.node is None or value.leaf is not None) and (target_set is None or value in target_set):
             results[value] = grad
@@ -174,6 +190,72 @@ def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None 
             if grad is not None:
                 results[target] = grad
     return results
+
+
+def _producer(value: Value) -> Node | None:
+    """The node whose gradient the walk goes on to from `value` (forward_order's edge)."""
+    if value.leaf is not None:
+        return None
+    return value.node if value.origin is None else value.origin.node
+
+
+def _leaves_early(order: list[Node]) -> list[Node]:
+    """`order` rearranged so that its reverse walk finishes leaves early: of the nodes
+    whose consumers are all processed, the walk takes the one with the fewest nodes
+    between it and the leaves first. (`forward_order`'s depth-first order may put a
+    parameter's `t(W)` before the whole chain feeding the layer, so the walk would reach
+    that parameter only at the end; PyTorch's engine orders by creation instead.)"""
+    position = {id(node): i for i, node in enumerate(order)}
+    height = [0] * len(order)
+    consumers = [0] * len(order)
+    for i, node in enumerate(order):  # inputs first: a producer's height is known
+        for value, needed in zip(node.inputs, node.needs_input_grad):
+            source = _producer(value) if needed else None
+            k = position.get(id(source)) if source is not None else None
+            if k is not None:
+                height[i] = max(height[i], height[k] + 1)
+                consumers[k] += 1
+    waiting = [(height[i], i) for i in range(len(order)) if consumers[i] == 0]
+    heapq.heapify(waiting)
+    walk: list[Node] = []
+    while waiting:
+        _, i = heapq.heappop(waiting)
+        node = order[i]
+        walk.append(node)
+        for value, needed in zip(node.inputs, node.needs_input_grad):
+            source = _producer(value) if needed else None
+            k = position.get(id(source)) if source is not None else None
+            if k is not None:
+                consumers[k] -= 1
+                if consumers[k] == 0:
+                    heapq.heappush(waiting, (height[k], k))
+    walk.reverse()
+    return walk
+
+
+def _final_leaves(order: list[Node]) -> dict[int, list[Value]]:
+    """For each node (by id), the leaves whose gradient is final once the reverse walk has
+    processed it: the walk visits `order` backwards, so a leaf's last contribution comes
+    from the first node of `order` that reads it (with grad)."""
+    last_reader: dict[Value, Node] = {}
+    for node in order:
+        for value, needed in zip(node.inputs, node.needs_input_grad):
+            if (needed and value.origin is None and (value.node is None or value.leaf is not None)
+                    and value not in last_reader):
+                last_reader[value] = node
+    finals: dict[int, list[Value]] = {}
+    for value, node in last_reader.items():
+        finals.setdefault(id(node), []).append(value)
+    return finals
+
+
+def _hand_over(values: list[Value], cotangents: dict, target_set: set[Value] | None, ready: Callable) -> None:
+    """Give `ready` the final gradients of `values` (those asked for), out of `cotangents`."""
+    for value in values:
+        if target_set is None or value in target_set:
+            grad = cotangents.pop(value, None)
+            if grad is not None:
+                ready(value, grad)
 
 
 def _leaf_aliases(order: list[Node], targets: set[Value]) -> dict[Value, Value]:

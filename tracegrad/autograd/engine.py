@@ -3,16 +3,22 @@
 Gradients are computed by `tracegrad.autograd.autodiff.reverse_mode` over NumPy tensors (in
 no-grad mode), or over recording tensors when `create_graph=True` so that the backward
 computation is itself a recorded graph (higher-order gradients).
+
+`backward()` delivers a leaf's gradient (its tensor hooks, accumulation into `.grad`, then
+its post-accumulate-grad hooks) after the whole backward, from the cached backward program
+when there is one; but when a leaf it reaches has post-accumulate-grad hooks, it delivers
+each gradient as soon as the walk has made it final, so that the hooks' work (a
+DistributedDataParallel bucket's all-reduce) overlaps the rest of the backward.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tracegrad.grad_mode import MODE, enable_grad, no_grad
+from tracegrad.grad_mode import MODE, enable_grad, no_grad, set_grad_enabled
 from tracegrad.autograd import backward_cache
-from tracegrad.autograd.autodiff import apply_hooks, reverse_mode
-from tracegrad.tensor import Tensor, _argument_of, owned_array
+from tracegrad.autograd.autodiff import apply_hooks, forward_order, reverse_mode
+from tracegrad.tensor import POST_ACCUMULATE_HOOKED, Tensor, _argument_of, owned_array
 
 _new_object = object.__new__
 
@@ -54,8 +60,10 @@ def _roots(outputs: list[Tensor], grad_outputs: list, what: str) -> list:
     return roots
 
 
-def _run(roots, targets, retain_graph: bool, create_graph: bool):
+def _run(roots, targets, retain_graph: bool, create_graph: bool, ready=None):
     tracer = MODE.tracer
+    if ready is not None:  # (delivered while the walk goes on: never the cached backward)
+        return _transform(roots, targets, retain_graph, create_graph, ready)
     if not create_graph and tracer is None:
         cached = backward_cache.run(roots, targets, retain_graph)
         if cached is not None:
@@ -72,10 +80,10 @@ def _run(roots, targets, retain_graph: bool, create_graph: bool):
     return _transform(roots, targets, retain_graph, create_graph)
 
 
-def _transform(roots, targets, retain_graph: bool, create_graph: bool):
+def _transform(roots, targets, retain_graph: bool, create_graph: bool, ready=None):
     mode = enable_grad() if create_graph else no_grad()
     with mode:
-        return reverse_mode(roots, targets, retain_graph=retain_graph)
+        return reverse_mode(roots, targets, retain_graph=retain_graph, ready=ready)
 
 
 def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
@@ -97,20 +105,31 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
     global _final_callbacks
     outer_callbacks, _final_callbacks = _final_callbacks, []
     try:
-        results = _run(roots, targets, retain_graph, create_graph)
         # A gradient may be the caller's own `gradient` array (add passes it through): never
         # store that as a .grad, which later backwards accumulate into in place.
         delivered: set[int] = {id(seed._data) for _, seed in roots}
-        for value, grad in results.items():
+
+        def deliver(value, grad) -> None:
             tensor = _leaf_of(value, inputs)
             if tensor is None:
-                continue
+                return
             grad = _run_leaf_hooks(tensor, grad)
             _accumulate(tensor, grad, create_graph, delivered)
             post_hooks = tensor.__dict__.get("_post_accumulate_grad_hooks")
             if post_hooks:
                 for hook in tuple(post_hooks):
                     hook(tensor)
+
+        ready = None
+        if POST_ACCUMULATE_HOOKED and _reaches_post_hooks(roots, inputs):
+            grad_enabled = MODE.grad_enabled
+
+            def ready(value, grad) -> None:  # (called inside the walk: hooks see the caller's mode)
+                with set_grad_enabled(grad_enabled):
+                    deliver(value, grad)
+        results = _run(roots, targets, retain_graph, create_graph, ready)
+        for value, grad in results.items():
+            deliver(value, grad)
         callbacks = _final_callbacks
         while callbacks:  # (a callback may queue another)
             callbacks.pop(0)()
@@ -134,6 +153,25 @@ class ExecutionEngine:
     """`Variable._execution_engine`, for PyTorch code that queues a final callback."""
 
     queue_callback = staticmethod(queue_callback)
+
+
+def _reaches_post_hooks(roots, inputs: list[Tensor] | None) -> bool:
+    """Whether this eager backward delivers a gradient to a leaf with post-accumulate-grad
+    hooks: then each gradient is delivered as soon as it is final (`reverse_mode`'s
+    `ready`), so that the hooks' work (DistributedDataParallel starting a bucket's
+    all-reduce) overlaps the rest of the backward. Otherwise gradients are delivered
+    after the whole backward, which may come from the cached backward program."""
+    if MODE.tracer is not None:  # (a trace orders nothing in time: the compiled program does)
+        return False
+    if inputs is not None:
+        return any(t.__dict__.get("_post_accumulate_grad_hooks") for t in inputs)
+    for node in forward_order([value for value, _ in roots]):
+        for value, needed in zip(node.inputs, node.needs_input_grad):
+            if needed and value.node is None and value.leaf is not None:
+                tensor = value.leaf()
+                if tensor is not None and tensor.__dict__.get("_post_accumulate_grad_hooks"):
+                    return True
+    return False
 
 
 def _target_value(tensor: Tensor):

@@ -28,7 +28,7 @@ class Primitive:
     __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output", "saved_for", "saves_by_needs",
                  "kind", "num_outputs", "backward_name", "lower", "index_map", "reduction",
                  "simplify", "rewrite", "constant", "aligned", "lower_indexed", "lowers",
-                 "index_checks", "view_strides", "view_may_copy", "write_back", "api", "__dict__")
+                 "index_checks", "view_strides", "view_may_copy", "write_back", "api", "effect", "__dict__")
 
     def __init__(self, name: str, *, shape_rule: Callable[..., tuple[TensorType, ...]],
                  impl: Callable, vjp: Callable | None = None,
@@ -40,7 +40,7 @@ class Primitive:
                  rewrite: Callable | None = None, constant: Callable | None = None, aligned: Callable | None = None,
                  lower_indexed: Callable | None = None, lowers: Callable | None = None,
                  index_checks: Callable | None = None, view_strides: Callable | None = None,
-                 view_may_copy: bool = False, write_back: Callable | None = None):
+                 view_may_copy: bool = False, write_back: Callable | None = None, effect: bool = False):
         if name in REGISTRY:
             raise ValueError(f"primitive {name!r} is defined twice")
         self.name = name
@@ -102,6 +102,12 @@ class Primitive:
         # (as "binary", integer operands becoming float). None: written by
         # hand in `functional/` and listed in `tensor_methods.py`.
         self.api = api
+        # Whether running the op acts beyond its result (a collective: every other rank
+        # takes part in each run). Its result is still a function of its inputs, so passes
+        # may merge two equal nodes or drop an unused one (every rank compiles the same
+        # graph); but a compiled call runs each node at most once, so a realization that
+        # ran it hands its result on to the rest of the call (`jit.function`).
+        self.effect = effect
         REGISTRY[name] = self
 
     def __repr__(self) -> str:

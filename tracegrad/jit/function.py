@@ -76,6 +76,7 @@ class CompileTrace(Tracer):
         # references shared by its members), which eager execution keeps in one buffer.
         self.detached: dict[int, list[weakref.ref]] = {}
         self.realized: dict[Value, np.ndarray] = {}
+        self.effects_realized = False  # whether a realization ran a node with an effect
         self.realization_count = 0
         # The realizations a later call may follow (`replay.RealizationStep`), in order.
         self.realization_steps: list[compile_replay.RealizationStep] = []
@@ -383,23 +384,28 @@ class CompileTrace(Tracer):
             captured = {id(v): t._data for t, v in self.captured.values()}
             arrays = self.compiled._run(step.graph, [captured[id(source)] if source.node is None
                                                      else self.realized[source] for source in step.sources], self)
+            outputs = step.outputs
         else:
             self.diverge()
-            sub, sources, inputs = self._realization_graph(targets)
+            sub, sources, inputs, effects = self._realization_graph(targets)
             arrays = self.compiled._run(sub, inputs, self)
+            outputs = targets + effects
             self.realization_steps.append(compile_replay.RealizationStep(
-                len(self.graph.nodes), len(self.graph.inputs), targets, sub, sources))
-        self.realized.update(zip(targets, arrays))
+                len(self.graph.nodes), len(self.graph.inputs), targets, outputs, sub, sources))
+        self.realized.update(zip(outputs, arrays))
+        self.effects_realized = self.effects_realized or len(outputs) > len(targets)
         array = arrays[0]
         self.realizations.append(compile_events.Realization(user_location(), value.type, len(self.events) - 1))
         self.realization_count += 1
         return array
 
-    def _realization_graph(self, targets: list[Value]) -> tuple[Graph, list[Value], list[np.ndarray]]:
+    def _realization_graph(self, targets: list[Value]) -> tuple[Graph, list[Value], list[np.ndarray], list[Value]]:
         """The nodes `targets` need since the values realized before (which enter as
         inputs, so a loop realizing once per iteration runs one iteration each time and
         every iteration hits the same cached graph), the values its inputs stand for (graph
-        inputs and values realized before), and their arrays."""
+        inputs and values realized before), their arrays, and the outputs of the nodes with
+        an effect (collectives) it runs: outputs after the targets, to be realized too, so
+        that nothing runs those nodes again."""
         captured = {id(v): t._data for t, v in self.captured.values()}
         mapped: dict[Value, Value] = {}
         inputs: list[Value] = []
@@ -407,6 +413,7 @@ class CompileTrace(Tracer):
         arrays: list[np.ndarray] = []
         nodes: list[Node] = []
         expanded: set[int] = set()
+        effects: list[Value] = []
         wanted = set(targets)
         stack: list[tuple[Value, bool]] = [(v, False) for v in reversed(targets)]
         while stack:
@@ -427,14 +434,27 @@ class CompileTrace(Tracer):
                 nodes.append(clone)
                 for index in range(len(node.out_types)):
                     mapped[node.output(index)] = clone.output(index)
+                if node.op.effect:
+                    effects.extend(node.output(index) for index in range(len(node.out_types)))
                 continue
             if id(node) in expanded:
                 continue
             expanded.add(id(node))
             stack.append((current, True))
             stack.extend((v, False) for v in reversed(node.inputs))
-        graph = Graph(inputs, nodes, [mapped[v] for v in targets], f"{self.graph.name}.realize")
-        return graph, sources, arrays
+        effects = [v for v in effects if v not in wanted]
+        graph = Graph(inputs, nodes, [mapped[v] for v in targets + effects], f"{self.graph.name}.realize")
+        return graph, sources, arrays, effects
+
+    def run_from_realized(self, outputs: list[Value]) -> list[np.ndarray]:
+        """The arrays of `outputs`, computed from the values realized so far (for a call
+        whose realization ran a collective: run again, it would reach the other ranks
+        once more)."""
+        missing = [v for v in outputs if v not in self.realized]
+        if missing:
+            sub, _, inputs, effects = self._realization_graph(missing)
+            self.realized.update(zip(missing + effects, self.compiled._run(sub, inputs, self)))
+        return [self.realized[v] for v in outputs]
 
     def live_lazy_tensors(self) -> list[Tensor]:
         alive = []
@@ -904,7 +924,11 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
     inputs = _input_arrays(trace)
     realized = trace.realized
     program = None
-    if outputs and realized and all(value in realized for value in outputs):
+    if outputs and trace.effects_realized:
+        # Not the whole graph from the inputs, which would run the collectives again: the
+        # rest of the call, from the realized values (written back by copy, no donation).
+        arrays = trace.run_from_realized(outputs)
+    elif outputs and realized and all(value in realized for value in outputs):
         # Every value the call leaves was computed by a realization (`.item()` at the
         # step's end): running the graph again would compute each of them twice.
         arrays = [realized[value] for value in outputs]

@@ -161,14 +161,16 @@ def _save(node, prim, inputs: tuple, outputs: tuple, versions: tuple) -> None:
 
 class RealizationStep:
     """A value Python asked for (`.item()`) as a trace took it: after `position` nodes and
-    `n_inputs` inputs, the values realized (`targets`) by running `graph`, whose inputs
-    stand for `sources` (graph inputs, or values realized before)."""
+    `n_inputs` inputs, the values asked for and still referenced (`targets`) realized by
+    running `graph`, whose inputs stand for `sources` (graph inputs, or values realized
+    before) and whose outputs are `outputs` (the targets, then the outputs of the nodes
+    with an effect it ran)."""
 
-    __slots__ = ("position", "n_inputs", "targets", "graph", "sources")
+    __slots__ = ("position", "n_inputs", "targets", "outputs", "graph", "sources")
 
-    def __init__(self, position: int, n_inputs: int, targets: list, graph, sources: list):
+    def __init__(self, position: int, n_inputs: int, targets: list, outputs: list, graph, sources: list):
         self.position, self.n_inputs = position, n_inputs
-        self.targets, self.graph, self.sources = targets, graph, sources
+        self.targets, self.outputs, self.graph, self.sources = targets, outputs, graph, sources
 
 
 class Recording:

@@ -89,7 +89,8 @@ def _all_reduce_impl(x, op, out=None):
     return out
 
 
-ALL_REDUCE = Primitive("all_reduce", shape_rule=_all_reduce_rule, impl=_all_reduce_impl, kind=OTHER)
+ALL_REDUCE = Primitive("all_reduce", shape_rule=_all_reduce_rule, impl=_all_reduce_impl, kind=OTHER,
+                       effect=True)
 
 
 def _broadcast_rule(x: TensorType, src: int):
@@ -102,7 +103,7 @@ def _broadcast_impl(x, src, out=None):
     return out
 
 
-BROADCAST = Primitive("broadcast", shape_rule=_broadcast_rule, impl=_broadcast_impl, kind=OTHER)
+BROADCAST = Primitive("broadcast", shape_rule=_broadcast_rule, impl=_broadcast_impl, kind=OTHER, effect=True)
 
 
 def _all_gather_rule(x: TensorType, world_size: int):
@@ -115,7 +116,7 @@ def _all_gather_impl(x, world_size, out=None):
     return out
 
 
-ALL_GATHER = Primitive("all_gather", shape_rule=_all_gather_rule, impl=_all_gather_impl, kind=OTHER)
+ALL_GATHER = Primitive("all_gather", shape_rule=_all_gather_rule, impl=_all_gather_impl, kind=OTHER, effect=True)
 
 
 def _reduce_scatter_rule(x: TensorType, op: str, world_size: int):
@@ -133,7 +134,7 @@ def _reduce_scatter_impl(x, op, world_size, out=None):
 
 
 REDUCE_SCATTER = Primitive("reduce_scatter", shape_rule=_reduce_scatter_rule, impl=_reduce_scatter_impl,
-                           kind=OTHER)
+                           kind=OTHER, effect=True)
 
 
 def all_reduce(x, op: str):

@@ -83,6 +83,20 @@ def test_a_buckets_all_reduce_starts_before_the_backward_has_delivered_every_gra
                 assert events[i - 1].startswith("all_reduce start")
 
 
+def test_a_buckets_all_reduce_starts_before_the_backward_has_computed_the_first_layers_gradients(ranks):
+    _, overlap = ranks
+    for found in overlap:
+        events = found["events"]
+        computed = events.index("gradient of the first layer's output computed")
+        started = [i for i, e in enumerate(events) if e.startswith("all_reduce start")]
+        # The last two layers' four buckets are in flight while the backward still computes;
+        # the first layer's two start after it (they need its output's gradient).
+        assert len([i for i in started if i < computed]) == 4
+        assert len([i for i in started if i > computed]) == 2
+        assert [e for e in events if e.startswith("grad ")][:4] == [
+            "grad 4.bias", "grad 4.weight", "grad 2.bias", "grad 2.weight"]
+
+
 def test_gradients_accumulated_under_no_sync_average_as_one_big_batch(ranks):
     arrays, _ = ranks
     model = programs.make_model(seed=0)

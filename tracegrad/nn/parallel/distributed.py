@@ -4,11 +4,10 @@ processes of the default group (`tracegrad.distributed`) after each backward.
 At construction it checks that every rank built the same parameters (names, shapes,
 dtypes: a clear error on every rank otherwise, before anything is sent) and broadcasts
 parameters and buffers from rank 0. Parameters are split into buckets in reverse order
-of `module.parameters()`, the order in which the backward delivers their gradients (the
-cached eager backward does; the first, uncached eager backward
-delivers in the opposite order, so PyTorch's rebuild of the buckets in the first
-iteration's order would be wrong here and is not done), the first bucket at most 1 MiB
-and the others at most `bucket_cap_mb`, as PyTorch does. A
+of `module.parameters()`, about the order in which the backward makes their gradients
+final (PyTorch then rebuilds the buckets in the first iteration's order; that is not
+done here), the first bucket at most 1 MiB and the others at most `bucket_cap_mb`, as
+PyTorch does. A
 post-accumulate-grad hook on every parameter marks it ready; a bucket whose parameters
 are all ready is flattened and its all-reduce (ReduceOp.AVG) started right away, buckets
 strictly in order so that every rank issues the same collectives in the same order. The
@@ -16,9 +15,11 @@ backward's final callback finishes the rest (`_finalize`): buckets still holding
 parameters (zeros for them, with `find_unused_parameters=True`), then waits for each
 bucket and writes the averages back into the `.grad`s.
 
-Eagerly, a bucket's all-reduce is a non-blocking MPI request (`Iallreduce`) in flight
-while the backward delivers the remaining gradients; each later hook polls the requests
-in flight, since MPI moves data only inside its calls. Inside `tg.compile` the same
+Eagerly, the hooks make the engine deliver each gradient as soon as the backward's walk
+has made it final (`autograd.engine`), so a bucket's all-reduce, a non-blocking MPI
+request (`Iallreduce`), is in flight while the backward still computes the earlier
+layers' gradients; each later hook polls the requests in flight, since MPI moves data
+only inside its calls. Inside `tg.compile` the same
 hooks run while tracing and bind the `all_reduce` primitive instead: each bucket's
 all-reduce is a node of the step's graph, so the step is one cached program whose
 collective steps run between its kernels (in program order, without overlap).
