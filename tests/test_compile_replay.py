@@ -697,3 +697,53 @@ def test_calls_with_arguments_of_varying_shapes_follow_a_recording_of_their_own_
         np.testing.assert_allclose(got, w.grad.numpy(), rtol=1e-12)
         followed.setdefault(length, []).append(replayed)
     assert followed == {3: [False, True, True], 4: [False, True, True], 5: [False, True, True]}
+
+
+def test_a_value_python_asks_for_is_followed_when_the_recording_asked_for_the_same():
+    # A training step ending in `loss.item()` (the char-RNN tutorial) and one stopping
+    # early on a value (a data-dependent loop): calls follow the recorded realizations and
+    # diverge only where Python takes another path; every result is eager's.
+    w = tg.tensor(np.linspace(-0.5, 0.5, 6).reshape(2, 3), requires_grad=True)
+    w_eager = tg.tensor(w.detach().numpy(), requires_grad=True)
+
+    def make_step(weight):
+        def step(x, limit):
+            h = tg.zeros(3)
+            for row in x:
+                h = tg.tanh(row @ weight + h)
+                if h.abs().sum().item() > limit:  # (a value Python needs, per row)
+                    break
+            loss = (h * h).sum()
+            loss.backward()
+            with tg.no_grad():
+                weight.sub_(0.1 * weight.grad)
+                weight.grad = None
+            return h, loss.item()
+        return step
+
+    compiled, eager = tg.compile(make_step(w)), make_step(w_eager)
+    rng = np.random.default_rng(4)
+    followed = []
+    for limit in [10.0, 10.0, 10.0, 10.0, 0.1, 10.0]:
+        x = tg.tensor(rng.standard_normal((3, 2)))
+        (h, loss), replayed = _followed(compiled, x, limit)
+        want_h, want_loss = eager(x, limit)
+        followed.append(replayed)
+        assert loss == pytest.approx(want_loss, rel=1e-12)
+        np.testing.assert_allclose(h.detach().numpy(), want_h.detach().numpy(), rtol=1e-12)
+        np.testing.assert_allclose(w.detach().numpy(), w_eager.detach().numpy(), rtol=1e-12)
+        del h
+    assert followed[2:4] == [True, True] and followed[4] is False
+
+
+def test_a_call_whose_results_were_all_realized_does_not_run_its_graph_again(monkeypatch):
+    from tracegrad.jit import function as compile_function
+
+    runs = []
+    original = compile_function._run_program
+    monkeypatch.setattr(compile_function, "_run_program", lambda program, inputs: runs.append(1) or
+                        original(program, inputs))
+    compiled = tg.compile(lambda x: (x * 2).sum().item())
+    for _ in range(3):
+        assert compiled(tg.arange(4.0)) == 12.0
+    assert compiled.cache_info().graphs == 1  # the realization's graph, and no final one

@@ -374,26 +374,27 @@ class CompileTrace(Tracer):
         found = self.realized.get(value)
         if found is not None:
             return found
-        # Everything still referenced is computed too, so a later realization (the next
-        # iteration of a loop) starts from these values instead of from the inputs.
-        targets = [value] + [t._value for t in self.live_lazy_tensors()
-                             if t._value.node is not None and t._value not in self.realized]
-        targets = list(dict.fromkeys(targets))
-        step = self.replay.realization(targets) if self.replay is not None else None
-        if step is not None:  # the recorded call realized the same values here: its graph
+        step = self.replay.realization(value) if self.replay is not None else None
+        if step is not None:  # the recorded call realized the same value here: its graph
             captured = {id(v): t._data for t, v in self.captured.values()}
             arrays = self.compiled._run(step.graph, [captured[id(source)] if source.node is None
                                                      else self.realized[source] for source in step.sources], self)
             outputs = step.outputs
+            self.effects_realized = self.effects_realized or len(outputs) > len(step.targets)
         else:
             self.diverge()
+            # Everything still referenced is computed too, so a later realization (the next
+            # iteration of a loop) starts from these values instead of from the inputs.
+            targets = [value] + [t._value for t in self.live_lazy_tensors()
+                                 if t._value.node is not None and t._value not in self.realized]
+            targets = list(dict.fromkeys(targets))
             sub, sources, inputs, effects = self._realization_graph(targets)
             arrays = self.compiled._run(sub, inputs, self)
             outputs = targets + effects
             self.realization_steps.append(compile_replay.RealizationStep(
                 len(self.graph.nodes), len(self.graph.inputs), targets, outputs, sub, sources))
+            self.effects_realized = self.effects_realized or bool(effects)
         self.realized.update(zip(outputs, arrays))
-        self.effects_realized = self.effects_realized or len(outputs) > len(targets)
         array = arrays[0]
         self.realizations.append(compile_events.Realization(user_location(), value.type, len(self.events) - 1))
         self.realization_count += 1

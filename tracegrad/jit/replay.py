@@ -432,17 +432,17 @@ class Replay:
                 out._volatile = True
         return out if single is not None else outputs
 
-    def realization(self, targets: list) -> RealizationStep | None:
-        """The recorded realization at the cursor, if it realized `targets` (the values
-        this call asks for, and every value still referenced): then the call follows it
-        (`CompileTrace.realize` runs its graph); None: the call diverges."""
+    def realization(self, value) -> RealizationStep | None:
+        """The recorded realization at the cursor, if it asked for `value`: then the call
+        follows it (`CompileTrace.realize` runs its graph, which computes the values the
+        recorded call still referenced too: values of the nodes followed); None: the call
+        diverges."""
         realizations = self.recording.realizations
         index = self.realization_index
         if index >= len(realizations):
             return None
         step = realizations[index]
-        if (step.position != self.position or step.n_inputs != self.n_inputs
-                or len(step.targets) != len(targets) or any(a != b for a, b in zip(step.targets, targets))):
+        if step.position != self.position or step.n_inputs != self.n_inputs or step.targets[0] != value:
             return None
         self.realization_index = index + 1
         return step
