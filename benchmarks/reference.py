@@ -126,7 +126,7 @@ def reference_small_chain(inputs: dict) -> dict:
     return {"loss": np.array(v10.sum()), "grad_x": dx}
 
 
-def check(outputs: dict, reference: dict, label: str = "") -> None:
+def check(outputs: dict, reference: dict, label: str = "", against: str = "the float64 reference") -> None:
     """Raise `Mismatch` unless every reference output is present and within tolerance."""
     missing = sorted(set(reference) - set(outputs))
     if missing:
@@ -149,4 +149,4 @@ def check(outputs: dict, reference: dict, label: str = "") -> None:
                             f"got {out[worst]!r}, expected {ref[worst]!r} (max |ref| "
                             f"{float(np.abs(ref).max()):.3g})")
     if problems:
-        raise Mismatch(f"{label}: result differs from the float64 reference:\n  " + "\n  ".join(problems))
+        raise Mismatch(f"{label}: result differs from {against}:\n  " + "\n  ".join(problems))

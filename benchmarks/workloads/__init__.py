@@ -13,13 +13,25 @@ process left on disk.
 
 from __future__ import annotations
 
-from workloads import w1_bias_gelu, w2_layer_norm, w3_cross_entropy, w4_mlp_sgd, w5_small_chain
+from workloads import (
+    w1_bias_gelu,
+    w2_layer_norm,
+    w3_cross_entropy,
+    w4_mlp_sgd,
+    w5_small_chain,
+    w7_gpt,
+    w8_lstm_lm,
+    w9_mnist_cnn,
+    w10_char_rnn,
+    w11_data_dependent,
+)
 
-MODULES = [w1_bias_gelu, w2_layer_norm, w3_cross_entropy, w4_mlp_sgd, w5_small_chain]
+MODULES = [w1_bias_gelu, w2_layer_norm, w3_cross_entropy, w4_mlp_sgd, w5_small_chain,
+           w7_gpt, w8_lstm_lm, w9_mnist_cnn, w10_char_rnn, w11_data_dependent]
 CASES = {case: module for module in MODULES for case in module.CASES}
 DESCRIPTIONS = {case: module.CASES[case] for case, module in CASES.items()}
 COLD_START = {"W1": "W1-fwdbwd", "W2": "W2-fwdbwd", "W4": "W4-step"}
-WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W6"]
+WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11"]
 
 
 def cases_of(workload: str) -> list[str]:
