@@ -4,7 +4,7 @@
     python benchmarks/worker.py first-call --peer P --case C [--smoke]
     python benchmarks/worker.py idle --peer P
     python benchmarks/worker.py bandwidth [--smoke]
-    python benchmarks/worker.py reference --case C --output PATH.npz [--smoke]
+    python benchmarks/worker.py reference --cases C1,C2 [--smoke]   (into $TRACEGRAD_BENCH_REFERENCE_DIR)
     python benchmarks/worker.py gemm --cases C1,C2 [--smoke]
 
 `run`: import the library, build the step, call it once (the first-call time, which
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import tempfile
 import time
@@ -85,21 +86,25 @@ def _reference_peer() -> tuple[str, str]:
     return "tracegrad-eager", "float64"
 
 
+def _reference_path(directory: str, case: str, smoke: bool) -> str:
+    return os.path.join(directory, f"{case}{'-smoke' if smoke else ''}.npz")
+
+
 def _peer_reference(args) -> tuple[dict, str]:
-    """The reference outputs of a real-model workload: computed by `worker.py reference` in
-    a separate process (so this child never imports the other library), once per case and
-    size in the driver's scratch directory, and read back."""
-    import os
+    """The reference outputs of a real-model workload, computed by `worker.py reference` in
+    a separate process (so this child never imports the other library). The driver runs
+    that once for all its cases into its scratch directory; a child started alone (no
+    directory given) runs it itself."""
     import subprocess
 
     import numpy as np
     peer, dtype = _reference_peer()
     directory = os.environ.get(REFERENCE_DIR_ENV) or tempfile.mkdtemp(prefix="bench-reference-")
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"{args.case}{'-smoke' if args.smoke else ''}.npz")
+    path = _reference_path(directory, args.case, args.smoke)
     if not os.path.exists(path):
-        argv = [sys.executable, os.path.abspath(__file__), "reference", "--case", args.case, "--output", path]
-        done = subprocess.run(argv + (["--smoke"] if args.smoke else []), capture_output=True, text=True)
+        argv = [sys.executable, os.path.abspath(__file__), "reference", "--cases", args.case]
+        done = subprocess.run(argv + (["--smoke"] if args.smoke else []), capture_output=True, text=True,
+                              env=dict(os.environ, **{REFERENCE_DIR_ENV: directory}))
         if done.returncode != 0:
             raise RuntimeError(f"the reference run ({peer}, {dtype}) failed:\n{done.stderr[-3000:]}")
     with np.load(path) as data:
@@ -107,23 +112,24 @@ def _peer_reference(args) -> tuple[dict, str]:
 
 
 def reference_run(args) -> dict:
-    """Run a real-model workload's `CHECK_STEPS` steps with the reference peer and save the
-    compared quantities to `--output` (written to a temporary name first: two children may
-    race for the same case)."""
-    import os
-
+    """Run each real-model case's `CHECK_STEPS` steps with the reference peer and save the
+    compared quantities in the reference directory (written to a temporary name first:
+    a child may be computing the same case)."""
     import numpy as np
     from workloads import CASES
     peer, dtype = _reference_peer()
     peers.setup(peer)
-    module = CASES[args.case]
-    inputs = module.make_inputs(args.case, args.smoke)
-    step = module.build(peer, args.case, {k: v.copy() for k, v in inputs.items()}, dtype=dtype)
-    outputs, _ = _first_outputs(module, step)
-    expected = _outputs_as_numpy(module, outputs, inputs)
-    partial = f"{args.output}.{os.getpid()}.npz"
-    np.savez(partial, **expected)
-    os.replace(partial, args.output)
+    directory = os.environ[REFERENCE_DIR_ENV]
+    os.makedirs(directory, exist_ok=True)
+    for case in args.cases.split(","):
+        module = CASES[case]
+        inputs = module.make_inputs(case, args.smoke)
+        step = module.build(peer, case, {k: v.copy() for k, v in inputs.items()}, dtype=dtype)
+        outputs, _ = _first_outputs(module, step)
+        path = _reference_path(directory, case, args.smoke)
+        partial = f"{path}.{os.getpid()}.npz"
+        np.savez(partial, **_outputs_as_numpy(module, outputs, inputs))
+        os.replace(partial, path)
     return {"peer": peer, "dtype": dtype}
 
 
@@ -240,8 +246,7 @@ def main(argv=None) -> int:
     parser.add_argument("--case")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--output", help="reference: where to save the outputs (.npz)")
-    parser.add_argument("--cases", help="gemm: comma-separated real-model cases")
+    parser.add_argument("--cases", help="reference, gemm: comma-separated real-model cases")
     args = parser.parse_args(argv)
     handler = {"run": run, "first-call": first_call, "idle": idle, "bandwidth": bandwidth,
                "reference": reference_run, "gemm": gemm}[args.mode]

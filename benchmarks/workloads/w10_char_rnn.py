@@ -75,16 +75,23 @@ def gemms(case: str, inputs: dict) -> list:
     return gemms
 
 
+def parameter_count(inputs: dict) -> int:
+    return (N_LETTERS + N_HIDDEN + 1) * (N_HIDDEN + N_CATEGORIES)
+
+
 def min_bytes(case: str, inputs: dict) -> int:
-    parameters = (N_LETTERS + N_HIDDEN + 1) * (N_HIDDEN + N_CATEGORIES)
     # SGD reads and writes the parameters once per example
     examples = len(inputs["categories"])
-    return examples * _models.state_bytes(parameters, 1, 0) + sum(x.nbytes for x in _lines(inputs))
+    return examples * _models.state_bytes(parameter_count(inputs), 1, 0) + sum(x.nbytes for x in _lines(inputs))
+
+
+def make_model(torch, inputs: dict):
+    return program(torch)(N_LETTERS, N_HIDDEN, N_CATEGORIES)
 
 
 def build(peer: str, case: str, inputs: dict, dtype: str = "float32"):
     torch = _models.library(peer)
-    rnn = program(torch)(N_LETTERS, N_HIDDEN, N_CATEGORIES)
+    rnn = make_model(torch, inputs)
     if dtype == "float64":
         rnn = rnn.double()
         torch.set_default_dtype(torch.float64)  # initHidden's zeros, as the model's dtype

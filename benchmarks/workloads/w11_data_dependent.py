@@ -97,18 +97,26 @@ def gemms(case: str, inputs: dict) -> list:
             + _models.linear_gemms(s["batch"], s["hidden"], s["classes"]))
 
 
-def min_bytes(case: str, inputs: dict) -> int:
+def parameter_count(inputs: dict) -> int:
     s = _sizes(inputs)
-    parameters = (s["n_in"] + 1) * s["hidden"] + s["hidden"] ** 2 + (s["hidden"] + 1) * s["classes"]
+    return (s["n_in"] + 1) * s["hidden"] + s["hidden"] ** 2 + (s["hidden"] + 1) * s["classes"]
+
+
+def min_bytes(case: str, inputs: dict) -> int:
     # SGD with momentum reads and writes the parameters and the momentum buffers
-    return _models.state_bytes(parameters, 2, inputs["x"][0].nbytes + inputs["labels"][0].nbytes)
+    return _models.state_bytes(parameter_count(inputs), 2, inputs["x"][0].nbytes + inputs["labels"][0].nbytes)
+
+
+def make_model(torch, inputs: dict):
+    s = _sizes(inputs)
+    return program(torch)(s["n_in"], s["hidden"], s["classes"], TOL, MAX_ITER)
 
 
 def build(peer: str, case: str, inputs: dict, dtype: str = "float32"):
     torch = _models.library(peer)
     F = torch.nn.functional
     s = _sizes(inputs)
-    model = program(torch)(s["n_in"], s["hidden"], s["classes"], TOL, MAX_ITER)
+    model = make_model(torch, inputs)
     if dtype == "float64":
         model = model.double()
     _models.load_parameters(torch, model, seed=11, overrides={"rec.weight": _initial_rec(s["hidden"])})

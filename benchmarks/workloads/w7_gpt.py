@@ -164,10 +164,13 @@ def min_bytes(case: str, inputs: dict) -> int:
     return _models.state_bytes(parameter_count(inputs), 3, inputs["x"][0].nbytes * 2)
 
 
+def make_model(torch, inputs: dict):
+    return program(torch)(_sizes(inputs))
+
+
 def build(peer: str, case: str, inputs: dict, dtype: str = "float32"):
     torch = _models.library(peer)
-    s = _sizes(inputs)
-    model = program(torch)(s)
+    model = make_model(torch, inputs)
     if dtype == "float64":
         model = model.double()
     _models.load_parameters(torch, model, seed=7, init=lambda name, shape: "normal")

@@ -108,11 +108,16 @@ def min_bytes(case: str, inputs: dict) -> int:
     return _models.state_bytes(parameter_count(inputs), 1, window)
 
 
+def make_model(torch, inputs: dict):
+    s = _sizes(inputs)
+    return program(torch)[0](s["ntoken"], s["emsize"], s["nhid"], s["nlayers"])
+
+
 def build(peer: str, case: str, inputs: dict, dtype: str = "float32"):
     torch = _models.library(peer)
     s = _sizes(inputs)
-    RNNModel, repackage_hidden, get_batch = program(torch)
-    model = RNNModel(s["ntoken"], s["emsize"], s["nhid"], s["nlayers"])
+    _, repackage_hidden, get_batch = program(torch)
+    model = make_model(torch, inputs)
     if dtype == "float64":
         model = model.double()
     _models.load_parameters(torch, model, seed=8)

@@ -99,11 +99,15 @@ def min_bytes(case: str, inputs: dict) -> int:
     return _models.state_bytes(parameter_count(inputs), 3, batch_bytes)
 
 
+def make_model(torch, inputs: dict):
+    return program(torch)(_sizes(inputs)["image"])
+
+
 def build(peer: str, case: str, inputs: dict, dtype: str = "float32"):
     torch = _models.library(peer)
     F = torch.nn.functional
     s = _sizes(inputs)
-    model = program(torch)(s["image"])
+    model = make_model(torch, inputs)
     if dtype == "float64":
         model = model.double()
     _models.load_parameters(torch, model, seed=9)
