@@ -74,8 +74,9 @@ def _check(module, args, outputs: dict, inputs: dict) -> None:
         expected, against = module.reference_outputs(args.case, inputs), "the float64 reference"
     else:
         expected, against = _peer_reference(args)
+    floors = module.check_floors(expected) if hasattr(module, "check_floors") else None
     reference.check(_outputs_as_numpy(module, outputs, inputs), expected, f"{args.peer} on {args.case}",
-                    against=against)
+                    against=against, floors=floors)
 
 
 def _reference_peer() -> tuple[str, str]:

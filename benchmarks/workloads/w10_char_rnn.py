@@ -22,6 +22,7 @@ N_LETTERS, N_HIDDEN, N_CATEGORIES = 57, 128, 18
 LENGTHS, SMOKE_LENGTHS = (3, 5, 6, 7, 9, 12), (2, 3)
 LEARNING_RATE = 0.005
 postprocess = _models.postprocess
+check_floors = _models.check_floors
 
 
 def program(torch):

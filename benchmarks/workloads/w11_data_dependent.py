@@ -22,6 +22,7 @@ SIZES = {"batch": 32, "n_in": 64, "hidden": 256, "classes": 10}
 SMOKE_SIZES = {"batch": 4, "n_in": 8, "hidden": 16, "classes": 3}
 BATCHES, TOL, MAX_ITER, SCALE = 4, 1e-4, 50, 0.8
 postprocess = _models.postprocess
+check_floors = _models.check_floors
 
 
 def program(torch):

@@ -26,6 +26,7 @@ SMOKE_SIZES = {"batch": 2, "block": 8, "embd": 16, "head": 2, "layer": 1, "vocab
 BATCHES = 8
 LR = 1e-3
 postprocess = _models.postprocess
+check_floors = _models.check_floors
 
 
 def program(torch):

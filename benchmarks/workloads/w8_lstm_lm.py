@@ -22,6 +22,7 @@ SMOKE_SIZES = {"ntoken": 50, "emsize": 16, "nhid": 16, "nlayers": 2, "bptt": 5, 
 WINDOWS = 6  # bptt windows in the token stream; the step cycles through them
 LR, CLIP = 20.0, 0.25
 postprocess = _models.postprocess
+check_floors = _models.check_floors
 
 
 def program(torch):

@@ -21,6 +21,7 @@ CHECK_STEPS = _models.CHECK_STEPS
 SIZES = {"image": 28, "batch": 64, "batches": 10}
 SMOKE_SIZES = {"image": 10, "batch": 4, "batches": 3}
 postprocess = _models.postprocess
+check_floors = _models.check_floors
 
 
 def _pooled(image: int) -> int:
