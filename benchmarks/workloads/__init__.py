@@ -6,6 +6,10 @@ A workload module defines `CASES` (case id -> description), `make_inputs(case, s
 (a zero-argument step returning a dict of outputs) and optionally
 `postprocess(outputs, inputs)` (maps the outputs to the reference's keys).
 
+The real-model workloads (W7-W11) replace `reference_outputs` with a run of the same
+program in PyTorch eager (see `_models.py`) and add `PEERS` (the rows they have),
+`CHECK_STEPS`, `gemms` and `parameter_count` (their roofline and GEMM estimate).
+
 W6 (first-call time) has no module of its own: it runs the cases in `COLD_START` in a
 fresh process, once with an empty compiler cache and once with the cache the first
 process left on disk.
@@ -35,5 +39,5 @@ WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11"]
 
 
 def cases_of(workload: str) -> list[str]:
-    """The case ids of workload `W1`..`W5` (W6 is handled by the driver)."""
+    """The case ids of workload `W1`..`W11` (W6 is handled by the driver)."""
     return [case for case in CASES if case.split("-")[0] == workload]

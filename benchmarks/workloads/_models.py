@@ -9,8 +9,9 @@ holds what every such workload needs around that program:
   wrapped in `torch.compile` / `tg.compile` for the compiled peers.
 - `load_parameters`: every parameter drawn once with NumPy (seeded by its name), so both
   libraries start from the same weights whatever their own initialization draws.
-- `gemm_flops`, `adam_like_bytes`: the analytic GEMM FLOP count and the roofline's
+- `linear_gemms`, `gemm_flops`, `state_bytes`: the analytic GEMM count and the roofline's
   minimum traffic, from the model's shapes (documented in benchmarks/README.md).
+- `postprocess`, `check_floors`: what the check compares, and its float32 floor.
 
 Their correctness check is not a float64 NumPy reference: the worker runs the same
 program in PyTorch eager (float32) in a separate process, or, without PyTorch, in
