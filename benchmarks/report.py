@@ -11,7 +11,8 @@ import os
 from workloads import DESCRIPTIONS
 
 SHORT = {"W1-fwd": "W1 fwd", "W1-fwdbwd": "W1 fwd+bwd", "W2-fwdbwd": "W2 fwd+bwd", "W3-fwdbwd": "W3 fwd+bwd",
-         "W4-step": "W4 SGD step", "W5-fwdbwd": "W5 fwd+bwd"}
+         "W4-step": "W4 SGD step", "W5-fwdbwd": "W5 fwd+bwd", "W7-gpt": "W7 GPT step", "W8-lstm": "W8 LSTM LM step",
+         "W9-mnist": "W9 MNIST CNN step", "W10-charrnn": "W10 char-RNN step", "W11-fixedpoint": "W11 fixed-point step"}
 
 
 def fmt_time(seconds: float | None) -> str:
@@ -74,19 +75,40 @@ def markdown(meta: dict, results: list[dict]) -> str:
               f"({meta['bandwidth_gbs']:.1f} GB/s, NumPy copy of {fmt_bytes(meta['bandwidth_array_bytes'])}, "
               f"read+written), shown as bound (bound / median). Peak RSS Δ: child's peak resident set while timing "
               f"(W6: through the first call) minus an idle child that only imported the library.",
-              "",
-              "| Workload | Library | Median | × NumPy | Roofline bound (attained) | Peak RSS Δ | Notes |",
-              "|---|---|---:|---:|---:|---:|---|"]
+              ""]
+    if meta.get("gemm_cases"):
+        lines += [f"Real-model training steps (W7-W11): checked over their first steps against the same program in "
+                  f"PyTorch eager (float32; tracegrad eager in float64 without PyTorch); × torch = median / PyTorch "
+                  f"eager's median. Their roofline adds the step's GEMM FLOPs at the measured GEMM peak "
+                  f"({meta['gemm_peak_gflops']:.0f} GFLOP/s, 1024³ float32, fastest of {meta['gemm_libraries']}) to "
+                  f"the minimum traffic. GEMM est. (share): the time the step's products take when each runs alone "
+                  f"in the fastest of those GEMMs for its shape, and its share of the median (an estimate, not a "
+                  f"profile).", ""]
+    lines += ["| Workload | Library | Median | × NumPy | × torch | Roofline bound (attained) | GEMM est. (share) "
+              "| Peak RSS Δ | Notes |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
         time_s = r.get("median_s") if r["kind"] == "steady" else r.get("first_call_s")
         ratio = f"{r['ratio_to_numpy']:.2f}" if r.get("ratio_to_numpy") is not None else "—"
+        to_torch = f"{r['ratio_to_torch']:.2f}" if r.get("ratio_to_torch") is not None else "—"
+        products = meta.get("gemm_cases", {}).get(r["case"])
+        share = (f"{fmt_time(products['gemm_s'])} ({100 * r['gemm_share']:.0f}%)"
+                 if products and r.get("gemm_share") is not None else "—")
         bound = (f"{fmt_time(r['bound_s'])} ({100 * r['bound_s'] / time_s:.0f}%)"
                  if r.get("bound_s") and time_s else "—")
         lines.append(f"| {case_label(r)} | {r['peer']} | {fmt_time(time_s) if r['status'] == 'ok' else '—'} | "
-                     f"{ratio} | {bound} | {fmt_bytes(r.get('rss_delta_bytes'))} | {_notes(r)} |")
+                     f"{ratio} | {to_torch} | {bound} | {share} | {fmt_bytes(r.get('rss_delta_bytes'))} | "
+                     f"{_notes(r)} |")
     lines += ["", "Workloads:", ""]
-    lines += [f"- {SHORT[case]}: {text}" for case, text in DESCRIPTIONS.items()
-              if any(r["case"] == case for r in results)]
+    for case, text in DESCRIPTIONS.items():
+        if not any(r["case"] == case for r in results):
+            continue
+        products = meta.get("gemm_cases", {}).get(case)
+        if products:
+            rate = products["gemm_flops"] / products["gemm_s"] / 1e9 if products["gemm_s"] else float("nan")
+            text += (f"; GEMMs {products['gemm_flops'] / 1e9:.3f} GFLOP per step in {products['products']} "
+                     f"products, {fmt_time(products['gemm_s'])} alone ({rate:.0f} GFLOP/s at these shapes)")
+        lines.append(f"- {SHORT[case]}: {text}")
     return "\n".join(lines) + "\n"
 
 

@@ -52,12 +52,13 @@ class Runner:
                        capture_output=True, timeout=self.timeout, check=True)
 
     def child(self, mode: str, peer: str | None = None, case: str | None = None,
-              cache_dir: str | None = None) -> dict:
-        argv = [sys.executable, WORKER, mode, "--repeats", str(self.repeats)]
+              cache_dir: str | None = None, extra: tuple = ()) -> dict:
+        argv = [sys.executable, WORKER, mode, "--repeats", str(self.repeats), *extra]
         argv += ["--peer", peer] if peer else []
         argv += ["--case", case] if case else []
         argv += ["--smoke"] if self.smoke else []
         env = peers.child_env(os.environ, cache_dir or os.path.join(self.scratch, "cache"))
+        env[worker.REFERENCE_DIR_ENV] = os.path.join(self.scratch, "references")  # one per case, shared
         # Measure the tracegrad of this checkout, whichever one is installed.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
         label = " ".join(x for x in (mode, peer, case) if x)
@@ -161,7 +162,13 @@ def main(argv=None) -> int:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             bandwidth = runner.child("bandwidth")
             baselines = dict(zip(selected, pool.map(lambda p: runner.child("idle", p), selected)))
-            pairs = [(case, peer) for w in workloads if w != "W6" for case in cases_of(w) for peer in selected]
+            pairs = [(case, peer) for w in workloads if w != "W6" for case in cases_of(w) for peer in selected
+                     if peer in getattr(CASES[case], "PEERS", peers.PEERS)]
+            modelled = [case for case in dict.fromkeys(case for case, _ in pairs) if hasattr(CASES[case], "gemms")]
+            gemm = runner.child("gemm", extra=("--cases", ",".join(modelled))) if modelled else {}
+            checked = [case for case in modelled if not hasattr(CASES[case], "reference_outputs")]
+            if checked:  # the real models' references: one process imports the reference library once
+                runner.child("reference", extra=("--cases", ",".join(checked)))
             steady = list(pool.map(lambda cp: {"kind": "steady", **runner.child("run", cp[1], cp[0])}, pairs))
             cold_pairs = [(COLD_START[w], p) for w in COLD_START if "W6" in workloads
                           for p in selected if peers.PEERS[p].compiled]
@@ -169,7 +176,7 @@ def main(argv=None) -> int:
     finally:
         runner.close()
     cold_pairs = [cp for cp in cold_pairs for _ in ("cold", "warm")]
-    results = _assemble(pairs, steady, cold_pairs, cold, baselines, bandwidth)
+    results = _assemble(pairs, steady, cold_pairs, cold, baselines, bandwidth, gemm)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)), "smoke": args.smoke,
             "repeats": repeats, "cpu": _cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
             "load_before": load_before, "load_after": _load(), "duration_s": time.time() - started,
@@ -178,6 +185,8 @@ def main(argv=None) -> int:
             "threads": {p: peers.PEERS[p].threads for p in selected},
             "bandwidth_gbs": bandwidth.get("copy_bytes_per_s", float("nan")) / 1e9,
             "bandwidth_array_bytes": bandwidth.get("array_bytes"),
+            "gemm_peak_gflops": gemm["peak_flops_per_s"] / 1e9 if gemm.get("peak_flops_per_s") else None,
+            "gemm_libraries": gemm.get("libraries"), "gemm_cases": gemm.get("cases", {}),
             "command": " ".join([os.path.basename(sys.executable), "benchmarks/run.py", *(argv or sys.argv[1:])])}
     table = report.markdown(meta, results)
     print(table)
@@ -191,10 +200,13 @@ def main(argv=None) -> int:
     return 0
 
 
-def _assemble(pairs, steady, cold_pairs, cold, baselines, bandwidth) -> list[dict]:
-    """Attach case/peer names, the ratio to NumPy, the roofline bound and the RSS delta."""
+def _assemble(pairs, steady, cold_pairs, cold, baselines, bandwidth, gemm) -> list[dict]:
+    """Attach case/peer names, the ratios to NumPy and to PyTorch eager, the roofline bound,
+    the estimated GEMM share (real models) and the RSS delta."""
     results = []
     numpy_time = {case: r.get("median_s") for (case, peer), r in zip(pairs, steady) if peer == "numpy"}
+    torch_time = {case: r.get("median_s") for (case, peer), r in zip(pairs, steady) if peer == "torch"}
+    peak = gemm.get("peak_flops_per_s")
     steady_time = {(case, peer): r.get("median_s") for (case, peer), r in zip(pairs, steady)}
     bytes_per_s = bandwidth.get("copy_bytes_per_s")
     for (case, peer), r in list(zip(pairs, steady)) + list(zip(cold_pairs, cold)):
@@ -205,8 +217,15 @@ def _assemble(pairs, steady, cold_pairs, cold, baselines, bandwidth) -> list[dic
         if r["kind"] == "steady" and r["status"] == "ok":
             if numpy_time.get(case):
                 r["ratio_to_numpy"] = r["median_s"] / numpy_time[case]
+            if torch_time.get(case):
+                r["ratio_to_torch"] = r["median_s"] / torch_time[case]
             if r.get("min_bytes") and bytes_per_s:
                 r["bound_s"] = r["min_bytes"] / bytes_per_s
+            products = gemm.get("cases", {}).get(case)
+            if products and peak and "bound_s" in r:
+                # roofline of a training step: its GEMM FLOPs at the peak plus its minimum traffic
+                r["bound_s"] += products["gemm_flops"] / peak
+                r["gemm_share"] = products["gemm_s"] / r["median_s"]
         elif r["kind"] != "steady":
             r["steady_s"] = steady_time.get((case, peer))
         results.append(r)

@@ -2,8 +2,10 @@
 
 Runs `python benchmarks/run.py --smoke` for the peers that need nothing beyond
 tracegrad's own dependencies (numpy, tracegrad eager and compiled): every workload
-checks its result against the float64 reference in a child process, and the driver
-writes the table and the JSON. Optional peers (torch, jax) are not required.
+checks its result against its reference in a child process (W1-W5: float64 NumPy; the
+real models W7-W11: the same program in PyTorch eager, or without PyTorch in tracegrad
+eager float64), and the driver writes the table and the JSON. Optional peers (torch, jax)
+are not required.
 """
 
 import json
@@ -29,7 +31,12 @@ def test_smoke_suite_checks_every_pair(tmp_path):
     assert all(r["status"] == "ok" for r in results), [r for r in results if r["status"] != "ok"]
     steady = {(r["case"], r["peer"]) for r in results if r["kind"] == "steady"}
     cases = ["W1-fwd", "W1-fwdbwd", "W2-fwdbwd", "W3-fwdbwd", "W4-step", "W5-fwdbwd"]
-    assert steady == {(c, p) for c in cases for p in CORE_PEERS}
+    real_models = ["W7-gpt", "W8-lstm", "W9-mnist", "W10-charrnn", "W11-fixedpoint"]
+    assert steady == ({(c, p) for c in cases for p in CORE_PEERS}
+                      | {(c, p) for c in real_models for p in CORE_PEERS if p != "numpy"})
+    modelled = {r["case"]: r for r in results if r["case"] in real_models}
+    assert all(r["bound_s"] > 0 and r["gemm_share"] > 0 for r in modelled.values())
+    assert set(data["meta"]["gemm_cases"]) == set(real_models)
     first_calls = {(r["case"], r["kind"]) for r in results if r["kind"] != "steady"}
     assert first_calls == {(c, k) for c in ("W1-fwdbwd", "W2-fwdbwd", "W4-step") for k in ("cold", "warm")}
     assert "| W1 fwd+bwd | tracegrad-compiled |" in done.stdout
