@@ -922,6 +922,13 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
                 position[ident] = len(outputs)
                 outputs.append(value)
     traced = trace.graph
+    number = traced._number
+    if len(outputs) > 1 and any(number[id(a.node)] + a.index > number[id(b.node)] + b.index
+                                for a, b in zip(outputs, outputs[1:])):
+        # In graph order, not in the order Python made the tensors (a followed call makes
+        # its saved tensors late): one graph, one key, one program.
+        outputs.sort(key=lambda value: number[id(value.node)] + value.index)
+        position = {(id(value.node), value.index): j for j, value in enumerate(outputs)}
     inputs = _input_arrays(trace)
     realized = trace.realized
     program = None
