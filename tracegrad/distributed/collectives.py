@@ -111,21 +111,26 @@ def _source_rank(name: str, src: int | None, group_src: int | None) -> int:
     return src
 
 
+def _check_rank_list(name: str, what: str, tensors, like: Tensor, role: str, world: int) -> None:
+    """`tensors` must be a list of `world` tensors with `like`'s shape and dtype."""
+    if not isinstance(tensors, list) or len(tensors) != world:
+        raise ValueError(f"{name}: {what} must be a list of world_size ({world}) tensors, "
+                         f"got {_describe(tensors)}")
+    for t in tensors:
+        _check_tensor(name, t)
+        if t.shape != like.shape or t.dtype is not like.dtype:
+            raise ValueError(f"{name}: every tensor of {what} must have the {role}'s shape "
+                             f"{list(like.shape)} and dtype {like.dtype.name}, got {list(t.shape)} "
+                             f"{t.dtype.name}")
+
+
 def all_gather(tensor_list: list[Tensor], tensor: Tensor, group: ProcessGroup | None = None,
                async_op: bool = False):
     """Fill `tensor_list[r]` with rank r's `tensor`, on every rank."""
     _check_tensor("all_gather", tensor)
     _check_group(group)
     world = default_backend().world_size
-    if not isinstance(tensor_list, list) or len(tensor_list) != world:
-        raise ValueError(f"all_gather: tensor_list must be a list of world_size ({world}) tensors, "
-                         f"got {_describe(tensor_list)}")
-    for out in tensor_list:
-        _check_tensor("all_gather", out)
-        if out.shape != tensor.shape or out.dtype is not tensor.dtype:
-            raise ValueError(f"all_gather: every tensor of tensor_list must have the input's shape "
-                             f"{list(tensor.shape)} and dtype {tensor.dtype.name}, got {list(out.shape)} "
-                             f"{out.dtype.name}")
+    _check_rank_list("all_gather", "tensor_list", tensor_list, tensor, "input", world)
     gathered = _bind(collective.ALL_GATHER, tensor, {"world_size": world})
     with no_grad():
         for rank, out in enumerate(tensor_list):
@@ -156,15 +161,7 @@ def reduce_scatter(output: Tensor, input_list: list[Tensor], op: ReduceOp = Redu
     _check_tensor("reduce_scatter", output)
     _check_group(group)
     world = default_backend().world_size
-    if not isinstance(input_list, list) or len(input_list) != world:
-        raise ValueError(f"reduce_scatter: input_list must be a list of world_size ({world}) tensors, "
-                         f"got {_describe(input_list)}")
-    for piece in input_list:
-        _check_tensor("reduce_scatter", piece)
-        if piece.shape != output.shape or piece.dtype is not output.dtype:
-            raise ValueError(f"reduce_scatter: every tensor of input_list must have the output's shape "
-                             f"{list(output.shape)} and dtype {output.dtype.name}, got {list(piece.shape)} "
-                             f"{piece.dtype.name}")
+    _check_rank_list("reduce_scatter", "input_list", input_list, output, "output", world)
     stacked = stack(input_list)
     _run(collective.REDUCE_SCATTER, stacked, output, {"op": _op_name("reduce_scatter", op), "world_size": world})
     return Work() if async_op else None
