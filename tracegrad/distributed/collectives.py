@@ -124,6 +124,13 @@ def _check_rank_list(name: str, what: str, tensors, like: Tensor, role: str, wor
                              f"{t.dtype.name}")
 
 
+def _check_world_whole(name: str, whole: Tensor, role: str, part: Tensor, parts: str, world: int) -> None:
+    """`whole` must hold `world` tensors like `part` (its dtype, world times its elements)."""
+    if whole.numel() != world * part.numel() or whole.dtype is not part.dtype:
+        raise ValueError(f"{name}: {role} tensor of shape {list(whole.shape)} ({whole.dtype.name}) must hold "
+                         f"world_size ({world}) {parts} of shape {list(part.shape)} ({part.dtype.name})")
+
+
 def all_gather(tensor_list: list[Tensor], tensor: Tensor, group: ProcessGroup | None = None,
                async_op: bool = False):
     """Fill `tensor_list[r]` with rank r's `tensor`, on every rank."""
@@ -146,10 +153,7 @@ def all_gather_into_tensor(output_tensor: Tensor, input_tensor: Tensor, group: P
     _check_tensor("all_gather_into_tensor", input_tensor)
     _check_group(group)
     world = default_backend().world_size
-    if output_tensor.numel() != world * input_tensor.numel() or output_tensor.dtype is not input_tensor.dtype:
-        raise ValueError(f"all_gather_into_tensor: output tensor of shape {list(output_tensor.shape)} "
-                         f"({output_tensor.dtype.name}) must hold world_size ({world}) inputs of shape "
-                         f"{list(input_tensor.shape)} ({input_tensor.dtype.name})")
+    _check_world_whole("all_gather_into_tensor", output_tensor, "output", input_tensor, "inputs", world)
     _run(collective.ALL_GATHER, input_tensor, output_tensor, {"world_size": world}, tuple(output_tensor.shape))
     return Work() if async_op else None
 
@@ -174,10 +178,7 @@ def reduce_scatter_tensor(output: Tensor, input: Tensor, op: ReduceOp = ReduceOp
     _check_tensor("reduce_scatter_tensor", input)
     _check_group(group)
     world = default_backend().world_size
-    if input.numel() != world * output.numel() or input.dtype is not output.dtype:
-        raise ValueError(f"reduce_scatter_tensor: input tensor of shape {list(input.shape)} ({input.dtype.name}) "
-                         f"must hold world_size ({world}) outputs of shape {list(output.shape)} "
-                         f"({output.dtype.name})")
+    _check_world_whole("reduce_scatter_tensor", input, "input", output, "outputs", world)
     pieces = input.reshape((world, *output.shape))
     _run(collective.REDUCE_SCATTER, pieces, output, {"op": _op_name("reduce_scatter_tensor", op),
                                                       "world_size": world})
