@@ -1,8 +1,9 @@
 """Grad mode: `no_grad`, `enable_grad`, `set_grad_enabled`, `inference_mode`.
 
-The state is per thread, as in PyTorch. The active IR tracer (used to build backward
-graphs and, in the compiler, to trace functions) lives here too because dispatch reads
-all of it on every op.
+The state is per thread, as in PyTorch. The current trace lives here too because `bind`
+reads all of it on every op: `trace`, the one every op is handed to (the eager trace,
+`ops/trace.py`, unless another is entered), and `tracer`, the active graph trace (lazy
+values: building a backward graph, tracing a compiled function), or None.
 """
 
 from __future__ import annotations
@@ -11,14 +12,26 @@ import functools
 import threading
 
 
+_eager_trace = None  # the bottom trace, installed by `ops/trace.py` (a layer above this one)
+
+
 class _ModeState(threading.local):
     def __init__(self):
         self.grad_enabled = True
         self.inference = False
         self.tracer = None
+        self.trace = _eager_trace
 
 
 MODE = _ModeState()
+
+
+def set_eager_trace(trace) -> None:
+    """Install the trace that is current when no other is entered (in every thread)."""
+    global _eager_trace
+    _eager_trace = trace
+    if MODE.tracer is None:
+        MODE.trace = trace
 
 
 def is_grad_enabled() -> bool:

@@ -1,15 +1,22 @@
-"""The trace protocol: `bind` hands every op to the active trace (`process_primitive`), the
-autograd engine every backward (`process_backward`, `process_grad`), and nothing below the
-compiler knows which trace is active or whether it follows a recorded call."""
+"""The trace protocol: `bind` hands every op to the current trace (`process_primitive`), the
+autograd engine every backward (`process_backward`, `process_grad`); eager execution is the
+bottom trace, and nothing below the compiler knows which trace is active or whether it
+follows a recorded call."""
 
 import ast
+import inspect
 import pathlib
+import textwrap
+import threading
 
 import numpy as np
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
 from tracegrad.ir.graph import Graph
+from tracegrad.grad_mode import MODE
+from tracegrad.ops import dispatch
+from tracegrad.ops.trace import EAGER, EagerTrace
 from tracegrad.ops.tracer import Tracer
 
 PACKAGE = pathlib.Path(tg.__file__).parent
@@ -70,3 +77,61 @@ def test_only_the_compiler_knows_a_trace_may_follow_a_recorded_call():
             if isinstance(node, ast.Attribute) and node.attr == "replay":
                 readers.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert readers == []
+
+
+def test_bind_has_no_branch_it_hands_every_op_to_the_current_trace():
+    (function,) = ast.parse(textwrap.dedent(inspect.getsource(dispatch.bind))).body
+    body = [node for node in function.body if not isinstance(node, ast.Expr)]  # (the docstring)
+    assert len(body) == 1 and isinstance(body[0], ast.Return)
+
+
+def test_eager_execution_is_the_current_trace_when_none_is_entered_in_every_thread():
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append((MODE.trace, MODE.tracer)))
+    worker.start()
+    worker.join()
+    assert (MODE.trace, MODE.tracer) == (EAGER, None) and seen == [(EAGER, None)]
+    with CountingTrace() as trace:
+        assert (MODE.trace, MODE.tracer) == (trace, trace)
+        with CountingTrace() as inner:
+            assert MODE.trace is inner
+        assert MODE.trace is trace
+    assert (MODE.trace, MODE.tracer) == (EAGER, None)
+
+
+class CountingEagerTrace(EagerTrace):
+    """The eager trace, counting what it is handed."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def process_primitive(self, prim, inputs, attrs):
+        self.ops.append(prim.name)
+        return super().process_primitive(prim, inputs, attrs)
+
+
+def test_an_eager_subclass_made_current_sees_every_op_and_computes_them(monkeypatch):
+    counting = CountingEagerTrace()
+    monkeypatch.setattr(MODE, "trace", counting)
+    x = tg.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    y = (x.t() * 2.0).exp().sum()
+    monkeypatch.undo()
+    assert {"permute", "mul", "exp", "sum"} <= set(counting.ops)
+    np.testing.assert_allclose(y.item(), np.exp(2.0 * np.array([1.0, 2.0, 3.0, 4.0])).sum(), rtol=1e-6)
+
+
+def test_the_eager_backward_is_handed_to_the_eager_trace_and_its_cache_may_decline(monkeypatch):
+    handed = []
+
+    def declining(roots, targets, retain_graph):
+        handed.append(retain_graph)
+        return None
+
+    monkeypatch.setattr(EAGER, "_cached_backward", declining)
+    x = tg.tensor([0.5, -1.0], dtype=tg.float64, requires_grad=True)
+    (x * x).sum().backward()
+    (gx,) = tg.autograd.grad((x * x).sum(), [x], create_graph=True)  # never the cache
+    assert handed == [False]
+    np.testing.assert_allclose(x.grad.numpy(), [1.0, -2.0])
+    np.testing.assert_allclose(gx.detach().numpy(), [1.0, -2.0])

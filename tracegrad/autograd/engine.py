@@ -18,6 +18,7 @@ import numpy as np
 from tracegrad.grad_mode import MODE, enable_grad, no_grad, set_grad_enabled
 from tracegrad.autograd import backward_cache
 from tracegrad.autograd.autodiff import apply_hooks, forward_order, reverse_mode
+from tracegrad.ops.trace import EAGER
 from tracegrad.tensor import POST_ACCUMULATE_HOOKED, Tensor, _argument_of, owned_array
 
 _new_object = object.__new__
@@ -61,23 +62,29 @@ def _roots(outputs: list[Tensor], grad_outputs: list, what: str) -> list:
 
 
 def _run(roots, targets, retain_graph: bool, create_graph: bool, ready=None):
-    tracer = MODE.tracer
-    if ready is not None:  # (delivered while the walk goes on: never the cached backward)
+    if ready is not None:  # (delivered while the walk goes on: never a cached backward)
         return _transform(roots, targets, retain_graph, create_graph, ready)
-    if not create_graph and tracer is None:
-        cached = backward_cache.run(roots, targets, retain_graph)
-        if cached is not None:
-            return {value: Tensor._make(array, value.type) for value, array in cached.items()}
-    elif tracer is not None:
-        try:
-            # The trace may take the backward its own way (a compile trace replays one).
-            results = tracer.process_backward(roots, targets, retain_graph, create_graph)
-            if results is not None:
-                return results
-            return _transform(roots, targets, retain_graph, create_graph)
-        finally:
-            tracer.backwards += 1
-    return _transform(roots, targets, retain_graph, create_graph)
+    trace = MODE.trace
+    try:
+        # The trace may take the backward its own way: the eager trace from the backward
+        # cache, a compile trace by replaying a recorded one.
+        results = trace.process_backward(roots, targets, retain_graph, create_graph)
+        if results is not None:
+            return results
+        return _transform(roots, targets, retain_graph, create_graph)
+    finally:
+        trace.backward_done()
+
+
+def _cached_backward(roots, targets, retain_graph: bool):
+    """The eager trace's backward from the cache (`backward_cache.run`), or None."""
+    cached = backward_cache.run(roots, targets, retain_graph)
+    if cached is None:
+        return None
+    return {value: Tensor._make(array, value.type) for value, array in cached.items()}
+
+
+EAGER.use_cached_backward(_cached_backward)
 
 
 def _transform(roots, targets, retain_graph: bool, create_graph: bool, ready=None):
@@ -225,10 +232,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
          is_grads_batched: bool = False, materialize_grads: bool = False) -> tuple:
     """Gradients of `outputs` w.r.t. `inputs`, returned; `.grad` fields are left alone."""
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)  # (_as_list, inline)
-    tracer = MODE.tracer
-    if (tracer is not None and isinstance(outputs, Tensor) and grad_outputs is None
-            and not retain_graph and not create_graph):
-        answer = tracer.process_grad(outputs, inputs)  # (a compile trace may take it short)
+    if (isinstance(outputs, Tensor) and grad_outputs is None and not retain_graph
+            and not create_graph):
+        answer = MODE.trace.process_grad(outputs, inputs)  # (a compile trace may take it short)
         if answer is not None:
             return answer
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)

@@ -14,7 +14,7 @@ from tracegrad.ir import types
 from tracegrad.ops import REGISTRY
 from tracegrad.ops import elementwise as ew
 from tracegrad.grad_mode import MODE
-from tracegrad.ops.dispatch import NO_ATTRS, bind
+from tracegrad.ops.dispatch import NO_ATTRS
 from tracegrad.tensor import Tensor
 from tracegrad.functional._util import (as_operand, broadcast_to, check_operand, common_operands, composite,
                                         prepare, result_dtype)
@@ -30,10 +30,7 @@ def _binary(prim, name):
         else:
             common = common_operands(input, other)  # (prepare's common case, one frame less per op)
             a, b = common if common is not None else prepare(name, input, other)
-        tracer = MODE.tracer
-        if tracer is not None:  # (bind's hand-off to the trace, inline: one frame less per op)
-            return tracer.process_primitive(prim, (a, b), NO_ATTRS)
-        return bind(prim, (a, b))  # not through ew's function: one frame less per op
+        return MODE.trace.process_primitive(prim, (a, b), NO_ATTRS)  # (bind, inline)
     op.__name__ = name
     return op
 
@@ -59,10 +56,7 @@ def sub(input, other, *, alpha=1) -> Tensor:
 def div(input, other) -> Tensor:
     common = common_operands(input, other)
     if common is not None and common[0]._type.dtype.is_floating:
-        tracer = MODE.tracer
-        if tracer is not None:  # (bind's hand-off to the trace, inline)
-            return tracer.process_primitive(ew.DIV, (common[0], common[1]), NO_ATTRS)
-        return bind(ew.DIV, (common[0], common[1]))
+        return MODE.trace.process_primitive(ew.DIV, (common[0], common[1]), NO_ATTRS)  # (bind, inline)
     for operand in (input, other):
         check_operand("div", operand)
     dtype = result_dtype(input, other)
@@ -105,10 +99,7 @@ def _unary(prim, name, to_float: bool = False):
             raise TypeError(f"{name}(): argument 'input' must be Tensor, not {type(input).__name__}")
         if to_float and not input._type.dtype.is_floating:
             input = ew.convert(input, types.default_float)
-        tracer = MODE.tracer
-        if tracer is not None:  # (bind's hand-off to the trace, inline)
-            return tracer.process_primitive(prim, (input,), NO_ATTRS)
-        return bind(prim, (input,))
+        return MODE.trace.process_primitive(prim, (input,), NO_ATTRS)  # (bind, inline)
     op.__name__ = name
     return op
 
@@ -128,10 +119,7 @@ def _float_binary(prim, name):
                 check_operand(name, operand)
             dtype = result_dtype(input, other)
             a, b = prepare(name, input, other, dtype=dtype if dtype.is_floating else types.default_float)
-        tracer = MODE.tracer
-        if tracer is not None:  # (bind's hand-off to the trace, inline)
-            return tracer.process_primitive(prim, (a, b), NO_ATTRS)
-        return bind(prim, (a, b))
+        return MODE.trace.process_primitive(prim, (a, b), NO_ATTRS)  # (bind, inline)
     op.__name__ = name
     return op
 

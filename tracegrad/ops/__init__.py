@@ -1,6 +1,7 @@
 """The primitive table. Each module defines its primitives next to their bound functions;
 importing this package registers all of them in `REGISTRY`."""
 
+from tracegrad.ops import trace  # noqa: F401  (first: installs the eager trace bind hands ops to)
 from tracegrad.ops import (  # noqa: F401
     binary_math, collective, elementwise, indexing, linalg, movement, reduction, scan, sorting, special, unary_math,
 )

@@ -1,23 +1,19 @@
-"""`bind`: apply a primitive to tensors.
+"""`bind`: apply a primitive to tensors, and the autograd record every trace makes.
 
-This is the one entry point every op goes through. Without an active trace it runs the
-primitive's shape rule (so bad input fails before anything changes), computes with NumPy
-(eager execution) and records the node for autograd when grad mode is on and an input
-requires grad. With a trace active (`MODE.tracer`: a `Tracer`, `ops/tracer.py`) it hands
-the op to that trace, `tracer.process_primitive(prim, inputs, attrs)`, and knows nothing
-of what the trace does with it (append a node, follow a recorded call, ...).
+`bind` is the one entry point every op goes through. It hands the op to the current trace
+(`MODE.trace`, `ops/trace.py`), `trace.process_primitive(prim, inputs, attrs)`, and knows
+nothing of what the trace does with it: compute now (the eager trace), append a node (a
+graph trace, `ops/tracer.py`), follow a recorded call (the compiler's). `_record` and
+`_share_storage` are the autograd and view bookkeeping the traces share.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from tracegrad.grad_mode import MODE
 from tracegrad.ops.saved import SavedTensor
-from tracegrad.ir.graph import Node, Value, user_location
+from tracegrad.ir.graph import Node, Value
 from tracegrad.ops.layout import array_strides, value_strides, views_memory_of
-from tracegrad.ir.primitive import MOVEMENT, Primitive
-from tracegrad.tensor import Tensor
+from tracegrad.ir.primitive import Primitive
 
 
 NO_ATTRS: dict = {}  # the attributes of an op without any (one shared empty dict)
@@ -25,59 +21,7 @@ NO_ATTRS: dict = {}  # the attributes of an op without any (one shared empty dic
 
 def bind(prim: Primitive, inputs: tuple, attrs: dict = NO_ATTRS):
     """Apply `prim` to `inputs` (Tensors). Returns a Tensor, or a tuple for multi-output ops."""
-    mode = MODE
-    tracer = mode.tracer
-    if tracer is not None:
-        return tracer.process_primitive(prim, inputs, attrs)
-    # (No comprehensions on this path: in Python 3.11 each one is a function call.)
-    if len(inputs) == 1:
-        in_types = (inputs[0]._type,)
-    elif len(inputs) == 2:
-        in_types = (inputs[0]._type, inputs[1]._type)
-    else:
-        in_types = tuple(t._type for t in inputs)
-    out_types = prim.shape_rule(*in_types, **attrs) if attrs else prim.shape_rule(*in_types)
-    grad_enabled = mode.grad_enabled
-    volatile = requires_grad = False
-    for t in inputs:  # (Tracer.process_primitive and jit.replay mirror this loop: keep them alike)
-        if t._base is not None and grad_enabled:
-            t._check_view_is_current()
-        if t._volatile:
-            volatile = True
-        if t._requires_grad:
-            requires_grad = True
-        if t._data is None:
-            raise RuntimeError(f"{prim.name}: a traced (lazy) tensor was used outside of its trace")
-    if len(inputs) == 1:
-        arrays = (inputs[0]._data,)
-    elif len(inputs) == 2:
-        arrays = (inputs[0]._data, inputs[1]._data)
-    else:
-        arrays = tuple([t._data for t in inputs])
-    result = prim.impl(*arrays, **attrs) if attrs else prim.impl(*arrays)
-    if prim.num_outputs == 1:
-        if prim.kind != MOVEMENT and not result.flags.c_contiguous:
-            # NumPy keeps an operand's layout (order "K"); a computed result is C-ordered
-            # in compiled and fused code, and layout is observable (`contiguous()`).
-            result = np.ascontiguousarray(result)
-        outputs = (Tensor._make(result, out_types[0], mode.inference),)
-    else:
-        outputs = tuple(Tensor._make(array, typ, mode.inference) for array, typ in zip(result, out_types))
-    if prim.kind == MOVEMENT and len(inputs) == 1 and not outputs[0]._data.flags.owndata:
-        _share_storage(inputs[0], outputs[0])
-    if (requires_grad and grad_enabled and prim.vjp is not None and not volatile
-            and out_types[0].dtype.is_floating):
-        if len(inputs) == 1:
-            values = (inputs[0]._autograd_value(),)
-        elif len(inputs) == 2:
-            values = (inputs[0]._autograd_value(), inputs[1]._autograd_value())
-        else:
-            values = tuple([t._autograd_value() for t in inputs])
-        _record(prim, Node(prim, values, attrs, out_types, user_location(skip=1)), inputs, outputs)  # skip: bind
-    elif volatile:
-        for out in outputs:
-            out._volatile = True
-    return outputs[0] if prim.num_outputs == 1 else outputs
+    return MODE.trace.process_primitive(prim, inputs, attrs)
 
 
 def traced_view(prim: Primitive, n_inputs: int, out_type) -> bool:

@@ -22,6 +22,7 @@ from tracegrad.grad_mode import MODE
 from tracegrad.ir.graph import Graph, Node, Value, user_location
 from tracegrad.ir.primitive import Primitive
 from tracegrad.ops.dispatch import _record, _share_storage, traced_view
+from tracegrad.ops.trace import Trace
 from tracegrad.tensor import lazy_tensor
 
 
@@ -31,7 +32,7 @@ VIEW_WRITE_MESSAGE = (
     "base[index] = value), or use an out-of-place op.")
 
 
-class Tracer:
+class Tracer(Trace):
     version_checks = None  # when a list: collects (node, node.saved, saved tensor) per version check
     created = None  # when a list: a weak reference to every lazy tensor made while this tracer is active
     scalars = None  # when a dict: id -> (tensor, number, dtype) of each 0-d tensor `scalar_tensor` made
@@ -151,16 +152,11 @@ class Tracer:
         compile trace may take it in one step (`tracegrad.jit.composite`)."""
         return function(*args, **kwargs)
 
-    def process_backward(self, roots: list, targets, retain_graph: bool, create_graph: bool):
-        """A backward inside this trace (`autograd.backward` / `grad`): the gradients by
-        value (a dict), or None for the engine to run the gradient rules op by op, as here.
-        A compile trace may replay a recorded backward instead (`CompileTrace`)."""
-        return None
+    # process_backward, process_grad: the engine runs the gradient rules op by op inside
+    # this trace (`Trace`'s None); a compile trace may replay a recorded backward instead.
 
-    def process_grad(self, output, inputs: list):
-        """`autograd.grad(output, inputs)` in its usual form (one output, implicit seed,
-        graph not retained) taken short, or None (the general path), as here."""
-        return None
+    def backward_done(self) -> None:
+        self.backwards += 1
 
     def note_hooks(self) -> None:
         """Called before a hook is put on a traced node."""
@@ -241,10 +237,10 @@ class Tracer:
         return {value: tensor._data for tensor, value in self.captured.values()}
 
     def __enter__(self) -> Tracer:
-        self._previous = MODE.tracer
-        MODE.tracer = self
+        self._previous = MODE.tracer, MODE.trace
+        MODE.tracer = MODE.trace = self
         return self
 
     def __exit__(self, *exc) -> None:
-        MODE.tracer = self._previous
+        MODE.tracer, MODE.trace = self._previous
 
