@@ -17,6 +17,7 @@ from tracegrad.jit import replay as compile_replay
 from tracegrad.autograd import backward_cache, traced_backward
 from tracegrad.autograd.recency import RecencyCache
 from tracegrad.codegen import cache, program
+from tracegrad.codegen.program_cache import PROGRAMS
 from tracegrad.functional import eager_fusion
 
 
@@ -146,7 +147,7 @@ def test_reference_mode_runs_no_eager_fusion(monkeypatch):
     monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 0)
     monkeypatch.setattr(eager_fusion, "FUSE_AFTER", 1)
     monkeypatch.setattr(eager_fusion, "_seen", RecencyCache(eager_fusion.CAPACITY))
-    monkeypatch.setattr(eager_fusion, "_programs", {})
+    monkeypatch.setattr(eager_fusion, "_programs", PROGRAMS.user("eager fusion", eager_fusion.RECIPE))
     calls = _spy(monkeypatch, eager_fusion, "_run_fused")
     outside, inside = _outside_and_inside(_eager_training, calls)
     assert outside > 0 and inside == 0

@@ -14,7 +14,7 @@ own switch:
 | the eager backward cache (`autograd/backward_cache.py`)      | none                        |
 | eager fusion (`functional/eager_fusion.py`)                  | `TRACEGRAD_EAGER_COMPILE=0` |
 | the generated GEMM of large eager products (`matmul_step`)   | `TRACEGRAD_MATMUL=numpy`    |
-| a compiled function's in-memory program cache                | none                        |
+| the in-memory program cache (`codegen/program_cache.py`)     | none                        |
 | the disk cache of object code (`codegen/cache.py`)           | `TRACEGRAD_CACHE=0`         |
 | fused LLVM programs: graphs run by `ir.interpret` instead    | `backend="interpret"`       |
 
@@ -72,7 +72,6 @@ class InterpretedProgram:
     steps = ()
     interpreted = False  # (not a program the compile cache gives kernels when it runs again)
     nbytes = 0  # (what the compile cache counts: no machine code, no kept buffers)
-    last_use = 0
     dropped_checks = None  # (the reference mode interprets the unpruned graph: every op checks)
 
     def __init__(self, graph):

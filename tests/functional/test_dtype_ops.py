@@ -9,6 +9,7 @@ import pytest
 
 import tracegrad as tg
 from tracegrad.autograd import backward_cache
+from tracegrad.codegen.program_cache import PROGRAMS
 from tracegrad.functional import eager_fusion
 from tracegrad.ir import types
 
@@ -213,7 +214,7 @@ def test_eager_fusion_leaves_unlowered_dtypes_to_the_op_by_op_path(dtype, monkey
     # A fused program of these dtypes would be nothing but NumPy steps: slower than op by op.
     monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 1)
     monkeypatch.setattr(eager_fusion, "SINGLE_OP_FACTOR", 1)
-    monkeypatch.setattr(eager_fusion, "_programs", {})
+    monkeypatch.setattr(eager_fusion, "_programs", PROGRAMS.user("eager fusion", eager_fusion.RECIPE))
     x = _tensor(dtype)
     for _ in range(eager_fusion.FUSE_AFTER + 2):
         tg.softmax(x if x.dtype.is_floating else x.float(), 1)

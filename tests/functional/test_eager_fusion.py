@@ -8,6 +8,7 @@ import pytest
 import tracegrad as tg
 import tracegrad.nn.functional as F
 from tracegrad.autograd.recency import RecencyCache
+from tracegrad.codegen.program_cache import PROGRAMS
 from tracegrad.functional import eager_fusion
 
 
@@ -18,7 +19,7 @@ def _fuse_everything(monkeypatch):
     monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 0)
     monkeypatch.setattr(eager_fusion, "FUSE_AFTER", 1)
     monkeypatch.setattr(eager_fusion, "_seen", RecencyCache(eager_fusion.CAPACITY))
-    monkeypatch.setattr(eager_fusion, "_programs", {})
+    monkeypatch.setattr(eager_fusion, "_programs", PROGRAMS.user("eager fusion", eager_fusion.RECIPE))
 
 
 def _op_by_op(monkeypatch):

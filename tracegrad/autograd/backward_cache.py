@@ -4,6 +4,12 @@ every step. So the structure is described as a key, and a key seen before runs a
 backward program (NumPy steps at first, fused LLVM kernels once the key is hot) on the
 saved arrays, instead of re-running every gradient rule on tensors.
 
+The key here describes the *forward* graph as eager execution recorded it, in one walk that
+every eager backward pays (`_describe`); the backward program built from it is held in the
+shared program cache (`codegen/program_cache.py`) by the structural key of the *backward*
+graph, so two forward structures with one backward graph share one program, and the LLVM
+tier shares its programs with eager fusion (one recipe).
+
 Graphs with hooks, custom Functions or freed buffers take the direct path
 (`reverse_mode` on NumPy tensors), which also produces their error messages.
 `TRACEGRAD_EAGER_COMPILE=0` keeps cached backward programs on NumPy.
@@ -17,6 +23,7 @@ from tracegrad import reference
 from tracegrad.grad_mode import no_grad
 from tracegrad.autograd.recency import RecencyCache
 from tracegrad.autograd.autodiff import FREED, _leads_to_targets, forward_order, reverse_mode
+from tracegrad.codegen import program_cache
 from tracegrad.ir.graph import Graph, Node, Value, attr_key
 from tracegrad.ops.tracer import Tracer
 
@@ -25,7 +32,8 @@ NUMPY_AFTER = 2       # sightings of a structure before it gets a cached NumPy p
 # much as 2-4 runs of the NumPy program on large tensors (measured on W1-W4: 40-110 ms
 # against 25-45 ms saved per step), so a loop pays it back within its first steps.
 COMPILE_AFTER = 3
-CAPACITY = 256
+CAPACITY = 256            # forward structures remembered
+CACHE_BYTES = 32 * 2**20  # what each tier's programs may take in the program cache
 
 
 class _Entry:
@@ -43,15 +51,27 @@ class _Entry:
 
 _entries = RecencyCache(CAPACITY)  # key -> _Entry
 
+# The backward programs in the program cache, by the backward graph's structural key: the
+# NumPy tier, and the LLVM tier (built as eager fusion builds: one recipe, shared).
+_numpy_programs = program_cache.PROGRAMS.user("eager backward (NumPy)", "numpy", CACHE_BYTES)
+_compiled_programs = program_cache.PROGRAMS.user("eager backward", "optimized", CACHE_BYTES)
+
 
 class _Plan:
-    """A backward program and how to feed it: seeds first, then saved arrays in key order;
-    outputs are gradients of the values at `output_positions` (canonical numbering)."""
+    """A backward program (the program cache's entry, run while it is `live`) and how to
+    feed it: seeds first, then saved arrays in key order; outputs are gradients of the
+    values at `output_positions` (canonical numbering)."""
 
-    def __init__(self, program, output_positions: list[int], compiled: bool):
-        self.program = program
+    __slots__ = ("cached", "output_positions", "compiled")
+
+    def __init__(self, cached, output_positions: list[int], compiled: bool):
+        self.cached = cached
         self.output_positions = output_positions
         self.compiled = compiled
+
+    @property
+    def program(self):
+        return self.cached.program
 
 
 def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None):
@@ -184,14 +204,18 @@ def _compact(array, axes: tuple[int, ...]):
 def _build(order, roots, targets, values, saved, compiled: bool) -> _Plan | None:
     from tracegrad.codegen.program import build_numpy_program, build_program
     from tracegrad.ir.passes import optimize
+    from tracegrad.ir.structural_key import structural_key
     from tracegrad.ops.movement import expand
 
     graph = Graph(name="eager_backward")
+    arrays = [np.asarray(seed._data) for _, seed in roots]  # (for the key's aliasing part)
+    root_values = [v for v, _ in roots]
     with Tracer(graph) as tracer, no_grad():
-        seeds = [(v, tracer.input(v.type, f"grad{i}")) for i, v in enumerate(roots)]
+        seeds = [(v, tracer.input(v.type, f"grad{i}")) for i, v in enumerate(root_values)]
         inputs = {}
         for i, (_, s) in enumerate(saved):
             compact = _compact(s.data, _broadcast_axes(s.data))
+            arrays.append(compact)
             inputs[id(s)] = expand(tracer.input(_saved_type(compact), f"saved{i}"), s.data.shape)
         results = reverse_mode(seeds, targets, retain_graph=True, run_hooks=False,
                                unpack=lambda s, node: inputs[id(s)])
@@ -200,8 +224,13 @@ def _build(order, roots, targets, values, saved, compiled: bool) -> _Plan | None
         positions = [i for i, v in enumerate(values) if v in results and (
             targets is not None or v.node is None)]
         graph.outputs = [tracer.value_of(results[values[i]]) for i in positions]
-    program = build_program(optimize(graph)) if compiled else build_numpy_program(graph)
-    return _Plan(program, positions, compiled)
+    if compiled:
+        cached = program_cache.PROGRAMS.entry(_compiled_programs, structural_key(graph, arrays),
+                                              lambda: build_program(optimize(graph)))
+    else:
+        cached = program_cache.PROGRAMS.entry(_numpy_programs, structural_key(graph, arrays),
+                                              lambda: build_numpy_program(graph))
+    return _Plan(cached, positions, compiled)
 
 
 def _saved_type(array):
@@ -230,14 +259,17 @@ def run(roots: list[tuple[Value, object]], targets: list[Value] | None, retain_g
     if count < NUMPY_AFTER:
         return None
     plan = entry.plan
-    if plan is False or (plan is not None and not plan.compiled and count >= COMPILE_AFTER
-                         and reference.eager_compile()):
+    if plan is False or (plan is not None and (not plan.cached.live or (
+            not plan.compiled and count >= COMPILE_AFTER and reference.eager_compile()))):
         if any(s.data is None for _, s in saved):
             return None
         want_compiled = count >= COMPILE_AFTER and reference.eager_compile()
-        plan = entry.plan = _build(order, root_values, targets, values, saved, want_compiled)
+        plan = entry.plan = _build(order, roots, targets, values, saved, want_compiled)
     if plan is None:
         return None
+    program = plan.cached.program
+    if program is None:
+        return None  # (dropped by another thread since: built again by the next backward)
     arrays = [np.asarray(seed._data) for _, seed in roots]
     for (_, s), broadcast in zip(saved, axes):
         if s.data is None:
@@ -245,7 +277,7 @@ def run(roots: list[tuple[Value, object]], targets: list[Value] | None, retain_g
         if s.counter.value != s.version:
             return None  # the direct path raises PyTorch's in-place modification error
         arrays.append(_compact(s.data, broadcast) if broadcast else s.data)
-    outputs = plan.program.run(arrays)
+    outputs = program.run(arrays)
     if not retain_graph:
         # Free what the direct path frees: the nodes whose rules ran (towards the targets).
         # Which they are follows from the key (targets, which nodes save anything).

@@ -62,7 +62,6 @@ STEP_BYTES = 4096
 
 class Program:
     interpreted = False  # every step a NumPy step, kernels to come (`tracegrad.jit.function`)
-    last_use = 0  # when the compile cache last ran it (its count of hits then)
     dropped_checks = None  # index checks of the ops pruning dropped (set by tracegrad.jit.function)
 
     def __init__(self, graph: Graph, steps: list, slot_of: dict[Value, int], n_slots: int):

@@ -17,8 +17,10 @@ inline composites into their own graphs), inference mode, volatile or small tens
 (below `MIN_ELEMENTS`, where a kernel launch costs more than it saves), arguments of a dtype
 the code generator does not lower (float16, bfloat16, the narrow integers), the first sighting
 of a call signature (a one-off call does not pay for code generation), and everything
-when `TRACEGRAD_EAGER_COMPILE=0`. What lives elsewhere: the backward of these graphs
-(`autograd/backward_cache.py`), code generation (`codegen/`).
+when `TRACEGRAD_EAGER_COMPILE=0`. The programs are held in the shared program cache
+(`codegen/program_cache.py`) by the structural key of their graph, with the eager backward
+cache's LLVM tier, which builds them the same way. What lives elsewhere: the backward of
+these graphs (`autograd/backward_cache.py`), code generation (`codegen/`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import numpy as np
 from tracegrad import reference
 from tracegrad.grad_mode import MODE
 from tracegrad.autograd.recency import RecencyCache
+from tracegrad.codegen import program_cache
 from tracegrad.codegen.fusion import LOWERED_DTYPES
 from tracegrad.ir.graph import Graph, Node, Value
 from tracegrad.ops.tracer import Tracer
@@ -40,11 +43,16 @@ from tracegrad.tensor import Tensor
 MIN_ELEMENTS = 1 << 16  # the largest tensor argument must have this many elements
 SINGLE_OP_FACTOR = 16   # ... times this for one elementwise op (1M elements by default)
 FUSE_AFTER = 2          # sightings of a call signature before it runs fused
-CAPACITY = 256
+CAPACITY = 256          # call signatures remembered
+CACHE_BYTES = 32 * 2**20  # what its programs may take in the program cache
+# How the programs are built from a graph: `optimize`, then `build_program` (as the eager
+# backward cache's LLVM tier builds its own: one recipe, so the two share programs).
+RECIPE = "optimized"
 
 _lock = threading.Lock()
 _seen = RecencyCache(CAPACITY)  # call signature -> sightings
-_programs: dict[tuple, object] = {}  # structural key -> Program, or None (not fusable)
+# Its programs in the program cache, by structural key: a Program, or None (not fusable).
+_programs = program_cache.PROGRAMS.user("eager fusion", RECIPE, CACHE_BYTES)
 
 
 class _NotFusable(Exception):
@@ -271,20 +279,22 @@ def _program_graph(trace: FusionTrace, outputs: list[Value], given: dict) -> tup
 
 
 def _program(graph: Graph, inputs: list[np.ndarray]):
-    from tracegrad.codegen.program import build_program
     from tracegrad.ir.structural_key import structural_key
-    from tracegrad.ir.passes import optimize
 
     key = structural_key(graph, inputs)
-    with _lock:
-        if key in _programs:
-            return _programs[key]
-    try:
-        program = build_program(optimize(graph))
-    except Exception:  # noqa: BLE001 - a graph the code generator rejects runs op by op
-        program = None
-    with _lock:
-        if len(_programs) >= CAPACITY:
-            _programs.pop(next(iter(_programs)))
-        _programs[key] = program
+    cache = program_cache.PROGRAMS
+    program = cache.lookup(_programs, key)
+    if program is program_cache.MISSING:
+        program, _ = cache.program(_programs, key, lambda: _build(graph))
     return program
+
+
+def _build(graph: Graph):
+    """The program of `graph` by RECIPE, or None when the code generator rejects it."""
+    from tracegrad.codegen.program import build_program
+    from tracegrad.ir.passes import optimize
+
+    try:
+        return build_program(optimize(graph))
+    except Exception:  # noqa: BLE001 - a graph the code generator rejects runs op by op
+        return None

@@ -36,6 +36,7 @@ from tracegrad.jit.undo import UndoLog, index_checks_come_first, index_inputs_ch
 from tracegrad.grad_mode import MODE, no_grad
 from tracegrad.autograd.autodiff import FREED, reverse_mode
 from tracegrad.codegen import program as codegen_program
+from tracegrad.codegen import program_cache
 from tracegrad.codegen.program import Program, build_program
 from tracegrad.ir.structural_key import KeyedGraph, alias_pattern, owner, structural_key
 from tracegrad.ir.graph import Graph, Node, Value, user_location
@@ -476,15 +477,13 @@ class CacheInfo:
                 f"kernels={self.kernels}, compile_time={self.compile_time:.3f}s)")
 
 
-# The programs a compiled function keeps, in bytes as `Program.nbytes` estimates them (its
-# steps and their kernels' machine code) plus its key and graph (`_KEY_PART_BYTES` a key
-# part): beyond it the least recently run are dropped, and the machine code of their
-# kernels given back once no other program runs it (`llvm.Code`). Per function with
-# `tg.compile(fn, cache_size=N)`.
+# The programs a compiled function holds in the program cache (`codegen.program_cache`, shared
+# with every other compiled function, eager fusion and the eager backward cache), in bytes
+# as `Program.nbytes` estimates them (its steps and their kernels' machine code) plus its
+# key and graph (`program_cache.KEY_PART_BYTES` a key part): beyond it the function lets go
+# of the least recently run, whose kernels' machine code is given back once no other
+# program runs it (`llvm.Code`). Per function with `tg.compile(fn, cache_size=N)`.
 DEFAULT_CACHE_SIZE = 32 * 2**20
-_KEY_PART_BYTES = 512
-# Once it keeps evicting, the cache drops down to this share of its size (not one program per miss).
-_EVICT_TO = 0.75
 
 
 def _backend_builder(backend: str, builder=None) -> tuple:
@@ -506,41 +505,51 @@ class CompiledFunction:
                  backend: str = "llvm"):
         functools.update_wrapper(self, fn)
         self.fn = fn
-        # key -> program. After `recompile_limit` graphs (`jit.events.RECOMPILE_LIMIT`),
-        # a new graph first runs as an interpreted program (NumPy steps: no code generation,
-        # whose cost a graph run once never repays) and gets its kernels when it runs again.
-        self._programs: dict[tuple, Program] = {}
-        self._cache_size = DEFAULT_CACHE_SIZE if cache_size is None else int(cache_size)
-        self._cache_bytes = 0
+        # After `recompile_limit` graphs (`jit.events.RECOMPILE_LIMIT`), a new graph first
+        # runs as an interpreted program (NumPy steps: no code generation, whose cost a
+        # graph run once never repays) and gets its kernels when it runs again.
         self._compile_limit = compile_events.RECOMPILE_LIMIT if recompile_limit is None else recompile_limit
-        self._recent: dict[int, tuple[tuple, Program]] = {}  # see _program
         self._recordings: list[compile_replay.Recording] = []  # most recent first
         self._lock = threading.Lock()
-        self._hits = 0
-        self._misses = 0
-        self._compile_time = 0.0
         # How a graph becomes a program, and whether it is optimized first (reference.py).
         self._builder, self._optimizes = _backend_builder(backend, builder)
         self._argument_names = ArgumentNames(fn)
         self._inspect = compile_events.InspectState(recompile_limit)
         self._graph_name = _graph_name(fn)
+        # Its programs, held in the shared program cache by the structural key of the traced
+        # graph; functions with the same builder share them. Let go when the function dies.
+        self._cache = program_cache.PROGRAMS.user(
+            self._graph_name, ("compile", self._builder, self._optimizes),
+            DEFAULT_CACHE_SIZE if cache_size is None else int(cache_size), self._inspect.forget)
+        weakref.finalize(self, program_cache.PROGRAMS.release, self._cache)
+
+    @property
+    def _programs(self) -> dict[tuple, Program]:
+        """key -> program, for every program this function holds."""
+        return self._cache.programs()
+
+    @property
+    def _cache_bytes(self) -> int:
+        return self._cache.bytes
 
     def cache_info(self) -> CacheInfo:
-        kernels = sum(p.kernel_count for p in self._programs.values())
-        return CacheInfo(self._hits, self._misses, len(self._programs), kernels, self._compile_time)
+        """This function's calls: hits, misses (graphs new to it, built or taken from
+        another user of the program cache), the graphs and kernels it holds, and the time
+        it spent building."""
+        user = self._cache
+        kernels = sum(p.kernel_count for p in user.programs().values())
+        return CacheInfo(user.hits, user.misses, len(user), kernels, user.build_seconds)
 
     def cache_clear(self) -> None:
-        """Drop every program, recording and cache statistic of this function (the machine
-        code of kernels no other program runs is given back), and the traced-backward
-        templates (`autograd.traced_backward`, shared by every compiled function: recorded
-        again by the next backward that needs one)."""
+        """Drop every program, recording and cache statistic of this function (programs
+        another user of the program cache holds stay there; the machine code of kernels no
+        program runs is given back), and the traced-backward templates
+        (`autograd.traced_backward`, shared by every compiled function: recorded again by
+        the next backward that needs one)."""
         with self._lock:
-            self._programs.clear()
-            self._recent.clear()
             self._recordings.clear()
-            self._hits = self._misses = 0
-            self._cache_bytes = 0
-            self._compile_time = 0.0
+        program_cache.PROGRAMS.release(self._cache)
+        self._cache.reset_statistics()
         self._inspect.clear()
         traced_backward.clear()
         from tracegrad.codegen import llvm  # (loaded once code was made: not at import)
@@ -555,35 +564,16 @@ class CompiledFunction:
             return reference.interpreted_program(graph)
         if key is None:
             key = structural_key(graph, inputs)
-        with self._lock:
-            # The last program found for a key of this length, checked by `==` alone: a
-            # function calling the same graph again skips hashing its whole key.
-            recent = self._recent.get(len(key))
-            if recent is not None and recent[0] == key:
-                program = recent[1]
-            else:
-                program = self._programs.get(key)
-                if program is not None:
-                    self._recent[len(key)] = (key, program)
-            if program is not None:
-                self._hits += 1
-                program.last_use = self._hits
-        if program is not None:
+        cache = program_cache.PROGRAMS
+        user = self._cache
+        program = cache.lookup(user, key)
+        if program is not program_cache.MISSING:
             if program.interpreted:
                 self._compile_interpreted(program, graph, key, donations)
             compile_events.record_hit(trace, graph, key, program)
             return program
-        start = time.perf_counter()
-        program = self._build(graph, donations, interpret=self._misses >= self._compile_limit)
-        seconds = time.perf_counter() - start
-        with self._lock:
-            self._misses += 1
-            self._compile_time += seconds
-            program.last_use = self._hits
-            if self._programs.setdefault(key, program) is program:
-                self._cache_bytes += _cached_bytes(program, key)
-                if self._cache_bytes > self._cache_size:
-                    self._evict(keep=key)
+        interpret = user.misses >= self._compile_limit
+        program, seconds = cache.program(user, key, lambda: self._build(graph, donations, interpret=interpret))
         compile_events.record_miss(self, trace, graph, key, program, seconds)
         return program
 
@@ -616,35 +606,7 @@ class CompiledFunction:
         program in place (recordings and the cache hold that same object)."""
         start = time.perf_counter()
         compiled = self._build(graph, donations)
-        seconds = time.perf_counter() - start
-        with self._lock:
-            if not program.interpreted:
-                return  # (another thread did it meanwhile)
-            before = _cached_bytes(program, key)
-            last_use = program.last_use
-            program.__dict__ = compiled.__dict__  # (a concurrent run keeps the plan it started with)
-            program.last_use = last_use
-            self._compile_time += seconds
-            if self._programs.get(key) is program:
-                self._cache_bytes += _cached_bytes(program, key) - before
-                if self._cache_bytes > self._cache_size:
-                    self._evict(keep=key)
-
-    def _evict(self, keep: tuple) -> None:
-        """Drop the least recently run programs (not `keep`'s) until the cache is down to
-        `_EVICT_TO` of its size. With `_lock` held."""
-        target = self._cache_size * _EVICT_TO
-        for key, program in sorted(self._programs.items(), key=lambda item: item[1].last_use):
-            if self._cache_bytes <= target:
-                break
-            if key == keep:
-                continue
-            del self._programs[key]
-            self._cache_bytes -= _cached_bytes(program, key)
-            recent = self._recent.get(len(key))
-            if recent is not None and recent[1] is program:
-                del self._recent[len(key)]
-            self._inspect.forget(key)
+        program_cache.PROGRAMS.upgrade(self._cache, key, program, compiled, time.perf_counter() - start)
 
     def _run(self, graph: Graph, inputs: list[np.ndarray], trace: CompileTrace | None = None,
              key: tuple | None = None, donations: tuple = ()) -> list[np.ndarray]:
@@ -656,9 +618,7 @@ class CompiledFunction:
     def _run_hit(self, program: Program, graph: Graph, inputs: list[np.ndarray], trace: CompileTrace,
                  key: tuple) -> list[np.ndarray]:
         """Run `program`, found for `graph` without a lookup (`_finish`), counted as a hit."""
-        with self._lock:
-            self._hits += 1
-            program.last_use = self._hits
+        program_cache.PROGRAMS.touch(self._cache, key)
         if program.interpreted:
             self._compile_interpreted(program, graph, key, _donations_in(key))
         if inspect_log.ACTIVE:  # (the event serves the log; a call that explains does not follow)
@@ -790,12 +750,6 @@ def _feed(value: Value, tensor: Tensor) -> None:
             value.leaf = weakref.ref(tensor)
         else:
             value.origin = tensor._autograd_value()
-
-
-def _cached_bytes(program: Program, key: tuple) -> int:
-    """What keeping `program` under `key` takes: the program, its key and the graph its
-    origin keeps (`jit.events`), estimated."""
-    return program.nbytes + _KEY_PART_BYTES * len(key)
 
 
 def _graph_name(fn) -> str:
