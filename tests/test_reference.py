@@ -16,7 +16,8 @@ from tracegrad.jit import composite as compile_composite
 from tracegrad.jit import replay as compile_replay
 from tracegrad.autograd import backward_cache, traced_backward
 from tracegrad.autograd.recency import RecencyCache
-from tracegrad.codegen import cache, program
+from tracegrad.codegen import program
+from tracegrad.runtime import disk_cache
 from tracegrad.functional import eager_fusion
 
 
@@ -190,9 +191,9 @@ def test_reference_mode_builds_and_caches_no_program(monkeypatch):
 def test_reference_mode_reads_and_writes_no_disk_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("TRACEGRAD_CACHE", raising=False)
-    assert cache.cache_dir() == str(tmp_path)
+    assert disk_cache.cache_dir() == str(tmp_path)
     with tg.reference_mode():
-        assert cache.cache_dir() is None
+        assert disk_cache.cache_dir() is None
         _compiled_training()
     assert list(tmp_path.iterdir()) == []
 

@@ -15,7 +15,7 @@ own switch:
 | eager fusion (`functional/eager_fusion.py`)                  | `TRACEGRAD_EAGER_COMPILE=0` |
 | the generated GEMM of large eager products (`matmul_step`)   | `TRACEGRAD_MATMUL=numpy`    |
 | a compiled function's in-memory program cache                | none                        |
-| the disk cache of object code (`codegen/cache.py`)           | `TRACEGRAD_CACHE=0`         |
+| the disk cache of object code (`runtime/disk_cache.py`)      | `TRACEGRAD_CACHE=0`         |
 | fused LLVM programs: graphs run by `ir.interpret` instead    | `backend="interpret"`       |
 
 A compiled function in reference mode traces every call in full and runs the traced graph

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from tracegrad.codegen import cache, llvm as tg_llvm
+from tracegrad.codegen import llvm as tg_llvm
 from tracegrad.codegen.llvm import F32, I64, emit_loop
+from tracegrad.runtime import disk_cache
 
 ROWS, COLUMNS = 6, 40
 SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
@@ -142,7 +143,8 @@ def test_second_description_of_loaded_code_is_found_on_disk(cache_dir, compiles,
 
 def test_entry_without_a_kernel_symbol_is_rebuilt(cache_dir, compiles):
     description = _description()
-    cache.store(cache.kernel_key(description, tg_llvm.host_description()), tg_llvm.host_description(), b"not code")
+    disk_cache.store(disk_cache.kernel_key(description, tg_llvm.host_description()), tg_llvm.host_description(),
+                     b"not code")
     assert tg_llvm.load_keyed(description) is None
     scale = _new_scale()
     address, _, from_disk = tg_llvm.compile_kernel_keyed(description, "rectangle",

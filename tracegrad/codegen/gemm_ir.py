@@ -41,7 +41,7 @@ from collections.abc import Callable
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.codegen import host
+from tracegrad.runtime import host
 from tracegrad.codegen.llvm import F32, F64, I1, I8, I64, emit_loop as _loop
 
 ROW, COL = "row", "col"  # operand layouts: unit stride along axis 1 (row-major) or axis 0

@@ -4,7 +4,7 @@ A kernel's IR is a function of the `FusedKernel` (its nodes, leaves, results and
 fusion decisions recorded on it) and of the code that lowers it. `kernel_description`
 writes the first canonically (values numbered by first appearance, nodes as primitive
 name, attributes, operands and types) and prefixes a hash of the second: the sources of
-`tracegrad/codegen`, `tracegrad/ops` and `tracegrad/ir`, llvmlite's version and the
+`tracegrad/codegen`, `tracegrad/runtime`, `tracegrad/ops` and `tracegrad/ir`, llvmlite's version and the
 lowering's module-level switches (`llvm.ir_settings`). A kernel
 whose description is in the disk cache then loads without building its IR, which is most
 of a warm-cache first call's compile time (the math library's polynomials are built in
@@ -30,7 +30,7 @@ import numpy as np
 from tracegrad.ir.graph import Node, Value
 from tracegrad.ir.types import DType, TensorType
 
-_PACKAGES = ("codegen", "ops", "ir")
+_PACKAGES = ("codegen", "runtime", "ops", "ir")
 
 
 class _Unknown(Exception):

@@ -13,7 +13,7 @@ process-wide LLVM option switched around that one emission.
 
 LLVM itself (`llvmlite.binding`, ~20 ms to import) is loaded on first use: a process whose
 kernels all come from the disk cache never needs it. Their objects are placed by
-`objload` (MCJIT where it declines), and the host's description comes from `host`.
+`object_loader` (MCJIT where it declines), and the host's description comes from `host`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from tracegrad.codegen import host, objload
+from tracegrad.runtime import host, object_loader
 from tracegrad.ir import types
 
 _lock = threading.Lock()
@@ -171,7 +171,7 @@ def _variant(small: bool, strength_reduction: bool) -> str:
 
 class Code:
     """A kernel's machine code in memory, at `address`. Whoever calls the kernel holds its
-    `Code` (a program's step holds those of its kernels): code `objload` placed is given
+    `Code` (a program's step holds those of its kernels): code `object_loader` placed is given
     back (its pages unmapped) once no `Code` of it is left, so an evicted program's
     kernels do not stay in memory. Kernels that live as long as the process (the GEMMs,
     trampolines: `compile_kernel_keyed`) and code in the MCJIT engine (which cannot give
@@ -218,7 +218,7 @@ def release_unused() -> None:
 def _let_go(symbol: str, pages: tuple[int, int] | None) -> None:
     """The last `Code` of `symbol` is gone: nothing can call it (a caller holds its Code)."""
     if pages is not None:
-        objload.release(pages)
+        object_loader.release(pages)
     _unused.append(symbol)
 
 
@@ -277,25 +277,25 @@ def _pin(code: Code) -> int:
 
 def _compile(key_text: str, name: str, ir_text: Callable[[], str], small: bool = False,
              strength_reduction: bool = True) -> tuple[Code, bool]:
-    from tracegrad.codegen import cache
+    from tracegrad.runtime import disk_cache
 
     if _unused:
         release_unused()
     host = host_description()
-    key = cache.kernel_key(key_text, host)
+    key = disk_cache.kernel_key(key_text, host)
     found = _find(key, host)
     if found is not None:
         return found
     text = ir_text()
     # For a kernel keyed by its IR (compile_kernel, no description) this is tg_{key[:24]}.
-    symbol = f"tg_{cache.kernel_key(text + _variant(small, strength_reduction), host)[:24]}"
+    symbol = f"tg_{disk_cache.kernel_key(text + _variant(small, strength_reduction), host)[:24]}"
     with _lock:
         code = _loaded.get(symbol)
         first_key = _stored_under.get(symbol)
     if code is not None:  # the same code under another description: compiled already
-        obj = cache.load(first_key, host) if first_key is not None else None
+        obj = disk_cache.load(first_key, host) if first_key is not None else None
         if obj is not None:
-            cache.store(key, host, obj)  # so that a warm process finds it by this key too
+            disk_cache.store(key, host, obj)  # so that a warm process finds it by this key too
         with _lock:
             _name_key(key, symbol)
         return code, False
@@ -305,7 +305,7 @@ def _compile(key_text: str, name: str, ir_text: Callable[[], str], small: bool =
     optimize(module_ref, machine, small)
     obj = emit_object(module_ref, machine, strength_reduction)
     del module_ref  # before its context could go
-    cache.store(key, host, obj)
+    disk_cache.store(key, host, obj)
     return _add_object(key, symbol, obj), False
 
 
@@ -319,14 +319,14 @@ def _name_key(key: str, symbol: str) -> None:
 def _find(key: str, host: str) -> tuple[Code, bool] | None:
     """(code, loaded_from_disk) of the kernel stored under `key` in memory or in the disk
     cache (loaded now), else None."""
-    from tracegrad.codegen import cache
+    from tracegrad.runtime import disk_cache
 
     with _lock:
         symbol = _keyed.get(key)
         code = _loaded.get(symbol) if symbol is not None else None
     if code is not None:
         return code, False
-    obj = cache.load(key, host)
+    obj = disk_cache.load(key, host)
     if obj is None:
         return None
     # The object defines one tg_ symbol (the kernel; its helpers are internal).
@@ -343,18 +343,18 @@ def load_keyed(description: str | None) -> int | None:
     if description is None:
         return None
     host = host_description()
-    from tracegrad.codegen import cache
-    found = _find(cache.kernel_key(description, host), host)
+    from tracegrad.runtime import disk_cache
+    found = _find(disk_cache.kernel_key(description, host), host)
     return None if found is None else _pin(found[0])
 
 
 def _add_object(key: str, symbol: str, obj: bytes) -> Code:
-    """Load `obj` (defining `symbol`) unless the symbol is loaded already: by `objload`, or
+    """Load `obj` (defining `symbol`) unless the symbol is loaded already: by `object_loader`, or
     into the MCJIT engine where it declines (or TRACEGRAD_OBJECT_LOADER=mcjit)."""
     with _lock:
         code = _loaded.get(symbol)
         if code is None:
-            placed = (objload.load_placed(obj, symbol) if os.environ.get("TRACEGRAD_OBJECT_LOADER") != "mcjit"
+            placed = (object_loader.load_placed(obj, symbol) if os.environ.get("TRACEGRAD_OBJECT_LOADER") != "mcjit"
                       else None)
             if placed is not None:
                 address, pages = placed
