@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 # Every kernel's IR is built even when its description finds it in a cache, and a
-# description that ever stands for two different IRs fails the run (codegen/kernel_key.py).
+# description that ever stands for two different IRs fails the run (runtime/kernel_key.py).
 os.environ["TRACEGRAD_CHECK_KERNEL_KEYS"] = "1"
 # What test modules write to the disk cache while they are imported (the host's description,
 # runtime/host.py) goes to a private directory too (`_private_kernel_cache` sets the run's).

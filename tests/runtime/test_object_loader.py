@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from tracegrad.codegen import llvm as tg_llvm
+from tracegrad.runtime import llvm_engine
 from tracegrad.runtime import object_loader
-from tracegrad.codegen.llvm import F32, I8, I64
+from tracegrad.codegen.ir_builder import F32, I8, I64, emit_loop
 
 pytestmark = pytest.mark.skipif(not object_loader.supported(), reason="the loader is for Linux x86-64 only")
 
@@ -41,17 +41,17 @@ def _module() -> ir.Module:
         b.store(value, b.gep(out, [i], inbounds=True))
         return []
 
-    tg_llvm.emit_loop(b, I64(0), n, 1, [], body)
+    emit_loop(b, I64(0), n, 1, [], body)
     b.ret_void()
     module.triple = llvm.get_process_triple()
-    module.data_layout = str(tg_llvm.target_machine().target_data)
+    module.data_layout = str(llvm_engine.target_machine().target_data)
     return module
 
 
 def _object() -> bytes:
     module_ref = llvm.parse_assembly(str(_module()))
-    tg_llvm.optimize(module_ref)
-    return tg_llvm.emit_object(module_ref, tg_llvm.target_machine())
+    llvm_engine.optimize(module_ref)
+    return llvm_engine.emit_object(module_ref, llvm_engine.target_machine())
 
 
 def _run(address: int, n: int = 1000) -> tuple[np.ndarray, np.ndarray]:
@@ -61,8 +61,8 @@ def _run(address: int, n: int = 1000) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _mcjit_address(obj: bytes) -> int:
-    engine = tg_llvm._get_engine()
-    with tg_llvm._lock:
+    engine = llvm_engine._get_engine()
+    with llvm_engine._lock:
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         return engine.get_function_address(SYMBOL)

@@ -29,7 +29,7 @@ from llvmlite import ir
 
 from tracegrad.codegen.fusion import FusedKernel, RowGroup, Unfused, touches_empty
 from tracegrad.codegen.kernels import _Emitter, _loop, _map_body
-from tracegrad.codegen.llvm import I8, I64, ScalarBuilder, memory_type
+from tracegrad.codegen.ir_builder import I8, I64, ScalarBuilder, memory_type
 from tracegrad.ir.graph import Graph, Node, Value
 from tracegrad.ir.primitive import MATMUL, MOVEMENT
 

@@ -29,7 +29,8 @@ import threading
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.codegen.llvm import I8, I64, compile_kernel_keyed, emit_loop
+from tracegrad.codegen.ir_builder import I8, I64, emit_loop
+from tracegrad.runtime.llvm_engine import compile_kernel_keyed
 
 _METH_FASTCALL = 0x0080
 
@@ -118,7 +119,7 @@ def _description(what: str, data_offset: int) -> str | None:
     """The disk-cache key of the trampoline or probe (their generators' sources, which
     `generator_key` hashes, and the data offset), so that a warm process loads them
     without building their IR; None (keyed by the IR) if the sources cannot be hashed."""
-    from tracegrad.codegen.kernel_key import generator_key
+    from tracegrad.runtime.kernel_key import generator_key
     sources = generator_key()
     return None if sources is None else f"fastcall {what} data_offset={data_offset} {sources}"
 

@@ -19,10 +19,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tracegrad.codegen import gemm_narrow, handoff, kernel_key, threads as kernel_threads
+from tracegrad.codegen import gemm_narrow, handoff, threads as kernel_threads
 from tracegrad.codegen.kernels import data_address
 from tracegrad.codegen.gemm_ir import COL, P_A, P_B, P_C, PARAMETER_COUNT, ROW, GemmEmitter, tile_shape as _tile_shape
-from tracegrad.codegen.llvm import compile_kernel_keyed, load_keyed
+from tracegrad.runtime import kernel_key
+from tracegrad.runtime.llvm_engine import compile_kernel_keyed, load_keyed
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 KERNEL_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -108,7 +109,7 @@ def ready(a: np.ndarray, b: np.ndarray, compile: bool = False) -> bool:  # noqa:
 
 
 # What the IR depends on besides the parameters in _description: gemm_ir.py, and the
-# emitters it uses from llvm.py (all of codegen/ is hashed).
+# emitters it uses from ir_builder.py (all of codegen/ is hashed).
 _SOURCE_HASH = kernel_key.generator_key()
 
 

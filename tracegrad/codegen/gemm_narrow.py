@@ -27,10 +27,11 @@ import ctypes
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.codegen import kernel_key
+from tracegrad.runtime import kernel_key
 from tracegrad.codegen.kernels import data_address
 from tracegrad.codegen.gemm_ir import VectorEmitter, tile_shape
-from tracegrad.codegen.llvm import I64, compile_kernel_keyed, emit_loop, load_keyed
+from tracegrad.codegen.ir_builder import I64, emit_loop
+from tracegrad.runtime.llvm_engine import compile_kernel_keyed, load_keyed
 
 NCOLS = 12        # at most this many columns of C for a `cols` kernel
 ACCUMULATORS = 24  # vector registers a `cols` kernel spends on accumulators (of 32)
@@ -174,7 +175,7 @@ class _Emitter(VectorEmitter):
         emit_loop(b, I64(0), m, row_count, [], row_block)
 
 
-_SOURCE_HASH = kernel_key.generator_key()  # this file, gemm_ir's tile and llvm's emitters
+_SOURCE_HASH = kernel_key.generator_key()  # this file, gemm_ir's tile and ir_builder's emitters
 _kernels: dict[tuple, object] = {}
 
 

@@ -44,8 +44,9 @@ import threading
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.codegen import kernel_key
-from tracegrad.codegen.llvm import I64, compile_kernel_keyed
+from tracegrad.runtime import kernel_key
+from tracegrad.codegen.ir_builder import I64
+from tracegrad.runtime.llvm_engine import compile_kernel_keyed
 
 ASLEEP, WATCHING, CLAIMED, POSTED, RUNNING, DONE = range(6)
 SERVE, POST, RECLAIM, STOP, PAIR = range(5)

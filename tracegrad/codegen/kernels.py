@@ -28,17 +28,17 @@ import time
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.codegen import fastcall, kernel_key, threads
+from tracegrad.codegen import fastcall, threads
 from tracegrad.codegen.fusion import FusedKernel, RowGroup
-from tracegrad.codegen.llvm import (I8, I64, ScalarBuilder, emit_loop,
-                                    memory_type, register_type)
+from tracegrad.codegen.ir_builder import I8, I64, ScalarBuilder, emit_loop, memory_type, register_type
 from tracegrad.ir import types
 from tracegrad.ir.graph import Node, Value
 from tracegrad.ir.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
+from tracegrad.runtime import kernel_key
 
 _names = itertools.count()
 # Kernels of at most this many elements compile without loop unrolling and interleaving
-# (`llvm.optimize`'s `small`) and without loop strength reduction (`llvm.emit_object`):
+# (`llvm_engine.optimize`'s `small`) and without loop strength reduction (`llvm_engine.emit_object`):
 # their run time is the call's overhead anyway.
 SMALL_KERNEL_ELEMENTS = 4096
 # Kernels of at most this many elements are called through `fastcall`, which saves ~1-2

@@ -14,7 +14,7 @@ from fractions import Fraction
 
 from llvmlite import ir
 
-from tracegrad.codegen.llvm import F32, F64, I32, I64
+from tracegrad.codegen.ir_builder import F32, F64, I32, I64
 
 LN2_HI_F64, LN2_LO_F64 = 6.93147180369123816490e-01, 1.90821492927058770002e-10
 LN2_HI_F32, LN2_LO_F32 = 0.693359375, -2.12194440e-4

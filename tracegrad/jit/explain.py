@@ -203,7 +203,7 @@ class GraphReport:
         return "\n".join([head] + [str(k) for k in kernels])
 
     def llvm_text(self, optimized: bool = False) -> str:
-        from tracegrad.codegen.llvm import optimized_ir
+        from tracegrad.runtime.llvm_engine import optimized_ir
         parts = []
         for kernel in self.kernels:
             if kernel.is_llvm or kernel.epilogue:
@@ -213,7 +213,7 @@ class GraphReport:
         return "\n\n".join(parts)
 
     def asm_text(self) -> str:
-        from tracegrad.codegen.llvm import assembly, optimized_ir
+        from tracegrad.runtime.llvm_engine import assembly, optimized_ir
         parts = []
         for kernel in self.kernels:
             if kernel.is_llvm or kernel.epilogue:

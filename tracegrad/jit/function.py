@@ -479,7 +479,7 @@ class CacheInfo:
 # The programs a compiled function keeps, in bytes as `Program.nbytes` estimates them (its
 # steps and their kernels' machine code) plus its key and graph (`_KEY_PART_BYTES` a key
 # part): beyond it the least recently run are dropped, and the machine code of their
-# kernels given back once no other program runs it (`llvm.Code`). Per function with
+# kernels given back once no other program runs it (`llvm_engine.Code`). Per function with
 # `tg.compile(fn, cache_size=N)`.
 DEFAULT_CACHE_SIZE = 32 * 2**20
 _KEY_PART_BYTES = 512
@@ -543,8 +543,8 @@ class CompiledFunction:
             self._compile_time = 0.0
         self._inspect.clear()
         traced_backward.clear()
-        from tracegrad.codegen import llvm  # (loaded once code was made: not at import)
-        llvm.release_unused()
+        from tracegrad.runtime import llvm_engine  # (loaded once code was made: not at import)
+        llvm_engine.release_unused()
         memory.release_free_memory()
 
     def _program(self, graph: Graph, inputs: list[np.ndarray], trace: CompileTrace | None = None,
