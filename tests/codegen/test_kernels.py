@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.codegen import threads
+from tracegrad.runtime import threads
 from tracegrad.codegen.kernels import KernelStep
 
 DTYPES = [np.float32, np.float64]

@@ -10,7 +10,8 @@ import pytest
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
-from tracegrad.codegen import gemm, threads
+from tracegrad.codegen import gemm
+from tracegrad.runtime import threads
 from tracegrad.codegen.kernels import data_address
 from tracegrad.codegen.matmul_step import EpilogueMatmulStep, MatmulStep
 from tracegrad.codegen.program import Program

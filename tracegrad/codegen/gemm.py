@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tracegrad.codegen import gemm_narrow, handoff, threads as kernel_threads
+from tracegrad.codegen import gemm_narrow
 from tracegrad.codegen.kernels import data_address
 from tracegrad.codegen.gemm_ir import COL, P_A, P_B, P_C, PARAMETER_COUNT, ROW, GemmEmitter, tile_shape as _tile_shape
-from tracegrad.runtime import kernel_key
+from tracegrad.runtime import kernel_key, spin_handoff, threads as kernel_threads
 from tracegrad.runtime.llvm_engine import compile_kernel_keyed, load_keyed
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -57,7 +57,7 @@ TWO_THREAD_MIN_OUTPUT = 1 << 17
 # Products with a narrow side (`codegen/gemm_narrow.py`) below NARROW_MAX_WORK run
 # unpacked, on two threads (two halves of the long side) from NARROW_TWO_THREAD_MIN_WORK:
 # W4's (256, 512, 10) products take ~14 µs in the kernel on one thread, and a call handed
-# to a spinning worker (`codegen/handoff.py`) starts within a µs: 3-7 µs less each in the
+# to a spinning worker (`runtime/spin_handoff.py`) starts within a µs: 3-7 µs less each in the
 # W4 step on a quiet host (with one core busy elsewhere, 6-14 µs more).
 NARROW_MAX_WORK = 1 << 22
 NARROW_TWO_THREAD_MIN_WORK = 1 << 20
@@ -376,7 +376,7 @@ class BoundProduct:
             self.blocks.append((params, *fields, *offsets))
         self.first = ctypes.addressof(self.blocks[0][0])
         # Two calls: handed off as one foreign call (`threads.run_pair_block`).
-        self.second = (handoff.pair_block(self.first, ctypes.addressof(self.blocks[1][0]))
+        self.second = (spin_handoff.pair_block(self.first, ctypes.addressof(self.blocks[1][0]))
                        if threads == 2 else None)
         self.counter = counter
         self.after = after  # (epilogue function, its buffer array's address), run over all of C at the end

@@ -277,6 +277,6 @@ def _run_blocks(function, blocks: list) -> None:
     if len(blocks) == 1:
         function(ctypes.addressof(blocks[0]))
         return
-    from tracegrad.codegen import threads
+    from tracegrad.runtime import threads
     first, second = (ctypes.addressof(block) for block in blocks)  # the blocks live until both return
     threads.run_pair(function, first, second)

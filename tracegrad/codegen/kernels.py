@@ -10,7 +10,7 @@ here knows any op by name.
 [start, end) is the part of the outermost loop (`outer_extent`) to run: the elements of
 a flat map loop, the first dim of a nested one, the rows (all dims but the last,
 flattened) of a row group or row reduction. `KernelStep.run` splits a big kernel into
-chunks run on several threads (`codegen/threads.py`). Chunks write disjoint parts of
+chunks run on several threads (`runtime/threads.py`). Chunks write disjoint parts of
 every output, except folded reductions, which reduce across the split loop: every chunk
 but the first writes them into its own scratch buffers, and a small combine kernel (each
 reduction's own `lower`, applied to two partial results) adds those into the first's.
@@ -28,13 +28,13 @@ import time
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.codegen import fastcall, threads
+from tracegrad.codegen import fastcall
 from tracegrad.codegen.fusion import FusedKernel, RowGroup
 from tracegrad.codegen.ir_builder import I8, I64, ScalarBuilder, emit_loop, memory_type, register_type
 from tracegrad.ir import types
 from tracegrad.ir.graph import Node, Value
 from tracegrad.ir.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
-from tracegrad.runtime import kernel_key
+from tracegrad.runtime import kernel_key, threads
 
 _names = itertools.count()
 # Kernels of at most this many elements compile without loop unrolling and interleaving
