@@ -12,7 +12,7 @@ import pytest
 
 import tracegrad as tg
 from tracegrad.jit import inspect_log
-from tracegrad.codegen import timings as program_timings
+from tracegrad.runtime import step_timings as program_timings
 from tracegrad.codegen.program import build_numpy_program
 
 

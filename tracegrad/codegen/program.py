@@ -9,7 +9,7 @@ view of it, and it is not a result).
 
 With the `timings` stage of `TRACEGRAD_LOG` on (`timings.ENABLED`, tested once per
 run), `run` times every step and records calls, time, bytes and matmul FLOPs in
-`codegen.timings` (see `timings_report()`).
+`runtime.step_timings` (see `timings_report()`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from tracegrad.codegen import timings
+from tracegrad.runtime import step_timings as timings
 from tracegrad.ir.graph import Graph, Value
 from tracegrad.ir.types import TensorType, from_numpy
 from tracegrad.ir.primitive import MATMUL, MOVEMENT
@@ -120,7 +120,7 @@ class Program:
         return [slots[i] for i in self.output_slots]
 
     def _run_timed(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        """`run`, timing each step and recording it in `codegen.timings`."""
+        """`run`, timing each step and recording it in `runtime.step_timings`."""
         record = timings.program_timings(self, self._describe)
         count = len(self.steps)
         seconds, moved, flops, threads = [0.0] * count, [0] * count, [0] * count, [1] * count
