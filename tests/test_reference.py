@@ -16,7 +16,7 @@ from tracegrad.jit import composite as compile_composite
 from tracegrad.jit import replay as compile_replay
 from tracegrad.autograd import backward_cache, traced_backward
 from tracegrad.autograd.recency import RecencyCache
-from tracegrad.codegen import program
+from tracegrad.codegen import program_builder
 from tracegrad.runtime import disk_cache
 from tracegrad.functional import eager_fusion
 
@@ -169,7 +169,7 @@ def test_reference_mode_multiplies_large_eager_matrices_with_numpy(monkeypatch):
 
 
 def test_reference_mode_builds_and_caches_no_program(monkeypatch):
-    calls = _spy(monkeypatch, program, "build_program")
+    calls = _spy(monkeypatch, program_builder, "build_program")
     model, x, y = _model_and_data()
     with tg.reference_mode():
         optimizer = tg.optim.SGD(model.parameters(), lr=0.1)
@@ -223,7 +223,7 @@ def test_interpreting_backends_run_no_llvm_kernel_and_give_eager_results(monkeyp
         w_eager = tg.tensor(w, requires_grad=True)
         loss, y = _step(tg.tensor(x), w_eager)
         wanted.append((loss.detach().numpy(), y.detach().numpy(), w_eager.grad.numpy()))
-    calls = _spy(monkeypatch, program, "build_program")
+    calls = _spy(monkeypatch, program_builder, "build_program")
     compiled = tg.compile(_step, backend=backend)
     for (x, w), want in zip(data, wanted):
         w_compiled = tg.tensor(w, requires_grad=True)
@@ -235,7 +235,7 @@ def test_interpreting_backends_run_no_llvm_kernel_and_give_eager_results(monkeyp
 
 
 def test_the_default_backend_builds_llvm_kernels(monkeypatch):
-    calls = _spy(monkeypatch, program, "build_program")
+    calls = _spy(monkeypatch, program_builder, "build_program")
     compiled = tg.compile(_step)
     compiled(tg.ones(4, 5), tg.ones(5, 3, requires_grad=True))
     assert calls and compiled.cache_info().kernels > 0

@@ -66,7 +66,7 @@ def eager_compile() -> bool:
 
 class InterpretedProgram:
     """A graph run by the NumPy interpreter, with the interface `tracegrad.jit.function` uses of a
-    `codegen.program.Program` (`run`, `feeds`, `kernel_count`)."""
+    `runtime.program.Program` (`run`, `feeds`, `kernel_count`)."""
 
     kernel_count = 0
     steps = ()

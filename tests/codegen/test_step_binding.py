@@ -12,9 +12,9 @@ import tracegrad as tg
 import tracegrad.nn.functional as F
 from tracegrad.codegen import gemm
 from tracegrad.runtime import threads
-from tracegrad.codegen.kernels import data_address
+from tracegrad.runtime.buffers import data_address
 from tracegrad.codegen.matmul_step import EpilogueMatmulStep, MatmulStep
-from tracegrad.codegen.program import Program
+from tracegrad.runtime.program import Program
 
 
 @pytest.fixture(autouse=True)

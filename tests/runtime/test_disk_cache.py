@@ -129,7 +129,7 @@ def test_cache_off_writes_nothing(cache_dir, monkeypatch):
 
 PROGRAM = textwrap.dedent("""
     import numpy as np, tracegrad as tg
-    from tracegrad.codegen.program import Program
+    from tracegrad.runtime.program import Program
     f = tg.compile(lambda x: (x * 2.0).exp().sum() + x.tanh().sum())
     x = np.linspace(-1, 1, 64).astype(np.float32)
     got = f(tg.from_numpy(x)).item()

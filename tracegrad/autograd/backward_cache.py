@@ -182,7 +182,7 @@ def _compact(array, axes: tuple[int, ...]):
 
 
 def _build(order, roots, targets, values, saved, compiled: bool) -> _Plan | None:
-    from tracegrad.codegen.program import build_numpy_program, build_program
+    from tracegrad.codegen.program_builder import build_numpy_program, build_program
     from tracegrad.ir.passes import optimize
     from tracegrad.ops.movement import expand
 

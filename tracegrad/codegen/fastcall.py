@@ -6,7 +6,7 @@ Python) and the conversion of three arguments: about 2 µs for a kernel of ten b
 more than a 16-element kernel takes to run. Instead, `trampoline` is one LLVM function,
 compiled once (or loaded from the disk cache, as kernels are), with the signature of a
 CPython builtin taking its arguments as a vector (METH_FASTCALL): it reads each argument
-ndarray's data pointer from the array object itself (the field `kernels.data_address`
+ndarray's data pointer from the array object itself (the field `buffers.data_address`
 reads), and calls the kernel whose address and range it finds in its `self`, an int64
 array [address, start, end].
 `fast_caller(address, start, end)` makes such a builtin for one kernel; calling it with
@@ -97,7 +97,7 @@ def _free_threaded() -> bool:
 
 
 def _layout_known() -> bool:
-    from tracegrad.codegen.kernels import _DATA_OFFSET
+    from tracegrad.runtime.buffers import _DATA_OFFSET
     return (sys.implementation.name == "cpython" and _DATA_OFFSET is not None
             and not hasattr(sys, "gettotalrefcount")  # a debug build
             and not _free_threaded()
@@ -129,7 +129,7 @@ def _setup() -> bool:
     global _definition, _new_function
     if not _layout_known():
         return False
-    from tracegrad.codegen.kernels import _DATA_OFFSET
+    from tracegrad.runtime.buffers import _DATA_OFFSET
     try:
         address, _, _ = compile_kernel_keyed(_description("trampoline", _DATA_OFFSET), "trampoline",
                                              lambda: trampoline_module(_DATA_OFFSET))

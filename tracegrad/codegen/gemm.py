@@ -20,9 +20,9 @@ from collections.abc import Callable
 import numpy as np
 
 from tracegrad.codegen import gemm_narrow
-from tracegrad.codegen.kernels import data_address
 from tracegrad.codegen.gemm_ir import COL, P_A, P_B, P_C, PARAMETER_COUNT, ROW, GemmEmitter, tile_shape as _tile_shape
 from tracegrad.runtime import kernel_key, spin_handoff, threads as kernel_threads
+from tracegrad.runtime.buffers import data_address
 from tracegrad.runtime.llvm_engine import compile_kernel_keyed, load_keyed
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))

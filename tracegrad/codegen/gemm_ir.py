@@ -41,8 +41,8 @@ from collections.abc import Callable
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.runtime import host
 from tracegrad.codegen.ir_builder import F32, F64, I1, I8, I64, emit_loop as _loop
+from tracegrad.runtime import host
 
 ROW, COL = "row", "col"  # operand layouts: unit stride along axis 1 (row-major) or axis 0
 

@@ -27,10 +27,10 @@ import ctypes
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.runtime import kernel_key
-from tracegrad.codegen.kernels import data_address
 from tracegrad.codegen.gemm_ir import VectorEmitter, tile_shape
 from tracegrad.codegen.ir_builder import I64, emit_loop
+from tracegrad.runtime import kernel_key
+from tracegrad.runtime.buffers import data_address
 from tracegrad.runtime.llvm_engine import compile_kernel_keyed, load_keyed
 
 NCOLS = 12        # at most this many columns of C for a `cols` kernel

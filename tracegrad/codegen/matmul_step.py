@@ -43,10 +43,9 @@ import numpy as np
 
 from tracegrad import reference
 from tracegrad.codegen import gemm
-from tracegrad.codegen.kernels import (data_address, data_addresses, take_buffer, take_keyed,
-                                       write_over_leaves)
-from tracegrad.codegen.program import NumpyStep
+from tracegrad.runtime.program import NumpyStep
 from tracegrad.ops.linalg import set_eager_matmul
+from tracegrad.runtime.buffers import data_address, data_addresses, take_buffer, take_keyed, write_over_leaves
 
 ROUNDS = 3
 COMPILE_AFTER = 2  # runs of a step through NumPy before its generated kernel is compiled

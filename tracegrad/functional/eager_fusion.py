@@ -271,7 +271,7 @@ def _program_graph(trace: FusionTrace, outputs: list[Value], given: dict) -> tup
 
 
 def _program(graph: Graph, inputs: list[np.ndarray]):
-    from tracegrad.codegen.program import build_program
+    from tracegrad.codegen.program_builder import build_program
     from tracegrad.ir.structural_key import structural_key
     from tracegrad.ir.passes import optimize
 

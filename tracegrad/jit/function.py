@@ -35,13 +35,14 @@ from tracegrad.jit.checks import DroppedChecks, dropped_checks, merged_checks
 from tracegrad.jit.undo import UndoLog, index_checks_come_first, index_inputs_checked
 from tracegrad.grad_mode import MODE, no_grad
 from tracegrad.autograd.autodiff import FREED, reverse_mode
-from tracegrad.codegen import program as codegen_program
-from tracegrad.codegen.program import Program, build_program
+from tracegrad.codegen import program_builder
+from tracegrad.codegen.program_builder import build_program
 from tracegrad.ir.structural_key import KeyedGraph, alias_pattern, owner, structural_key
 from tracegrad.ir.graph import Graph, Node, Value, user_location
 from tracegrad.jit.naming import ArgumentNames, bound_module
 from tracegrad.ir.passes import optimize
 from tracegrad.ops.tracer import Tracer
+from tracegrad.runtime.program import Program
 from tracegrad.ir.types import TensorType, float32
 from tracegrad.ops import elementwise
 from tracegrad.tensor import Tensor, lazy_tensor, owned_array
@@ -497,7 +498,7 @@ def _backend_builder(backend: str, builder=None) -> tuple:
             raise ValueError(f"compile: pass either builder= or backend={backend!r}, not both")
         return builder, True
     if backend == "llvm":
-        return codegen_program.build_program, True  # (looked up now: tests spy on it)
+        return program_builder.build_program, True  # (looked up now: tests spy on it)
     return reference.interpreted_program, backend == "interpret-optimized"
 
 
