@@ -154,12 +154,12 @@ def test_reference_mode_runs_no_eager_fusion(monkeypatch):
 
 
 def test_reference_mode_multiplies_large_eager_matrices_with_numpy(monkeypatch):
-    from tracegrad.codegen import gemm, matmul_step
+    from tracegrad.codegen import gemm, matmul_steps
     monkeypatch.setenv("TRACEGRAD_MATMUL", "generated")
     calls = _spy(monkeypatch, gemm, "matmul")
     a = tg.ones(128, 128)
     product = lambda: (a @ a).sum()  # noqa: E731
-    for _ in range(matmul_step.COMPILE_AFTER + 1):
+    for _ in range(matmul_steps.COMPILE_AFTER + 1):
         product()
     outside = len(calls)
     calls.clear()

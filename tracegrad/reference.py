@@ -13,7 +13,7 @@ own switch:
 | traced-backward templates (`autograd/traced_backward.py`)    | none                        |
 | the eager backward cache (`autograd/backward_cache.py`)      | none                        |
 | eager fusion (`functional/eager_fusion.py`)                  | `TRACEGRAD_EAGER_COMPILE=0` |
-| the generated GEMM of large eager products (`matmul_step`)   | `TRACEGRAD_MATMUL=numpy`    |
+| the generated GEMM of large eager products (`matmul_steps`)  | `TRACEGRAD_MATMUL=numpy`    |
 | a compiled function's in-memory program cache                | none                        |
 | the disk cache of object code (`runtime/disk_cache.py`)      | `TRACEGRAD_CACHE=0`         |
 | fused LLVM programs: graphs run by `ir.interpret` instead    | `backend="interpret"`       |

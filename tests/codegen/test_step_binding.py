@@ -1,4 +1,4 @@
-"""A matmul step bound to the geometry of its arrays (`matmul_step._Binding`,
+"""A matmul step bound to the geometry of its arrays (`matmul_steps._Binding`,
 `gemm.BoundProduct`) runs its later runs without redoing its choices; whatever it assumed
 is checked per run, and arrays it was not bound for take the general path with the same
 results. Speed is not asserted here."""
@@ -13,7 +13,7 @@ import tracegrad.nn.functional as F
 from tracegrad.codegen import gemm
 from tracegrad.runtime import threads
 from tracegrad.runtime.buffers import data_address
-from tracegrad.codegen.matmul_step import EpilogueMatmulStep, MatmulStep
+from tracegrad.codegen.matmul_steps import EpilogueMatmulStep, MatmulStep
 from tracegrad.runtime.program import Program
 
 

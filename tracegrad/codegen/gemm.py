@@ -7,7 +7,7 @@ sharing one chunk counter; the second handed to a worker thread, `threads.run_pa
 product may carry a tile epilogue (`codegen/epilogue.py`), run on each finished block of C.
 `bind` works all of that out once for operands of one geometry (`BoundProduct`), for a
 program step that runs the same product run after run. What does not: the IR, choosing
-between this kernel and numpy.matmul (`codegen/matmul_step.py`), and any graph or autograd
+between this kernel and numpy.matmul (`codegen/matmul_steps.py`), and any graph or autograd
 logic.
 """
 

@@ -1,7 +1,7 @@
 """The LLVM IR generator of the generated GEMM: one BLIS/Goto-style function per (dtype,
 layout of A, layout of B). What does not live here: running it (`codegen/gemm.py`: the
 workspaces, the blocking plan, the threads), and choosing it over NumPy
-(`codegen/matmul_step.py`).
+(`codegen/matmul_steps.py`).
 
 The generated function computes C[m0:m1, n0:n1] = A[m0:m1, :] @ B[:, n0:n1]:
 

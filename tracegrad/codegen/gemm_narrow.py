@@ -17,7 +17,7 @@ for a tile that is mostly padding, and packing costs as much as the arithmetic. 
 
 Neither packs, so each reads its big operand once. `run` may call a kernel twice, on two
 halves of C's long side, the second on a worker thread (`threads.run_pair`). What does not
-live here: the general GEMM, the choice of NumPy or generated (`codegen/matmul_step.py`).
+live here: the general GEMM, the choice of NumPy or generated (`codegen/matmul_steps.py`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ def build_program(graph: Graph, fuse: bool = True, donations: tuple = ()) -> Pro
     from tracegrad.codegen.epilogue import MatmulEpilogue
     from tracegrad.codegen.fusion import FusedKernel, Unfused, lowered_dtypes, plan, touches_empty
     from tracegrad.codegen.kernels import KernelStep
-    from tracegrad.codegen.matmul_step import EpilogueMatmulStep, MatmulStep
+    from tracegrad.codegen.matmul_steps import EpilogueMatmulStep, MatmulStep
 
     slot_of: dict[Value, int] = {v: i for i, v in enumerate(graph.inputs)}
 

@@ -88,7 +88,7 @@ class KernelInfo:
                 for view in item.operand_views.values():
                     self.epilogue += f"\n         takes operand {format_node(view, names)} as a NumPy view"
             if node.op.kind == MATMUL:
-                self.why = "NumPy's BLAS or the generated GEMM, whichever measured faster (codegen/matmul_step.py)"
+                self.why = "NumPy's BLAS or the generated GEMM, whichever measured faster (codegen/matmul_steps.py)"
             elif lowerable(node):
                 self.why = "a view of a buffer (NumPy makes it without copying)"
             else:
