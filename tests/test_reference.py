@@ -15,7 +15,7 @@ from tracegrad import reference
 from tracegrad.jit import composite as compile_composite
 from tracegrad.jit import replay as compile_replay
 from tracegrad.autograd import backward_cache, traced_backward
-from tracegrad.autograd.recency import RecencyCache
+from tracegrad.autograd.lru import RecencyCache
 from tracegrad.codegen import program_builder
 from tracegrad.runtime import disk_cache
 from tracegrad.functional import eager_fusion

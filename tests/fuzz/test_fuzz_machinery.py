@@ -55,7 +55,7 @@ def test_generated_programs_run_under_pytorch():
 
 def test_a_wrong_compiled_value_is_reported(monkeypatch):
     from tracegrad.autograd import backward_cache
-    from tracegrad.autograd.recency import RecencyCache
+    from tracegrad.autograd.lru import RecencyCache
     from tracegrad.codegen import program_builder
     build = program_builder.build_program
     # (The perturbed backward programs this builds must not outlive the test.)

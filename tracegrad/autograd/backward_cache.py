@@ -15,7 +15,7 @@ import numpy as np
 
 from tracegrad import reference
 from tracegrad.grad_mode import no_grad
-from tracegrad.autograd.recency import RecencyCache
+from tracegrad.autograd.lru import RecencyCache
 from tracegrad.autograd.autodiff import FREED, _leads_to_targets, forward_order, reverse_mode
 from tracegrad.ir.graph import Graph, Node, Value, attr_key
 from tracegrad.ops.tracer import Tracer

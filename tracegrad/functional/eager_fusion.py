@@ -30,7 +30,7 @@ import numpy as np
 
 from tracegrad import reference
 from tracegrad.grad_mode import MODE
-from tracegrad.autograd.recency import RecencyCache
+from tracegrad.autograd.lru import RecencyCache
 from tracegrad.codegen.fusion import LOWERED_DTYPES
 from tracegrad.ir.graph import Graph, Node, Value
 from tracegrad.ops.tracer import Tracer

@@ -304,7 +304,7 @@ class ExplainReport:
 def explain_call(compiled, args: tuple, kwargs: dict) -> ExplainReport:
     from tracegrad.grad_mode import MODE
     from tracegrad.jit.function import CompileTrace
-    from tracegrad.jit.naming import name_captured_inputs, name_outputs
+    from tracegrad.jit.input_names import name_captured_inputs, name_outputs
     if isinstance(MODE.tracer, CompileTrace):
         raise RuntimeError("explain() cannot run inside another compiled function's trace")
     result, trace = compiled._traced_call(args, kwargs, follow=False)  # locations of this call

@@ -39,7 +39,7 @@ from tracegrad.codegen import program_builder
 from tracegrad.codegen.program_builder import build_program
 from tracegrad.ir.structural_key import KeyedGraph, alias_pattern, owner, structural_key
 from tracegrad.ir.graph import Graph, Node, Value, user_location
-from tracegrad.jit.naming import ArgumentNames, bound_module
+from tracegrad.jit.input_names import ArgumentNames, bound_module
 from tracegrad.ir.passes import optimize
 from tracegrad.ops.tracer import Tracer
 from tracegrad.runtime.program import Program
@@ -89,7 +89,7 @@ class CompileTrace(Tracer):
         self.arguments: list[tuple[Tensor, Tensor, Value]] = []
         self.events: list[compile_events.CacheEvent] = []  # one per graph looked up
         self.realizations: list[compile_events.Realization] = []
-        # What the function returned and which tensors became graph outputs (naming.name_outputs).
+        # What the function returned and which tensors became graph outputs (input_names.name_outputs).
         self.result = None
         self.output_tensors: tuple = ((), ())
         # Composite calls of this trace a later call may take in one step (jit.composite):
