@@ -15,7 +15,7 @@ users may change them at run time; a kernel built while it was below
 `MIN_PARALLEL_ELEMENTS` is compiled for its whole range only and stays one call. Below
 `MIN_PARALLEL_ELEMENTS` elements in its loop nest a kernel is one call: handing a chunk to
 another thread costs tens of microseconds (measured on the 2-core host: see
-`tests/codegen/test_threads.py` and docs).
+`tests/runtime/test_threads.py` and docs).
 """
 
 from __future__ import annotations
