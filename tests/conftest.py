@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 # Every kernel's IR is built even when its description finds it in a cache, and a
-# description that ever stands for two different IRs fails the run (codegen/kernel_key.py).
+# description that ever stands for two different IRs fails the run (runtime/kernel_key.py).
 os.environ["TRACEGRAD_CHECK_KERNEL_KEYS"] = "1"
 # What test modules write to the disk cache while they are imported (the host's description,
-# codegen/host.py) goes to a private directory too (`_private_kernel_cache` sets the run's).
+# runtime/host.py) goes to a private directory too (`_private_kernel_cache` sets the run's).
 os.environ["TRACEGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="tracegrad-test-cache-")
 
 import tracegrad as tg

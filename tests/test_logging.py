@@ -12,8 +12,8 @@ import pytest
 
 import tracegrad as tg
 from tracegrad.jit import inspect_log
-from tracegrad.codegen import timings as program_timings
-from tracegrad.codegen.program import build_numpy_program
+from tracegrad.runtime import step_timings as program_timings
+from tracegrad.codegen.program_builder import build_numpy_program
 
 
 @pytest.fixture
@@ -186,7 +186,7 @@ def test_dump_dir_collects_cache_and_recompile_events_in_events_log(log_stages, 
 def test_environment_variable_enables_logging_for_a_whole_program():
     script = textwrap.dedent("""
         import tracegrad as tg
-        from tracegrad.codegen.program import build_numpy_program
+        from tracegrad.codegen.program_builder import build_numpy_program
         f = tg.compile(lambda x: x.exp(), builder=build_numpy_program)
         f(tg.ones(2))
         f(tg.ones(5))

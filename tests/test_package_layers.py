@@ -19,7 +19,8 @@ LAYERS = [
     ["creation", "serialization", "defaults", "testing"],
     ["random", "legacy"],                            # legacy: typed tensor classes, Size, as_tensor
     ["ops"],                                         # the primitive table, bind, the graph trace
-    ["codegen"],                                     # fusion, LLVM lowering, programs, runtime
+    ["runtime"],                                     # disk cache, object loading, engine, threads, programs
+    ["codegen"],                                     # fusion, LLVM lowering, GEMM generator, kernel steps
     ["autograd"],
     ["functional"],
     ["distributed"],                                 # process group, collectives (over MPI)

@@ -15,9 +15,10 @@ from tracegrad import reference
 from tracegrad.jit import composite as compile_composite
 from tracegrad.jit import replay as compile_replay
 from tracegrad.autograd import backward_cache, traced_backward
-from tracegrad.autograd.recency import RecencyCache
-from tracegrad.codegen import cache, program
+from tracegrad.autograd.lru import RecencyCache
+from tracegrad.codegen import program_builder
 from tracegrad.codegen.program_cache import PROGRAMS
+from tracegrad.runtime import disk_cache
 from tracegrad.functional import eager_fusion
 
 
@@ -154,12 +155,12 @@ def test_reference_mode_runs_no_eager_fusion(monkeypatch):
 
 
 def test_reference_mode_multiplies_large_eager_matrices_with_numpy(monkeypatch):
-    from tracegrad.codegen import gemm, matmul_step
+    from tracegrad.codegen import gemm, matmul_steps
     monkeypatch.setenv("TRACEGRAD_MATMUL", "generated")
     calls = _spy(monkeypatch, gemm, "matmul")
     a = tg.ones(128, 128)
     product = lambda: (a @ a).sum()  # noqa: E731
-    for _ in range(matmul_step.COMPILE_AFTER + 1):
+    for _ in range(matmul_steps.COMPILE_AFTER + 1):
         product()
     outside = len(calls)
     calls.clear()
@@ -169,7 +170,7 @@ def test_reference_mode_multiplies_large_eager_matrices_with_numpy(monkeypatch):
 
 
 def test_reference_mode_builds_and_caches_no_program(monkeypatch):
-    calls = _spy(monkeypatch, program, "build_program")
+    calls = _spy(monkeypatch, program_builder, "build_program")
     model, x, y = _model_and_data()
     with tg.reference_mode():
         optimizer = tg.optim.SGD(model.parameters(), lr=0.1)
@@ -191,9 +192,9 @@ def test_reference_mode_builds_and_caches_no_program(monkeypatch):
 def test_reference_mode_reads_and_writes_no_disk_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("TRACEGRAD_CACHE", raising=False)
-    assert cache.cache_dir() == str(tmp_path)
+    assert disk_cache.cache_dir() == str(tmp_path)
     with tg.reference_mode():
-        assert cache.cache_dir() is None
+        assert disk_cache.cache_dir() is None
         _compiled_training()
     assert list(tmp_path.iterdir()) == []
 
@@ -223,7 +224,7 @@ def test_interpreting_backends_run_no_llvm_kernel_and_give_eager_results(monkeyp
         w_eager = tg.tensor(w, requires_grad=True)
         loss, y = _step(tg.tensor(x), w_eager)
         wanted.append((loss.detach().numpy(), y.detach().numpy(), w_eager.grad.numpy()))
-    calls = _spy(monkeypatch, program, "build_program")
+    calls = _spy(monkeypatch, program_builder, "build_program")
     compiled = tg.compile(_step, backend=backend)
     for (x, w), want in zip(data, wanted):
         w_compiled = tg.tensor(w, requires_grad=True)
@@ -235,7 +236,7 @@ def test_interpreting_backends_run_no_llvm_kernel_and_give_eager_results(monkeyp
 
 
 def test_the_default_backend_builds_llvm_kernels(monkeypatch):
-    calls = _spy(monkeypatch, program, "build_program")
+    calls = _spy(monkeypatch, program_builder, "build_program")
     compiled = tg.compile(_step)
     compiled(tg.ones(4, 5), tg.ones(5, 3, requires_grad=True))
     assert calls and compiled.cache_info().kernels > 0

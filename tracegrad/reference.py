@@ -13,9 +13,9 @@ own switch:
 | traced-backward templates (`autograd/traced_backward.py`)    | none                        |
 | the eager backward cache (`autograd/backward_cache.py`)      | none                        |
 | eager fusion (`functional/eager_fusion.py`)                  | `TRACEGRAD_EAGER_COMPILE=0` |
-| the generated GEMM of large eager products (`matmul_step`)   | `TRACEGRAD_MATMUL=numpy`    |
+| the generated GEMM of large eager products (`matmul_steps`)  | `TRACEGRAD_MATMUL=numpy`    |
 | the in-memory program cache (`codegen/program_cache.py`)     | none                        |
-| the disk cache of object code (`codegen/cache.py`)           | `TRACEGRAD_CACHE=0`         |
+| the disk cache of object code (`runtime/disk_cache.py`)      | `TRACEGRAD_CACHE=0`         |
 | fused LLVM programs: graphs run by `ir.interpret` instead    | `backend="interpret"`       |
 
 A compiled function in reference mode traces every call in full and runs the traced graph
@@ -66,7 +66,7 @@ def eager_compile() -> bool:
 
 class InterpretedProgram:
     """A graph run by the NumPy interpreter, with the interface `tracegrad.jit.function` uses of a
-    `codegen.program.Program` (`run`, `feeds`, `kernel_count`)."""
+    `runtime.program.Program` (`run`, `feeds`, `kernel_count`)."""
 
     kernel_count = 0
     steps = ()

@@ -7,7 +7,7 @@ import pytest
 import tracegrad as tg
 import tracegrad.nn.functional as F
 from tracegrad.autograd import backward_cache
-from tracegrad.autograd.recency import RecencyCache
+from tracegrad.autograd.lru import RecencyCache
 
 
 @pytest.fixture(autouse=True)

@@ -13,8 +13,8 @@ import pytest
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
-from tracegrad.codegen import gemm, matmul_step
-from tracegrad.codegen.matmul_step import GENERATED, NUMPY, EpilogueMatmulStep
+from tracegrad.codegen import gemm, matmul_steps
+from tracegrad.codegen.matmul_steps import GENERATED, NUMPY, EpilogueMatmulStep
 
 TOLERANCE = {tg.float32: 1e-5, tg.float64: 1e-10}
 # (M, K, N): one tile or less, edge tiles on both sides, the W4 layer, a narrow product.
@@ -57,7 +57,7 @@ def test_linear_bias_activation_forward_equals_eager(path, dtype, shape, activat
         return activation(F.linear(x, w, b))
 
     compiled = tg.compile(layer)
-    for _ in range(matmul_step.COMPILE_AFTER + 1):  # NumPy's BLAS first, then the kernel
+    for _ in range(matmul_steps.COMPILE_AFTER + 1):  # NumPy's BLAS first, then the kernel
         _assert_close(compiled(x, w, b), layer(x, w, b), dtype)
     assert len(_epilogue_steps(compiled)) == 1
 
@@ -76,7 +76,7 @@ def test_every_operand_layout_with_an_epilogue_equals_eager(path, dtype, layouts
         return (left @ right) * 0.5 + bias
 
     compiled = tg.compile(fn)
-    for _ in range(matmul_step.COMPILE_AFTER + 1):
+    for _ in range(matmul_steps.COMPILE_AFTER + 1):
         _assert_close(compiled(a, b, bias), fn(a, b, bias), dtype)
     assert len(_epilogue_steps(compiled)) == 1
 
@@ -92,7 +92,7 @@ def test_an_operand_concatenated_from_two_buffers_is_not_taken_as_a_view(path, d
         return 1 / F.linear(tg.cat([x, x], 0), w)
 
     compiled = tg.compile(fn)
-    for _ in range(matmul_step.COMPILE_AFTER + 1):
+    for _ in range(matmul_steps.COMPILE_AFTER + 1):
         _assert_close(compiled(x, w), fn(x, w), dtype)
 
 
@@ -107,7 +107,7 @@ def test_an_epilogue_with_several_outputs_and_a_kept_product(path, dtype):
         return product, pre, F.relu(pre), pre > 0
 
     compiled = tg.compile(fn)
-    for _ in range(matmul_step.COMPILE_AFTER + 1):
+    for _ in range(matmul_steps.COMPILE_AFTER + 1):
         for got, want in zip(compiled(x, w, y), fn(x, w, y)):
             if want.dtype == tg.bool:
                 np.testing.assert_array_equal(got.numpy(), want.numpy())
@@ -130,7 +130,7 @@ def test_mlp_training_step_values_and_gradients_equal_eager(path, dtype):
         return (loss, *tg.autograd.grad(loss, [w1, b1, w2, b2]))
 
     compiled = tg.compile(step)
-    for _ in range(matmul_step.COMPILE_AFTER + 1):
+    for _ in range(matmul_steps.COMPILE_AFTER + 1):
         for got, want in zip(compiled(x, *params), step(x, *params)):
             _assert_close(got, want, dtype)
     assert _epilogue_steps(compiled)  # the gelu layer (the relu layer folds the loss sum in)
@@ -150,7 +150,7 @@ def _assert_sgd_training_matches_eager(make, loss_of, rtol: float, atol: float) 
         return loss
 
     compiled = tg.compile(train)
-    for _ in range(matmul_step.COMPILE_AFTER + 2):
+    for _ in range(matmul_steps.COMPILE_AFTER + 2):
         want = train(eager_model, optimizers[0])
         got = compiled(compiled_model, optimizers[1])
         np.testing.assert_allclose(got.item(), want.item(), rtol=rtol)
@@ -225,7 +225,7 @@ def test_a_kernel_reading_two_products_fuses_with_the_later_one(path):
         return (x @ w1).tanh() * (x @ w2)
 
     compiled = tg.compile(fn)
-    for _ in range(matmul_step.COMPILE_AFTER + 1):
+    for _ in range(matmul_steps.COMPILE_AFTER + 1):
         _assert_close(compiled(x, w1, w2), fn(x, w1, w2), tg.float64)
     (program,) = compiled._programs.values()
     kinds = [type(step).__name__ for step in program.steps]
@@ -284,7 +284,7 @@ def test_an_epilogue_folding_reductions_over_the_rows_equals_eager(path, dtype, 
         return masked, masked.sum(0), (masked * pre).amax(0)
 
     compiled = tg.compile(fn)
-    for _ in range(matmul_step.COMPILE_AFTER + 1):
+    for _ in range(matmul_steps.COMPILE_AFTER + 1):
         for got, want in zip(compiled(g, w, pre), fn(g, w, pre)):
             _assert_close(got, want, dtype)
     (step,) = _epilogue_steps(compiled)
@@ -304,7 +304,7 @@ def test_a_kernel_reducing_every_axis_or_the_rows_stays_separate():
 DISK_PROGRAM = textwrap.dedent("""
     import numpy as np, tracegrad as tg
     import tracegrad.nn.functional as F
-    from tracegrad.codegen.matmul_step import EpilogueMatmulStep
+    from tracegrad.codegen.matmul_steps import EpilogueMatmulStep
     rng = np.random.default_rng(0)
     x, w, b = (tg.tensor(rng.standard_normal(s).astype(np.float32)) for s in [(40, 30), (30, 50), (50,)])
     out = []
@@ -348,7 +348,7 @@ def test_a_weight_update_in_the_epilogue_writes_into_the_weight(path):
         return g.sum()
 
     compiled = tg.compile(update)
-    for _ in range(matmul_step.COMPILE_AFTER + 1):
+    for _ in range(matmul_steps.COMPILE_AFTER + 1):
         compiled(w, g, x)
         update(w_eager, g, x)
         np.testing.assert_allclose(w.numpy(), w_eager.numpy(), rtol=1e-10, atol=1e-12)
@@ -368,7 +368,7 @@ def test_an_operand_of_the_product_is_never_overwritten_by_its_epilogue(path):
         return x * 2.0
 
     compiled = tg.compile(update)
-    for _ in range(matmul_step.COMPILE_AFTER + 1):
+    for _ in range(matmul_steps.COMPILE_AFTER + 1):
         compiled(w, x)
         update(w_eager, x)
         np.testing.assert_allclose(w.numpy(), w_eager.numpy(), rtol=1e-10, atol=1e-10)
@@ -380,7 +380,7 @@ def test_an_epilogue_output_read_only_inside_the_program_is_written_over_its_pro
     rng = np.random.default_rng(8)
     a, b, c = (_tensor(rng, shape, tg.float32) for shape in [(37, 20), (20, 45), (45, 9)])
     compiled = tg.compile(lambda a, b, c: F.relu(a @ b) @ c)
-    for _ in range(matmul_step.COMPILE_AFTER + 2):  # the product's buffer stays out of the pool
+    for _ in range(matmul_steps.COMPILE_AFTER + 2):  # the product's buffer stays out of the pool
         _assert_close(compiled(a, b, c), F.relu(a @ b) @ c, tg.float32)
     (step,) = _epilogue_steps(compiled)
     assert not step.keep_product and not step.pool_product
@@ -391,7 +391,7 @@ def test_an_epilogue_output_the_program_returns_gets_a_buffer_of_its_own(path):
     rng = np.random.default_rng(9)
     a, b = _tensor(rng, (37, 20), tg.float32), _tensor(rng, (20, 45), tg.float32)
     compiled = tg.compile(lambda a, b: F.relu(a @ b))
-    for _ in range(matmul_step.COMPILE_AFTER + 2):
+    for _ in range(matmul_steps.COMPILE_AFTER + 2):
         _assert_close(compiled(a, b), F.relu(a @ b), tg.float32)
     (step,) = _epilogue_steps(compiled)
     assert not step.donated and step.pool_product

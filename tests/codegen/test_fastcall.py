@@ -7,7 +7,7 @@ import pytest
 
 import tracegrad as tg
 from tracegrad.codegen import fastcall, kernels
-from tracegrad.codegen.llvm import compile_kernel
+from tracegrad.runtime.llvm_engine import compile_kernel
 
 
 def _probe_caller(start: int, end: int):

@@ -8,7 +8,7 @@ import numpy as np
 
 import tracegrad as tg
 from tracegrad.codegen.fusion import FusedKernel, plan
-from tracegrad.codegen.program import NumpyStep
+from tracegrad.runtime.program import NumpyStep
 
 _RNG = np.random.default_rng(0)
 

@@ -5,7 +5,8 @@ of the vector width), strided operands, and chosen by `gemm.matmul` for such pro
 import numpy as np
 import pytest
 
-from tracegrad.codegen import gemm, gemm_narrow, threads
+from tracegrad.codegen import gemm, gemm_narrow
+from tracegrad.runtime import threads
 from tracegrad.codegen.gemm_ir import tile_shape
 
 TOLERANCE = {np.float32: 1e-5, np.float64: 1e-12}

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.codegen import threads
+from tracegrad.runtime import threads
 from tracegrad.codegen.kernels import KernelStep
 
 DTYPES = [np.float32, np.float64]
@@ -208,7 +208,7 @@ def product_over_dims():
 
 @pytest.mark.parametrize("dims", [(1,), (0,), (0, 1)])
 def test_a_new_reduction_lowers_from_its_spec_alone(product_over_dims, dims):
-    from tracegrad.codegen.program import build_program
+    from tracegrad.codegen.program_builder import build_program
     from tracegrad.ir.graph import Graph, Node, Value
     from tracegrad.ir.types import TensorType, float64
 
@@ -231,7 +231,7 @@ def test_a_new_reduction_lowers_from_its_spec_alone(product_over_dims, dims):
 def test_a_sum_over_inner_axes_of_a_constant_fill_lowers_with_the_reductions_types():
     # The register reduction's combine step read the scalar builder's input types as the
     # last emitted node left them: the fill's, which has none (fuzz seed 10003405).
-    from tracegrad.codegen.program import build_program
+    from tracegrad.codegen.program_builder import build_program
     from tracegrad.ir.graph import Graph, Node, Value
     from tracegrad.ir.types import TensorType, float32
     from tracegrad.ops import elementwise as ew

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.codegen import llvm, mathlib
+from tracegrad.codegen import mathlib
+from tracegrad.runtime import llvm_engine
 
 MAX_ULP = 4
 SAMPLES = 400_000
@@ -188,7 +189,7 @@ EXP_SAMPLES = 2_000_000
 def test_exp_within_4_ulp_of_numpy_on_each_range_with_either_scaling(range_name, dtype, scalef, monkeypatch):
     # The scaling by 2**n is one vscalef where the host has AVX-512, two exact factors
     # elsewhere: both are generated here, whatever the host.
-    monkeypatch.setattr(llvm, "HAS_SCALEF", scalef)
+    monkeypatch.setattr(llvm_engine, "HAS_SCALEF", scalef)
     x = EXP_RANGES[range_name](np.random.default_rng(3), dtype, EXP_SAMPLES)
     got = _compiled("exp")(tg.from_numpy(x)).numpy()
     errors = _ulp_error(got, _reference(np.exp, x, dtype), dtype)
@@ -199,7 +200,7 @@ def test_exp_within_4_ulp_of_numpy_on_each_range_with_either_scaling(range_name,
 @pytest.mark.parametrize("scalef", [True, False], ids=["ldexp", "two_factors"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 def test_exp_special_values_match_numpy_with_either_scaling(dtype, scalef, monkeypatch):
-    monkeypatch.setattr(llvm, "HAS_SCALEF", scalef)
+    monkeypatch.setattr(llvm_engine, "HAS_SCALEF", scalef)
     finfo = np.finfo(dtype)
     x = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, finfo.max, -finfo.max, *_EXP_BOUNDS[dtype],
                   np.log(finfo.max), np.log(finfo.smallest_subnormal), 1e4, -1e4], dtype=dtype)

@@ -13,7 +13,7 @@ import pytest
 import tracegrad as tg
 import tracegrad.nn.functional as F
 from tracegrad.autograd import backward_cache
-from tracegrad.autograd.recency import RecencyCache
+from tracegrad.autograd.lru import RecencyCache
 from tracegrad.codegen import program_cache
 from tracegrad.codegen.program_cache import KEY_PART_BYTES, MISSING, PROGRAMS, ProgramCache
 from tracegrad.functional import eager_fusion

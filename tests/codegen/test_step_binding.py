@@ -1,4 +1,4 @@
-"""A matmul step bound to the geometry of its arrays (`matmul_step._Binding`,
+"""A matmul step bound to the geometry of its arrays (`matmul_steps._Binding`,
 `gemm.BoundProduct`) runs its later runs without redoing its choices; whatever it assumed
 is checked per run, and arrays it was not bound for take the general path with the same
 results. Speed is not asserted here."""
@@ -10,10 +10,11 @@ import pytest
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
-from tracegrad.codegen import gemm, threads
-from tracegrad.codegen.kernels import data_address
-from tracegrad.codegen.matmul_step import EpilogueMatmulStep, MatmulStep
-from tracegrad.codegen.program import Program
+from tracegrad.codegen import gemm
+from tracegrad.runtime import threads
+from tracegrad.runtime.buffers import data_address
+from tracegrad.codegen.matmul_steps import EpilogueMatmulStep, MatmulStep
+from tracegrad.runtime.program import Program
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.codegen import objload
+from tracegrad.runtime import object_loader
 from tracegrad.jit.events import RecompileWarning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -63,11 +63,12 @@ def test_cache_clear_drops_every_program():
     assert not compiled._inspect.origins
 
 
-needs_objload = pytest.mark.skipif(not objload.supported() or os.environ.get("TRACEGRAD_OBJECT_LOADER") == "mcjit",
-                                   reason="code placed by MCJIT is never given back")
+needs_object_loader = pytest.mark.skipif(not object_loader.supported()
+                                         or os.environ.get("TRACEGRAD_OBJECT_LOADER") == "mcjit",
+                                         reason="code placed by MCJIT is never given back")
 
 
-@needs_objload
+@needs_object_loader
 def test_cache_clear_unmaps_the_machine_code_of_the_kernels_only_it_ran():
     compiled = tg.compile(_scaled_sum)
     _call_with_sizes(compiled, [5, 6])
@@ -78,7 +79,7 @@ def test_cache_clear_unmaps_the_machine_code_of_the_kernels_only_it_ran():
     assert not any(map(_mapped, addresses))
 
 
-@needs_objload
+@needs_object_loader
 def test_deleting_a_compiled_function_unmaps_the_machine_code_of_its_kernels():
     compiled = tg.compile(_scaled_sum)
     _call_with_sizes(compiled, [7, 8])

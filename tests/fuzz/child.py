@@ -54,9 +54,9 @@ class KernelCounts:
     (so a warm run can show it was warm)."""
 
     def __init__(self):
-        from tracegrad.codegen import cache, llvm
+        from tracegrad.runtime import disk_cache, llvm_engine
         self.loaded = self.compiled = 0
-        load, emit = cache.load, llvm.emit_object
+        load, emit = disk_cache.load, llvm_engine.emit_object
 
         def counting_load(*args, **kwargs):
             obj = load(*args, **kwargs)
@@ -67,7 +67,7 @@ class KernelCounts:
             self.compiled += 1
             return emit(*args, **kwargs)
 
-        cache.load, llvm.emit_object = counting_load, counting_emit
+        disk_cache.load, llvm_engine.emit_object = counting_load, counting_emit
 
     def take(self) -> dict:
         counts = {"loaded": self.loaded, "compiled": self.compiled}

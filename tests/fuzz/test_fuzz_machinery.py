@@ -55,9 +55,9 @@ def test_generated_programs_run_under_pytorch():
 
 def test_a_wrong_compiled_value_is_reported(monkeypatch):
     from tracegrad.autograd import backward_cache
-    from tracegrad.autograd.recency import RecencyCache
-    from tracegrad.codegen import program as codegen_program
-    build = codegen_program.build_program
+    from tracegrad.autograd.lru import RecencyCache
+    from tracegrad.codegen import program_builder
+    build = program_builder.build_program
     # (The perturbed backward programs this builds must not outlive the test.)
     monkeypatch.setattr(backward_cache, "_entries", RecencyCache(backward_cache.CAPACITY))
 
@@ -71,7 +71,7 @@ def test_a_wrong_compiled_value_is_reported(monkeypatch):
         def run(self, arrays):
             return [array + 1 if array.dtype.kind == "f" else array for array in self.real.run(arrays)]
 
-    monkeypatch.setattr(codegen_program, "build_program", lambda graph, **kw: Off(build(graph, **kw)))
+    monkeypatch.setattr(program_builder, "build_program", lambda graph, **kw: Off(build(graph, **kw)))
     runs = runner.run_modes(PROGRAM, 0)
     failures = {mode: compare(0, mode, got, want) for mode, (got, want) in runs.items()}
     assert failures["compiled cold"].kind == WRONG_VALUE

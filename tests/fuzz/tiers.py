@@ -17,11 +17,11 @@ import importlib
 SMALL: dict[tuple[str, str], int] = {
     ("tracegrad.functional.eager_fusion", "MIN_ELEMENTS"): 1,
     ("tracegrad.functional.eager_fusion", "SINGLE_OP_FACTOR"): 1,
-    ("tracegrad.codegen.threads", "MIN_PARALLEL_ELEMENTS"): 64,
+    ("tracegrad.runtime.threads", "MIN_PARALLEL_ELEMENTS"): 64,
     ("tracegrad.codegen.kernels", "FAST_CALL_ELEMENTS"): 16,
     ("tracegrad.codegen.kernels", "SHORT_ROW"): 2,
     ("tracegrad.codegen.kernels", "ROW_BLOCK"): 3,
-    ("tracegrad.codegen.matmul_step", "EAGER_MIN_WORK"): 1,
+    ("tracegrad.codegen.matmul_steps", "EAGER_MIN_WORK"): 1,
     ("tracegrad.codegen.gemm", "TWO_THREAD_MIN_WORK"): 64,
     ("tracegrad.codegen.gemm", "NARROW_TWO_THREAD_MIN_WORK"): 64,
 }

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import tracegrad as tg
-from tracegrad.codegen.program import build_numpy_program
+from tracegrad.codegen.program_builder import build_numpy_program
 from tracegrad.ir.graph import Graph
 
 

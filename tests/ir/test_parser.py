@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.codegen.program import build_numpy_program
+from tracegrad.codegen.program_builder import build_numpy_program
 from tracegrad.ir.graph import Graph, Node
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import REGISTRY

@@ -1,5 +1,5 @@
 """The ops of `ops/special.py` (erfc, erfinv, lgamma, digamma, polygamma) and their NumPy
-implementations in `ops/mathfn.py`: values against Python's math module and identities,
+implementations in `ops/numpy_special.py`: values against Python's math module and identities,
 gradients against finite differences (first and second order, float64, where each order
 is the next function of the chain), compiled equal to eager, size-0 and size-1 inputs,
 in-place forms, PyTorch's special values, and PyTorch itself where it is installed."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from tracegrad import reference
 from tracegrad.grad_mode import no_grad
-from tracegrad.autograd.recency import RecencyCache
+from tracegrad.autograd.lru import RecencyCache
 from tracegrad.autograd.autodiff import FREED, _leads_to_targets, forward_order, reverse_mode
 from tracegrad.codegen import program_cache
 from tracegrad.ir.graph import Graph, Node, Value, attr_key
@@ -202,7 +202,7 @@ def _compact(array, axes: tuple[int, ...]):
 
 
 def _build(order, roots, targets, values, saved, compiled: bool) -> _Plan | None:
-    from tracegrad.codegen.program import build_numpy_program, build_program
+    from tracegrad.codegen.program_builder import build_numpy_program, build_program
     from tracegrad.ir.passes import optimize
     from tracegrad.ir.structural_key import structural_key
     from tracegrad.ops.movement import expand

@@ -32,7 +32,7 @@ from operator import itemgetter
 
 from tracegrad import reference
 from tracegrad.grad_mode import no_grad
-from tracegrad.autograd.recency import RecencyCache
+from tracegrad.autograd.lru import RecencyCache
 from tracegrad.autograd.autodiff import FREED, forward_order, reaches_history, reverse_mode
 from tracegrad.ir.graph import Node, Value, user_location
 

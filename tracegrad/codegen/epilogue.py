@@ -9,7 +9,7 @@ function over a rectangle of the product,
 each finished MC x NC block of C while it is in L2 (`codegen/gemm_ir.py`); after NumPy's
 BLAS (the first runs, `TRACEGRAD_MATMUL=numpy`) the same function runs once over the whole
 product, so both paths compute the epilogue with the same code. What does not live here:
-the step that runs it (`codegen/matmul_step.py`), the kernels' lowering of each node
+the step that runs it (`codegen/matmul_steps.py`), the kernels' lowering of each node
 (`codegen/kernels.py`, reused as is: nothing here knows an op by name).
 
 `TRACEGRAD_MATMUL_EPILOGUE=0` (read at import; `ENABLED` at plan time) keeps every
@@ -29,7 +29,7 @@ from llvmlite import ir
 
 from tracegrad.codegen.fusion import FusedKernel, RowGroup, Unfused, touches_empty
 from tracegrad.codegen.kernels import _Emitter, _loop, _map_body
-from tracegrad.codegen.llvm import I8, I64, ScalarBuilder, memory_type
+from tracegrad.codegen.ir_builder import I8, I64, ScalarBuilder, memory_type
 from tracegrad.ir.graph import Graph, Node, Value
 from tracegrad.ir.primitive import MATMUL, MOVEMENT
 

@@ -6,7 +6,7 @@ Python) and the conversion of three arguments: about 2 µs for a kernel of ten b
 more than a 16-element kernel takes to run. Instead, `trampoline` is one LLVM function,
 compiled once (or loaded from the disk cache, as kernels are), with the signature of a
 CPython builtin taking its arguments as a vector (METH_FASTCALL): it reads each argument
-ndarray's data pointer from the array object itself (the field `kernels.data_address`
+ndarray's data pointer from the array object itself (the field `buffers.data_address`
 reads), and calls the kernel whose address and range it finds in its `self`, an int64
 array [address, start, end].
 `fast_caller(address, start, end)` makes such a builtin for one kernel; calling it with
@@ -29,7 +29,8 @@ import threading
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.codegen.llvm import I8, I64, compile_kernel_keyed, emit_loop
+from tracegrad.codegen.ir_builder import I8, I64, emit_loop
+from tracegrad.runtime.llvm_engine import compile_kernel_keyed
 
 _METH_FASTCALL = 0x0080
 
@@ -96,7 +97,7 @@ def _free_threaded() -> bool:
 
 
 def _layout_known() -> bool:
-    from tracegrad.codegen.kernels import _DATA_OFFSET
+    from tracegrad.runtime.buffers import _DATA_OFFSET
     return (sys.implementation.name == "cpython" and _DATA_OFFSET is not None
             and not hasattr(sys, "gettotalrefcount")  # a debug build
             and not _free_threaded()
@@ -118,7 +119,7 @@ def _description(what: str, data_offset: int) -> str | None:
     """The disk-cache key of the trampoline or probe (their generators' sources, which
     `generator_key` hashes, and the data offset), so that a warm process loads them
     without building their IR; None (keyed by the IR) if the sources cannot be hashed."""
-    from tracegrad.codegen.kernel_key import generator_key
+    from tracegrad.runtime.kernel_key import generator_key
     sources = generator_key()
     return None if sources is None else f"fastcall {what} data_offset={data_offset} {sources}"
 
@@ -128,7 +129,7 @@ def _setup() -> bool:
     global _definition, _new_function
     if not _layout_known():
         return False
-    from tracegrad.codegen.kernels import _DATA_OFFSET
+    from tracegrad.runtime.buffers import _DATA_OFFSET
     try:
         address, _, _ = compile_kernel_keyed(_description("trampoline", _DATA_OFFSET), "trampoline",
                                              lambda: trampoline_module(_DATA_OFFSET))

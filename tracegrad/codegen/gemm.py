@@ -7,7 +7,7 @@ sharing one chunk counter; the second handed to a worker thread, `threads.run_pa
 product may carry a tile epilogue (`codegen/epilogue.py`), run on each finished block of C.
 `bind` works all of that out once for operands of one geometry (`BoundProduct`), for a
 program step that runs the same product run after run. What does not: the IR, choosing
-between this kernel and numpy.matmul (`codegen/matmul_step.py`), and any graph or autograd
+between this kernel and numpy.matmul (`codegen/matmul_steps.py`), and any graph or autograd
 logic.
 """
 
@@ -19,10 +19,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tracegrad.codegen import gemm_narrow, handoff, kernel_key, threads as kernel_threads
-from tracegrad.codegen.kernels import data_address
+from tracegrad.codegen import gemm_narrow
 from tracegrad.codegen.gemm_ir import COL, P_A, P_B, P_C, PARAMETER_COUNT, ROW, GemmEmitter, tile_shape as _tile_shape
-from tracegrad.codegen.llvm import compile_kernel_keyed, load_keyed
+from tracegrad.runtime import kernel_key, spin_handoff, threads as kernel_threads
+from tracegrad.runtime.buffers import data_address
+from tracegrad.runtime.llvm_engine import compile_kernel_keyed, load_keyed
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 KERNEL_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -56,7 +57,7 @@ TWO_THREAD_MIN_OUTPUT = 1 << 17
 # Products with a narrow side (`codegen/gemm_narrow.py`) below NARROW_MAX_WORK run
 # unpacked, on two threads (two halves of the long side) from NARROW_TWO_THREAD_MIN_WORK:
 # W4's (256, 512, 10) products take ~14 µs in the kernel on one thread, and a call handed
-# to a spinning worker (`codegen/handoff.py`) starts within a µs: 3-7 µs less each in the
+# to a spinning worker (`runtime/spin_handoff.py`) starts within a µs: 3-7 µs less each in the
 # W4 step on a quiet host (with one core busy elsewhere, 6-14 µs more).
 NARROW_MAX_WORK = 1 << 22
 NARROW_TWO_THREAD_MIN_WORK = 1 << 20
@@ -108,7 +109,7 @@ def ready(a: np.ndarray, b: np.ndarray, compile: bool = False) -> bool:  # noqa:
 
 
 # What the IR depends on besides the parameters in _description: gemm_ir.py, and the
-# emitters it uses from llvm.py (all of codegen/ is hashed).
+# emitters it uses from ir_builder.py (all of codegen/ is hashed).
 _SOURCE_HASH = kernel_key.generator_key()
 
 
@@ -375,7 +376,7 @@ class BoundProduct:
             self.blocks.append((params, *fields, *offsets))
         self.first = ctypes.addressof(self.blocks[0][0])
         # Two calls: handed off as one foreign call (`threads.run_pair_block`).
-        self.second = (handoff.pair_block(self.first, ctypes.addressof(self.blocks[1][0]))
+        self.second = (spin_handoff.pair_block(self.first, ctypes.addressof(self.blocks[1][0]))
                        if threads == 2 else None)
         self.counter = counter
         self.after = after  # (epilogue function, its buffer array's address), run over all of C at the end

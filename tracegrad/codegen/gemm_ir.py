@@ -1,7 +1,7 @@
 """The LLVM IR generator of the generated GEMM: one BLIS/Goto-style function per (dtype,
 layout of A, layout of B). What does not live here: running it (`codegen/gemm.py`: the
 workspaces, the blocking plan, the threads), and choosing it over NumPy
-(`codegen/matmul_step.py`).
+(`codegen/matmul_steps.py`).
 
 The generated function computes C[m0:m1, n0:n1] = A[m0:m1, :] @ B[:, n0:n1]:
 
@@ -41,8 +41,8 @@ from collections.abc import Callable
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.codegen import host
-from tracegrad.codegen.llvm import F32, F64, I1, I8, I64, emit_loop as _loop
+from tracegrad.codegen.ir_builder import F32, F64, I1, I8, I64, emit_loop as _loop
+from tracegrad.runtime import host
 
 ROW, COL = "row", "col"  # operand layouts: unit stride along axis 1 (row-major) or axis 0
 

@@ -17,7 +17,7 @@ for a tile that is mostly padding, and packing costs as much as the arithmetic. 
 
 Neither packs, so each reads its big operand once. `run` may call a kernel twice, on two
 halves of C's long side, the second on a worker thread (`threads.run_pair`). What does not
-live here: the general GEMM, the choice of NumPy or generated (`codegen/matmul_step.py`).
+live here: the general GEMM, the choice of NumPy or generated (`codegen/matmul_steps.py`).
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ import ctypes
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.codegen import kernel_key
-from tracegrad.codegen.kernels import data_address
 from tracegrad.codegen.gemm_ir import VectorEmitter, tile_shape
-from tracegrad.codegen.llvm import I64, compile_kernel_keyed, emit_loop, load_keyed
+from tracegrad.codegen.ir_builder import I64, emit_loop
+from tracegrad.runtime import kernel_key
+from tracegrad.runtime.buffers import data_address
+from tracegrad.runtime.llvm_engine import compile_kernel_keyed, load_keyed
 
 NCOLS = 12        # at most this many columns of C for a `cols` kernel
 ACCUMULATORS = 24  # vector registers a `cols` kernel spends on accumulators (of 32)
@@ -174,7 +175,7 @@ class _Emitter(VectorEmitter):
         emit_loop(b, I64(0), m, row_count, [], row_block)
 
 
-_SOURCE_HASH = kernel_key.generator_key()  # this file, gemm_ir's tile and llvm's emitters
+_SOURCE_HASH = kernel_key.generator_key()  # this file, gemm_ir's tile and ir_builder's emitters
 _kernels: dict[tuple, object] = {}
 
 
@@ -276,6 +277,6 @@ def _run_blocks(function, blocks: list) -> None:
     if len(blocks) == 1:
         function(ctypes.addressof(blocks[0]))
         return
-    from tracegrad.codegen import threads
+    from tracegrad.runtime import threads
     first, second = (ctypes.addressof(block) for block in blocks)  # the blocks live until both return
     threads.run_pair(function, first, second)

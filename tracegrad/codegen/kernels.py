@@ -10,7 +10,7 @@ here knows any op by name.
 [start, end) is the part of the outermost loop (`outer_extent`) to run: the elements of
 a flat map loop, the first dim of a nested one, the rows (all dims but the last,
 flattened) of a row group or row reduction. `KernelStep.run` splits a big kernel into
-chunks run on several threads (`codegen/threads.py`). Chunks write disjoint parts of
+chunks run on several threads (`runtime/threads.py`). Chunks write disjoint parts of
 every output, except folded reductions, which reduce across the split loop: every chunk
 but the first writes them into its own scratch buffers, and a small combine kernel (each
 reduction's own `lower`, applied to two partial results) adds those into the first's.
@@ -28,17 +28,18 @@ import time
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.codegen import fastcall, kernel_key, threads
+from tracegrad.codegen import fastcall
 from tracegrad.codegen.fusion import FusedKernel, RowGroup
-from tracegrad.codegen.llvm import (I8, I64, ScalarBuilder, emit_loop,
-                                    memory_type, register_type)
+from tracegrad.codegen.ir_builder import I8, I64, ScalarBuilder, emit_loop, memory_type, register_type
 from tracegrad.ir import types
 from tracegrad.ir.graph import Node, Value
 from tracegrad.ir.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
+from tracegrad.runtime import kernel_key, threads
+from tracegrad.runtime.buffers import data_address, data_addresses, take_keyed, write_over_leaves
 
 _names = itertools.count()
 # Kernels of at most this many elements compile without loop unrolling and interleaving
-# (`llvm.optimize`'s `small`) and without loop strength reduction (`llvm.emit_object`):
+# (`llvm_engine.optimize`'s `small`) and without loop strength reduction (`llvm_engine.emit_object`):
 # their run time is the call's overhead anyway.
 SMALL_KERNEL_ELEMENTS = 4096
 # Kernels of at most this many elements are called through `fastcall`, which saves ~1-2
@@ -642,62 +643,6 @@ class KernelStep:
                 for k, (p, array) in enumerate(zip(self.folded_positions, scratch)):
                     pairs[2 * k], pairs[2 * k + 1] = addresses[p], data_address(array)
                 combine(ctypes.addressof(pairs), 0, 0)
-
-
-def _data_field_offset() -> int | None:
-    """Where an ndarray object holds its data pointer (NumPy's `PyArray_DATA`: the field
-    after the object header), checked on a probe array; None if it is not there."""
-    probe = np.arange(4.0)
-    offset = object.__basicsize__
-    if ctypes.c_void_p.from_address(id(probe) + offset).value == probe.ctypes.data:
-        return offset
-    return None
-
-
-_DATA_OFFSET = _data_field_offset()
-_read_pointer = ctypes.c_void_p.from_address
-
-
-def write_over_leaves(results: list, leaves: list, donated: list[tuple[int, int]]) -> None:
-    """Make each donated result the buffer of the leaf it replaces (a writable copy if the
-    leaf's array is read-only), as the kernel's IR stores it through the leaf's pointer."""
-    for result, leaf in donated:
-        if not leaves[leaf].flags.writeable:
-            leaves[leaf] = leaves[leaf].copy()
-        results[result] = leaves[leaf]
-
-
-def data_address(array: np.ndarray) -> int:
-    """The data address of an ndarray, read from the array object. Every run takes the
-    addresses of new arrays (outputs, Python scalars), where `.ctypes.data` or the
-    buffer protocol (which builds and caches buffer info per array) cost several times
-    more."""
-    if _DATA_OFFSET is not None:
-        return _read_pointer(id(array) + _DATA_OFFSET).value or 0
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(array))
-    except (TypeError, ValueError, BufferError):
-        return array.ctypes.data
-
-
-def data_addresses(arrays) -> list[int]:
-    """`data_address` of each array, in one call (a step's per-run addresses)."""
-    if _DATA_OFFSET is not None:
-        offset, read = _DATA_OFFSET, _read_pointer
-        return [read(id(array) + offset).value or 0 for array in arrays]
-    return [data_address(array) for array in arrays]
-
-
-def take_buffer(pool: dict | None, shape: tuple[int, ...], dtype) -> np.ndarray:
-    """A dead buffer of this shape and dtype from the run's pool, or a new one."""
-    free = pool.get((shape, np.dtype(dtype))) if pool else None
-    return free.pop() if free else np.empty(shape, dtype=dtype)
-
-
-def take_keyed(pool: dict | None, key: tuple) -> np.ndarray:
-    """`take_buffer` by the pool's key, (shape, np.dtype), made once by the caller."""
-    free = pool.get(key) if pool else None
-    return free.pop() if free else np.empty(*key)
 
 
 def _index_checks(kernel: FusedKernel) -> list[tuple[int, object]]:

@@ -14,7 +14,7 @@ from fractions import Fraction
 
 from llvmlite import ir
 
-from tracegrad.codegen.llvm import F32, F64, I32, I64
+from tracegrad.codegen.ir_builder import F32, F64, I32, I64
 
 LN2_HI_F64, LN2_LO_F64 = 6.93147180369123816490e-01, 1.90821492927058770002e-10
 LN2_HI_F32, LN2_LO_F32 = 0.693359375, -2.12194440e-4
@@ -159,15 +159,15 @@ def tanh(b, x):
     return b.select(b.is_nan(x), x, result)
 
 
-# Cephes' erf/erfc rational approximations (S. Moshier, public domain), as in ops/mathfn.py.
+# Cephes' erf/erfc rational approximations (S. Moshier, public domain), as in ops/numpy_special.py.
 def _erf64(b, x):
-    from tracegrad.ops import mathfn
+    from tracegrad.ops import numpy_special
     ax = b.intrinsic("minnum", b.intrinsic("fabs", x), b.like(30.0, x))
     z = b.mul(x, x)
-    inner = b.div(b.mul(x, _horner(b, z, mathfn._T[::-1])), _horner(b, z, mathfn._U[::-1]))
+    inner = b.div(b.mul(x, _horner(b, z, numpy_special._T[::-1])), _horner(b, z, numpy_special._U[::-1]))
     mid = b.compare("<", ax, b.like(8.0, x))
-    p = b.select(mid, _horner(b, ax, mathfn._P[::-1]), _horner(b, ax, mathfn._R[::-1]))
-    q = b.select(mid, _horner(b, ax, mathfn._Q[::-1]), _horner(b, ax, mathfn._S[::-1]))
+    p = b.select(mid, _horner(b, ax, numpy_special._P[::-1]), _horner(b, ax, numpy_special._R[::-1]))
+    q = b.select(mid, _horner(b, ax, numpy_special._Q[::-1]), _horner(b, ax, numpy_special._S[::-1]))
     erfc = b.div(b.mul(exp(b, b.neg(b.mul(ax, ax)), sign=-1), p), q)
     outer = b.intrinsic("copysign", b.sub(b.like(1.0, x), erfc), x)
     result = b.select(b.compare("<=", ax, b.like(1.0, x)), inner, outer)

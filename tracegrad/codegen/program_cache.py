@@ -15,7 +15,7 @@ Each client is a `CacheUser`: the entries it holds, its byte budget and its stat
 user past its budget lets go of its least recently used entries (down to `EVICT_TO` of the
 budget), and the whole cache past `capacity` bytes drops its least recently used entries
 from every user; an entry no user holds is dropped, and its kernels' machine code is given
-back once no other program runs it (`llvm.Code`). Sizes are `Program.nbytes` (steps and
+back once no other program runs it (`runtime.llvm_engine.Code`). Sizes are `Program.nbytes` (steps and
 machine code) plus `KEY_PART_BYTES` a key part.
 
 Thread-safe: one lock around the tables; a build runs outside it, and a second thread

@@ -32,7 +32,7 @@ import numpy as np
 
 from tracegrad import reference
 from tracegrad.grad_mode import MODE
-from tracegrad.autograd.recency import RecencyCache
+from tracegrad.autograd.lru import RecencyCache
 from tracegrad.codegen import program_cache
 from tracegrad.codegen.fusion import LOWERED_DTYPES
 from tracegrad.ir.graph import Graph, Node, Value
@@ -291,7 +291,7 @@ def _program(graph: Graph, inputs: list[np.ndarray]):
 
 def _build(graph: Graph):
     """The program of `graph` by RECIPE, or None when the code generator rejects it."""
-    from tracegrad.codegen.program import build_program
+    from tracegrad.codegen.program_builder import build_program
     from tracegrad.ir.passes import optimize
 
     try:

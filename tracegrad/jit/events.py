@@ -135,7 +135,7 @@ def record_miss(compiled, trace, graph, key: tuple, program, seconds: float) -> 
     """Remember where `key` came from, explain the miss, record and log the event."""
     state = compiled._inspect
     if trace is not None:
-        from tracegrad.jit.naming import name_captured_inputs, name_outputs
+        from tracegrad.jit.input_names import name_captured_inputs, name_outputs
         name_captured_inputs(trace)
         name_outputs(trace, graph)
     from tracegrad.ir.printer import value_names

@@ -88,7 +88,7 @@ class KernelInfo:
                 for view in item.operand_views.values():
                     self.epilogue += f"\n         takes operand {format_node(view, names)} as a NumPy view"
             if node.op.kind == MATMUL:
-                self.why = "NumPy's BLAS or the generated GEMM, whichever measured faster (codegen/matmul_step.py)"
+                self.why = "NumPy's BLAS or the generated GEMM, whichever measured faster (codegen/matmul_steps.py)"
             elif lowerable(node):
                 self.why = "a view of a buffer (NumPy makes it without copying)"
             else:
@@ -203,7 +203,7 @@ class GraphReport:
         return "\n".join([head] + [str(k) for k in kernels])
 
     def llvm_text(self, optimized: bool = False) -> str:
-        from tracegrad.codegen.llvm import optimized_ir
+        from tracegrad.runtime.llvm_engine import optimized_ir
         parts = []
         for kernel in self.kernels:
             if kernel.is_llvm or kernel.epilogue:
@@ -213,7 +213,7 @@ class GraphReport:
         return "\n\n".join(parts)
 
     def asm_text(self) -> str:
-        from tracegrad.codegen.llvm import assembly, optimized_ir
+        from tracegrad.runtime.llvm_engine import assembly, optimized_ir
         parts = []
         for kernel in self.kernels:
             if kernel.is_llvm or kernel.epilogue:
@@ -304,7 +304,7 @@ class ExplainReport:
 def explain_call(compiled, args: tuple, kwargs: dict) -> ExplainReport:
     from tracegrad.grad_mode import MODE
     from tracegrad.jit.function import CompileTrace
-    from tracegrad.jit.naming import name_captured_inputs, name_outputs
+    from tracegrad.jit.input_names import name_captured_inputs, name_outputs
     if isinstance(MODE.tracer, CompileTrace):
         raise RuntimeError("explain() cannot run inside another compiled function's trace")
     result, trace = compiled._traced_call(args, kwargs, follow=False)  # locations of this call

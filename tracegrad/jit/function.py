@@ -35,14 +35,15 @@ from tracegrad.jit.checks import DroppedChecks, dropped_checks, merged_checks
 from tracegrad.jit.undo import UndoLog, index_checks_come_first, index_inputs_checked
 from tracegrad.grad_mode import MODE, no_grad
 from tracegrad.autograd.autodiff import FREED, reverse_mode
-from tracegrad.codegen import program as codegen_program
+from tracegrad.codegen import program_builder
 from tracegrad.codegen import program_cache
-from tracegrad.codegen.program import Program, build_program
+from tracegrad.codegen.program_builder import build_program
 from tracegrad.ir.structural_key import KeyedGraph, alias_pattern, owner, structural_key
 from tracegrad.ir.graph import Graph, Node, Value, user_location
-from tracegrad.jit.naming import ArgumentNames, bound_module
+from tracegrad.jit.input_names import ArgumentNames, bound_module
 from tracegrad.ir.passes import optimize
 from tracegrad.ops.tracer import Tracer
+from tracegrad.runtime.program import Program
 from tracegrad.ir.types import TensorType, float32
 from tracegrad.ops import elementwise
 from tracegrad.tensor import Tensor, lazy_tensor, owned_array
@@ -89,7 +90,7 @@ class CompileTrace(Tracer):
         self.arguments: list[tuple[Tensor, Tensor, Value]] = []
         self.events: list[compile_events.CacheEvent] = []  # one per graph looked up
         self.realizations: list[compile_events.Realization] = []
-        # What the function returned and which tensors became graph outputs (naming.name_outputs).
+        # What the function returned and which tensors became graph outputs (input_names.name_outputs).
         self.result = None
         self.output_tensors: tuple = ((), ())
         # Composite calls of this trace a later call may take in one step (jit.composite):
@@ -482,7 +483,7 @@ class CacheInfo:
 # as `Program.nbytes` estimates them (its steps and their kernels' machine code) plus its
 # key and graph (`program_cache.KEY_PART_BYTES` a key part): beyond it the function lets go
 # of the least recently run, whose kernels' machine code is given back once no other
-# program runs it (`llvm.Code`). Per function with `tg.compile(fn, cache_size=N)`.
+# program runs it (`llvm_engine.Code`). Per function with `tg.compile(fn, cache_size=N)`.
 DEFAULT_CACHE_SIZE = 32 * 2**20
 
 
@@ -496,7 +497,7 @@ def _backend_builder(backend: str, builder=None) -> tuple:
             raise ValueError(f"compile: pass either builder= or backend={backend!r}, not both")
         return builder, True
     if backend == "llvm":
-        return codegen_program.build_program, True  # (looked up now: tests spy on it)
+        return program_builder.build_program, True  # (looked up now: tests spy on it)
     return reference.interpreted_program, backend == "interpret-optimized"
 
 
@@ -552,8 +553,8 @@ class CompiledFunction:
         self._cache.reset_statistics()
         self._inspect.clear()
         traced_backward.clear()
-        from tracegrad.codegen import llvm  # (loaded once code was made: not at import)
-        llvm.release_unused()
+        from tracegrad.runtime import llvm_engine  # (loaded once code was made: not at import)
+        llvm_engine.release_unused()
         memory.release_free_memory()
 
     def _program(self, graph: Graph, inputs: list[np.ndarray], trace: CompileTrace | None = None,

@@ -24,8 +24,8 @@ its traffic.
 
 The environment is read once, at import; `configure()` changes the settings at run time.
 When nothing is enabled the compiler only tests the flags `ACTIVE` (per compile-cache
-lookup) and `codegen.timings.ENABLED` (once per program run). The timings are recorded by
-`tracegrad.codegen.timings`; `timings()`, `timings_report()` and `reset_timings()` are
+lookup) and `runtime.step_timings.ENABLED` (once per program run). The timings are recorded by
+`tracegrad.runtime.step_timings`; `timings()`, `timings_report()` and `reset_timings()` are
 named here too.
 """
 
@@ -38,8 +38,8 @@ import sys
 import threading
 import warnings
 
-from tracegrad.codegen import timings as program_timings
-from tracegrad.codegen.timings import reset_timings, timings, timings_report  # noqa: F401
+from tracegrad.runtime import step_timings as program_timings
+from tracegrad.runtime.step_timings import reset_timings, timings, timings_report  # noqa: F401
 
 STAGES = ("graphs", "kernels", "llvm", "asm", "recompiles", "cache", "timings")
 PER_GRAPH = ("graphs", "kernels", "llvm", "asm")

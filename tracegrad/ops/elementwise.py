@@ -15,7 +15,7 @@ from tracegrad.ir import types
 from tracegrad.ir.types import TensorType
 from tracegrad.ops.dispatch import bind
 from tracegrad.ops.fp_errors import quiet
-from tracegrad.ops.mathfn import erf as _np_erf
+from tracegrad.ops.numpy_special import erf as _np_erf
 from tracegrad.ir.primitive import ELEMENTWISE, Primitive
 
 

@@ -37,7 +37,7 @@ _eager_matmul = np.matmul  # the code generator installs its own choice: set_eag
 
 def set_eager_matmul(impl) -> None:
     """Make `impl(a, b)` (arrays) the matmul primitive's implementation for eager ops and
-    interpreted graphs. `tracegrad.codegen.matmul_step` installs the choice a compiled
+    interpreted graphs. `tracegrad.codegen.matmul_steps` installs the choice a compiled
     program would make (NumPy's BLAS or the generated GEMM), so the table knows no
     compiler."""
     global _eager_matmul

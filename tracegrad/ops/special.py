@@ -1,5 +1,5 @@
 """Special functions, each op one entry: erfc, erfinv, lgamma, digamma and polygamma
-(its order `n` an attribute). Their NumPy implementations are in `ops.mathfn` (NumPy has
+(its order `n` an attribute). Their NumPy implementations are in `ops.numpy_special` (NumPy has
 none of them); none has a `lower`, so they run as their NumPy steps in compiled programs.
 
 Gradients chain into each other as PyTorch's do: lgamma' = digamma, digamma' =
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from tracegrad.ir.primitive import ELEMENTWISE, Primitive
-from tracegrad.ops import mathfn
+from tracegrad.ops import numpy_special
 from tracegrad.ops.dispatch import bind
 from tracegrad.ops.elementwise import _unary_float_rule, exp, full_like, mul, neg
 from tracegrad.ops.fp_errors import quiet
@@ -34,17 +34,17 @@ def _erfinv_vjp(ctx, g):
     return (mul(g, mul(full_like(out, math.sqrt(math.pi) / 2.0), exp(mul(out, out)))),)
 
 
-ERFC = _float("erfc", mathfn.erfc, _erfc_vjp)
-ERFINV = _float("erfinv", mathfn.erfinv, _erfinv_vjp, saves_output=True)
-LGAMMA = _float("lgamma", mathfn.lgamma, lambda ctx, g: (mul(g, digamma(ctx.inputs[0])),))
-DIGAMMA = _float("digamma", mathfn.digamma, lambda ctx, g: (mul(g, polygamma(ctx.inputs[0], 1)),))
+ERFC = _float("erfc", numpy_special.erfc, _erfc_vjp)
+ERFINV = _float("erfinv", numpy_special.erfinv, _erfinv_vjp, saves_output=True)
+LGAMMA = _float("lgamma", numpy_special.lgamma, lambda ctx, g: (mul(g, digamma(ctx.inputs[0])),))
+DIGAMMA = _float("digamma", numpy_special.digamma, lambda ctx, g: (mul(g, polygamma(ctx.inputs[0], 1)),))
 
 
 def _polygamma_rule(x, n):
     return _unary_float_rule("polygamma")(x)
 
 
-POLYGAMMA = Primitive("polygamma", shape_rule=_polygamma_rule, impl=mathfn.polygamma, kind=ELEMENTWISE,
+POLYGAMMA = Primitive("polygamma", shape_rule=_polygamma_rule, impl=numpy_special.polygamma, kind=ELEMENTWISE,
                       saves_inputs=(0,),
                       vjp=lambda ctx, g: (mul(g, polygamma(ctx.inputs[0], ctx.attrs["n"] + 1)),))
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from tracegrad.codegen import cache, llvm as tg_llvm
-from tracegrad.codegen.llvm import F32, I64, emit_loop
+from tracegrad.codegen.ir_builder import F32, I64, emit_loop
+from tracegrad.runtime import disk_cache, llvm_engine
 
 ROWS, COLUMNS = 6, 40
 SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
@@ -40,14 +40,14 @@ def _rectangle_module(name: str, scale: float = 2.0) -> ir.Module:
     emit_loop(builder, I64(0), I64(ROWS), 1, [], row)
     builder.ret_void()
     module.triple = llvm.get_process_triple()
-    module.data_layout = str(tg_llvm.target_machine().target_data)
+    module.data_layout = str(llvm_engine.target_machine().target_data)
     return module
 
 
 def _object(strength_reduction: bool) -> bytes:
     module_ref = llvm.parse_assembly(str(_rectangle_module("rectangle")))
-    tg_llvm.optimize(module_ref)
-    return tg_llvm.emit_object(module_ref, tg_llvm.target_machine(), strength_reduction)
+    llvm_engine.optimize(module_ref)
+    return llvm_engine.emit_object(module_ref, llvm_engine.target_machine(), strength_reduction)
 
 
 def test_emit_without_strength_reduction_changes_the_code():
@@ -63,8 +63,8 @@ def test_emit_without_strength_reduction_leaves_it_on_for_the_next_kernel():
 def test_strength_reduction_is_part_of_the_kernel_key():
     description = _description()
     build = lambda: _rectangle_module("rectangle")  # noqa: E731
-    _, with_lsr, _ = tg_llvm.compile_kernel_keyed(description, "rectangle", build)
-    _, without_lsr, _ = tg_llvm.compile_kernel_keyed(description, "rectangle", build, strength_reduction=False)
+    _, with_lsr, _ = llvm_engine.compile_kernel_keyed(description, "rectangle", build)
+    _, without_lsr, _ = llvm_engine.compile_kernel_keyed(description, "rectangle", build, strength_reduction=False)
     assert with_lsr != without_lsr
 
 
@@ -73,8 +73,9 @@ def test_kernel_without_strength_reduction_computes_the_same_result():
     a = np.random.default_rng(0).standard_normal((ROWS, COLUMNS)).astype(np.float32)
     results = []
     for strength_reduction in (True, False):
-        address, _, _ = tg_llvm.compile_kernel_keyed(description, "rectangle", lambda: _rectangle_module("rectangle"),
-                                                     strength_reduction=strength_reduction)
+        address, _, _ = llvm_engine.compile_kernel_keyed(description, "rectangle",
+                                                         lambda: _rectangle_module("rectangle"),
+                                                         strength_reduction=strength_reduction)
         out = np.zeros_like(a)
         SIGNATURE(address)(out.ctypes.data, a.ctypes.data, 3, 37)
         results.append(out)
@@ -95,13 +96,13 @@ def cache_dir(tmp_path, monkeypatch):
 def compiles(monkeypatch) -> list:
     """One entry per module optimized (that is, compiled) from now on."""
     calls = []
-    optimize = tg_llvm.optimize
+    optimize = llvm_engine.optimize
 
     def counting(*args, **kwargs):
         calls.append(args[0])
         return optimize(*args, **kwargs)
 
-    monkeypatch.setattr(tg_llvm, "optimize", counting)
+    monkeypatch.setattr(llvm_engine, "optimize", counting)
     return calls
 
 
@@ -116,15 +117,16 @@ def _new_scale() -> float:
 
 def test_two_descriptions_of_the_same_code_compile_it_once(cache_dir, compiles):
     scale = _new_scale()
-    first = tg_llvm.compile_kernel_keyed(_description(), "rectangle", lambda: _rectangle_module("rectangle", scale))
-    second = tg_llvm.compile_kernel_keyed(_description(), "rectangle", lambda: _rectangle_module("rectangle", scale))
+    first = llvm_engine.compile_kernel_keyed(_description(), "rectangle", lambda: _rectangle_module("rectangle", scale))
+    second = llvm_engine.compile_kernel_keyed(_description(), "rectangle",
+                                              lambda: _rectangle_module("rectangle", scale))
     assert first[:2] == second[:2]
     assert len(compiles) == 1
 
 
 def test_different_code_gets_its_own_symbol(cache_dir, compiles):
-    first, second = (tg_llvm.compile_kernel_keyed(_description(), "rectangle",
-                                                  lambda scale=_new_scale(): _rectangle_module("rectangle", scale))
+    first, second = (llvm_engine.compile_kernel_keyed(_description(), "rectangle",
+                                                      lambda scale=_new_scale(): _rectangle_module("rectangle", scale))
                      for _ in range(2))
     assert first[0] != second[0] and first[1] != second[1]
     assert len(compiles) == 2
@@ -132,20 +134,21 @@ def test_different_code_gets_its_own_symbol(cache_dir, compiles):
 
 def test_second_description_of_loaded_code_is_found_on_disk(cache_dir, compiles, monkeypatch):
     descriptions, scale = [_description(), _description()], _new_scale()
-    address, _, _ = tg_llvm.compile_kernel_keyed(descriptions[0], "rectangle",
-                                                 lambda: _rectangle_module("rectangle", scale))
-    tg_llvm.compile_kernel_keyed(descriptions[1], "rectangle", lambda: _rectangle_module("rectangle", scale))
-    monkeypatch.setattr(tg_llvm, "_keyed", {})  # as a new process would know nothing of the keys
-    assert tg_llvm.load_keyed(descriptions[1]) == address
+    address, _, _ = llvm_engine.compile_kernel_keyed(descriptions[0], "rectangle",
+                                                     lambda: _rectangle_module("rectangle", scale))
+    llvm_engine.compile_kernel_keyed(descriptions[1], "rectangle", lambda: _rectangle_module("rectangle", scale))
+    monkeypatch.setattr(llvm_engine, "_keyed", {})  # as a new process would know nothing of the keys
+    assert llvm_engine.load_keyed(descriptions[1]) == address
     assert len(compiles) == 1
 
 
 def test_entry_without_a_kernel_symbol_is_rebuilt(cache_dir, compiles):
     description = _description()
-    cache.store(cache.kernel_key(description, tg_llvm.host_description()), tg_llvm.host_description(), b"not code")
-    assert tg_llvm.load_keyed(description) is None
+    disk_cache.store(disk_cache.kernel_key(description, llvm_engine.host_description()), llvm_engine.host_description(),
+                     b"not code")
+    assert llvm_engine.load_keyed(description) is None
     scale = _new_scale()
-    address, _, from_disk = tg_llvm.compile_kernel_keyed(description, "rectangle",
+    address, _, from_disk = llvm_engine.compile_kernel_keyed(description, "rectangle",
                                                          lambda: _rectangle_module("rectangle", scale))
     assert not from_disk and len(compiles) == 1
     a = np.ones((ROWS, COLUMNS), np.float32)

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.codegen import matmul_step
-from tracegrad.codegen.matmul_step import GENERATED, NUMPY, MatmulStep
+from tracegrad.codegen import matmul_steps
+from tracegrad.codegen.matmul_steps import GENERATED, NUMPY, MatmulStep
 
 
 @pytest.fixture(params=[NUMPY, GENERATED])
@@ -35,42 +35,42 @@ def test_compiled_products_and_their_gradients_equal_eager(forced, dtype, rtol):
 def test_the_choice_is_measured_once_per_signature_when_asked(monkeypatch):
     monkeypatch.setenv("TRACEGRAD_MATMUL", "measure")
     measured = []
-    original = matmul_step._measure
+    original = matmul_steps._measure
 
     def spy(a, b, out):
         measured.append((a.shape, b.shape))
         return original(a, b, out)
 
-    monkeypatch.setattr(matmul_step, "_measure", spy)
-    monkeypatch.setattr(matmul_step, "_choices", {})
+    monkeypatch.setattr(matmul_steps, "_measure", spy)
+    monkeypatch.setattr(matmul_steps, "_choices", {})
     compiled = tg.compile(lambda a, b: (a @ b) * 2.0)
     a, b = tg.randn(40, 30), tg.randn(30, 20)
     for _ in range(3):
         np.testing.assert_allclose(compiled(a, b).numpy(), 2 * (a.numpy() @ b.numpy()), rtol=1e-5)
     assert measured == [((40, 30), (30, 20))]
-    assert set(matmul_step.choices().values()) <= {NUMPY, GENERATED}
+    assert set(matmul_steps.choices().values()) <= {NUMPY, GENERATED}
 
 
 def test_by_default_every_2d_product_runs_generated(monkeypatch):
     monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
-    monkeypatch.setattr(matmul_step, "_choices", {})
-    monkeypatch.setattr(matmul_step, "_measure", lambda *args: pytest.fail("measured without being asked"))
+    monkeypatch.setattr(matmul_steps, "_choices", {})
+    monkeypatch.setattr(matmul_steps, "_measure", lambda *args: pytest.fail("measured without being asked"))
     compiled = tg.compile(lambda a, b, c: ((a @ b) @ c).sum())
     a, b, c = tg.randn(64, 48), tg.randn(48, 40), tg.randn(40, 10)
     np.testing.assert_allclose(compiled(a, b, c).item(), ((a.numpy() @ b.numpy()) @ c.numpy()).sum(), rtol=1e-4)
-    assert matmul_step.choices() == {((64, 48), 40, np.dtype(np.float32), "row", "row"): GENERATED,
+    assert matmul_steps.choices() == {((64, 48), 40, np.dtype(np.float32), "row", "row"): GENERATED,
                                      ((64, 40), 10, np.dtype(np.float32), "row", "row"): GENERATED}
 
 
 def test_transposed_operands_are_another_signature(monkeypatch):
     monkeypatch.setenv("TRACEGRAD_MATMUL", "measure")
-    monkeypatch.setattr(matmul_step, "_choices", {})
+    monkeypatch.setattr(matmul_steps, "_choices", {})
     compiled = tg.compile(lambda a, b: a @ b)
     a, b = tg.randn(30, 40), tg.randn(30, 20)
     np.testing.assert_allclose(compiled(a.T, b).numpy(), a.numpy().T @ b.numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(compiled(a.T.contiguous(), b).numpy(), a.numpy().T @ b.numpy(), rtol=1e-5,
                                atol=1e-5)
-    layouts = {key[3] for key in matmul_step.choices()}
+    layouts = {key[3] for key in matmul_steps.choices()}
     assert layouts == {"row", "col"}
 
 
@@ -97,7 +97,7 @@ def test_a_kernel_not_compiled_yet_waits_for_the_steps_third_run(monkeypatch, tm
     monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
     monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(gemm, "_kernels", {})
-    monkeypatch.setattr(matmul_step, "_choices", {})
+    monkeypatch.setattr(matmul_steps, "_choices", {})
     monkeypatch.setattr(gemm, "_SOURCE_HASH", "test-" + tmp_path.name)  # a key nothing has compiled
     used = []
     original, original_bound = gemm.matmul, gemm.BoundProduct.run
@@ -116,8 +116,8 @@ def test_eager_products_use_the_generated_kernel_from_the_third_of_a_kind(monkey
     monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
     monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(gemm, "_kernels", {})
-    monkeypatch.setattr(matmul_step, "_choices", {})
-    monkeypatch.setattr(matmul_step, "_sightings", {})
+    monkeypatch.setattr(matmul_steps, "_choices", {})
+    monkeypatch.setattr(matmul_steps, "_sightings", {})
     monkeypatch.setattr(gemm, "_SOURCE_HASH", "eager-" + tmp_path.name)
     used = []
     original = gemm.matmul

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.codegen import kernel_key
+from tracegrad.runtime import kernel_key
 
 
 def _kernel_steps(fn, *args):
@@ -101,18 +101,18 @@ def test_warm_cache_loads_kernels_without_building_their_ir(tmp_path):
 
 
 def test_a_lowering_switch_changes_the_description(monkeypatch):
-    from tracegrad.codegen import llvm
+    from tracegrad.runtime import llvm_engine
     x = np.ones((3, 4), np.float32)
     body = lambda x: (x * 2.0).exp()  # noqa: E731
     with_scalef = _description(body, x)
-    monkeypatch.setattr(llvm, "HAS_SCALEF", not llvm.HAS_SCALEF)
+    monkeypatch.setattr(llvm_engine, "HAS_SCALEF", not llvm_engine.HAS_SCALEF)
     assert _description(body, x) != with_scalef
 
 
 def test_small_and_full_optimization_are_separate_cache_entries():
     from llvmlite import ir as llvm_ir
 
-    from tracegrad.codegen.llvm import compile_kernel_keyed
+    from tracegrad.runtime.llvm_engine import compile_kernel_keyed
 
     def build():
         module = llvm_ir.Module(name="kernel")
@@ -125,7 +125,7 @@ def test_small_and_full_optimization_are_separate_cache_entries():
 
 
 def test_generated_gemm_keys_cover_every_lowering_source():
-    # The GEMM generators use llvm.py's emitters too: their keys hash all of codegen/.
+    # The GEMM generators use ir_builder.py's emitters too: their keys hash all of codegen/.
     import numpy as np
 
     from tracegrad.codegen import gemm, gemm_narrow

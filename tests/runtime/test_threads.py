@@ -1,4 +1,4 @@
-"""Kernels split over threads (`codegen/threads.py`, `KernelStep.run`) compute what one
+"""Kernels split over threads (`runtime/threads.py`, `KernelStep.run`) compute what one
 call computes: maps, row reductions and row groups write disjoint rows, and reductions
 folded across the split loop are combined from per-chunk partial results."""
 
@@ -11,7 +11,7 @@ import pytest
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
-from tracegrad.codegen import threads
+from tracegrad.runtime import threads
 from tracegrad.codegen.kernels import KernelStep
 
 
@@ -138,7 +138,7 @@ def test_an_error_in_a_worker_chunk_is_raised_in_the_caller():
 
 def _threads_in_child(value: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "TRACEGRAD_NUM_THREADS": value}
-    return subprocess.run([sys.executable, "-c", "from tracegrad.codegen import threads; print(threads.NUM_THREADS)"],
+    return subprocess.run([sys.executable, "-c", "from tracegrad.runtime import threads; print(threads.NUM_THREADS)"],
                           env=env, capture_output=True, text=True, timeout=60)
 
 

@@ -1,5 +1,5 @@
 """Loading a kernel's object code without LLVM: a minimal linker for the x86-64 ELF
-relocatable objects `llvm.emit_object` writes.
+relocatable objects `llvm_engine.emit_object` writes.
 
 A warm-cache first call loads every kernel from disk; through MCJIT that needs
 `llvmlite.binding` (its import is ~20 ms of loading LLVM's shared library and declaring
@@ -9,7 +9,7 @@ this module places them itself: each object in pages of its own (from a private 
 sections copied in at their alignment, relocations applied, then the pages made
 read+execute (never writable and executable at once). `load_placed` also says which
 pages the object took, and `release` unmaps them once no caller can run its code
-(`llvm.Code`: the kernels of evicted programs); MCJIT's memory is never freed.
+(`llvm_engine.Code`: the kernels of evicted programs); MCJIT's memory is never freed.
 
 Anything outside what it knows is refused (`load` returns None and the caller uses MCJIT,
 as before): not Linux x86-64 ELF, writable, TLS or initializer sections, section groups,

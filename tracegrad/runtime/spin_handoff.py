@@ -1,6 +1,6 @@
 """A native hand-off of one call to a worker thread that spins while it waits for one.
 
-Handing a call to a worker through the pool's queue (`codegen/threads.py`) wakes a Python
+Handing a call to a worker through the pool's queue (`runtime/threads.py`) wakes a Python
 thread: the OS wake-up, then the GIL, then the Python around the foreign call. Measured on
 the 2-core host, the second thread of a W4 GEMM (~550 µs) started 40-50 µs late when its
 worker had been asleep, while the calling thread was computing: most of what the split
@@ -44,8 +44,10 @@ import threading
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.codegen import kernel_key
-from tracegrad.codegen.llvm import I64, compile_kernel_keyed
+from tracegrad.runtime import kernel_key
+from tracegrad.runtime.llvm_engine import compile_kernel_keyed
+
+I64 = ir.IntType(64)
 
 ASLEEP, WATCHING, CLAIMED, POSTED, RUNNING, DONE = range(6)
 SERVE, POST, RECLAIM, STOP, PAIR = range(5)

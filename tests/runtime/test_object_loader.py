@@ -1,4 +1,4 @@
-"""objload: kernels' object code placed without LLVM, with MCJIT's results, and refused
+"""object_loader: kernels' object code placed without LLVM, with MCJIT's results, and refused
 (None, the caller then uses MCJIT) whenever the object holds something it does not know."""
 
 import ctypes
@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from tracegrad.codegen import llvm as tg_llvm, objload
-from tracegrad.codegen.llvm import F32, I8, I64
+from tracegrad.runtime import llvm_engine
+from tracegrad.runtime import object_loader
+from tracegrad.codegen.ir_builder import F32, I8, I64, emit_loop
 
-pytestmark = pytest.mark.skipif(not objload.supported(), reason="the loader is for Linux x86-64 only")
+pytestmark = pytest.mark.skipif(not object_loader.supported(), reason="the loader is for Linux x86-64 only")
 
 SYMBOL = "tg_objload_test"
 SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
@@ -40,17 +41,17 @@ def _module() -> ir.Module:
         b.store(value, b.gep(out, [i], inbounds=True))
         return []
 
-    tg_llvm.emit_loop(b, I64(0), n, 1, [], body)
+    emit_loop(b, I64(0), n, 1, [], body)
     b.ret_void()
     module.triple = llvm.get_process_triple()
-    module.data_layout = str(tg_llvm.target_machine().target_data)
+    module.data_layout = str(llvm_engine.target_machine().target_data)
     return module
 
 
 def _object() -> bytes:
     module_ref = llvm.parse_assembly(str(_module()))
-    tg_llvm.optimize(module_ref)
-    return tg_llvm.emit_object(module_ref, tg_llvm.target_machine())
+    llvm_engine.optimize(module_ref)
+    return llvm_engine.emit_object(module_ref, llvm_engine.target_machine())
 
 
 def _run(address: int, n: int = 1000) -> tuple[np.ndarray, np.ndarray]:
@@ -60,8 +61,8 @@ def _run(address: int, n: int = 1000) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _mcjit_address(obj: bytes) -> int:
-    engine = tg_llvm._get_engine()
-    with tg_llvm._lock:
+    engine = llvm_engine._get_engine()
+    with llvm_engine._lock:
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         return engine.get_function_address(SYMBOL)
@@ -69,7 +70,7 @@ def _mcjit_address(obj: bytes) -> int:
 
 def test_a_loaded_object_computes_what_mcjit_loading_it_computes():
     obj = _object()
-    address = objload.load(obj, SYMBOL)
+    address = object_loader.load(obj, SYMBOL)
     assert address is not None
     out, scratch = _run(address)
     expected, _ = _run(_mcjit_address(obj))
@@ -81,16 +82,16 @@ def test_a_loaded_object_computes_what_mcjit_loading_it_computes():
 
 def test_a_loaded_object_has_relocations_and_calls_memset():
     """The test object exercises what the loader does (else the test above proves little)."""
-    layout = objload._Layout(_object(), SYMBOL)
+    layout = object_loader._Layout(_object(), SYMBOL)
     names = layout.names
     assert any(n.startswith((".rodata", ".lrodata")) for n in names)
-    undefined = [objload._name(layout.strings, name) for name, _, _, shndx, _, _ in layout.symbols
+    undefined = [object_loader._name(layout.strings, name) for name, _, _, shndx, _, _ in layout.symbols
                  if shndx == 0 and name]
     assert undefined == ["memset"]
 
 
 def _section_index(obj: bytes, wanted: str) -> tuple[int, tuple]:
-    layout = objload._Layout(obj, SYMBOL)
+    layout = object_loader._Layout(obj, SYMBOL)
     index = layout.names.index(wanted)
     return index, layout.sections[index]
 
@@ -101,12 +102,12 @@ def test_an_unknown_relocation_type_is_refused():
     offset = rela[4]  # the first entry's r_info
     info = struct.unpack_from("<Q", obj, offset + 8)[0]
     struct.pack_into("<Q", obj, offset + 8, (info & ~0xFFFFFFFF) | 37)  # R_X86_64_IRELATIVE
-    assert objload.load(bytes(obj), SYMBOL) is None
+    assert object_loader.load(bytes(obj), SYMBOL) is None
 
 
 def test_an_undefined_symbol_the_process_lacks_is_refused():
     obj = _object().replace(b"memset\0", b"nosuch\0")
-    assert objload.load(obj, SYMBOL) is None
+    assert object_loader.load(obj, SYMBOL) is None
 
 
 def test_a_writable_section_is_refused():
@@ -115,7 +116,7 @@ def test_a_writable_section_is_refused():
     shoff = struct.unpack_from("<Q", obj, 0x28)[0]
     flags_at = shoff + index * 64 + 8
     struct.pack_into("<Q", obj, flags_at, struct.unpack_from("<Q", obj, flags_at)[0] | 1)
-    assert objload.load(bytes(obj), SYMBOL) is None
+    assert object_loader.load(bytes(obj), SYMBOL) is None
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "other symbol", "not ELF"])
@@ -129,7 +130,7 @@ def test_damaged_or_foreign_objects_are_refused(damage):
         symbol = "tg_not_in_this_object"
     else:
         obj, symbol = b"\xcf\xfa\xed\xfe" + obj[4:], SYMBOL
-    assert objload.load(obj, symbol) is None
+    assert object_loader.load(obj, symbol) is None
 
 
 WARM = textwrap.dedent("""
@@ -157,7 +158,7 @@ def test_many_objects_share_a_few_mappings():
     obj = _object()
     with open("/proc/self/maps") as f:
         before = len(f.readlines())
-    addresses = [objload.load(obj, SYMBOL) for _ in range(300)]
+    addresses = [object_loader.load(obj, SYMBOL) for _ in range(300)]
     with open("/proc/self/maps") as f:
         after = len(f.readlines())
     assert None not in addresses and len(set(addresses)) == 300

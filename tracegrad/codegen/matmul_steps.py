@@ -43,10 +43,9 @@ import numpy as np
 
 from tracegrad import reference
 from tracegrad.codegen import gemm
-from tracegrad.codegen.kernels import (data_address, data_addresses, take_buffer, take_keyed,
-                                       write_over_leaves)
-from tracegrad.codegen.program import NumpyStep
+from tracegrad.runtime.program import NumpyStep
 from tracegrad.ops.linalg import set_eager_matmul
+from tracegrad.runtime.buffers import data_address, data_addresses, take_buffer, take_keyed, write_over_leaves
 
 ROUNDS = 3
 COMPILE_AFTER = 2  # runs of a step through NumPy before its generated kernel is compiled
@@ -254,7 +253,7 @@ class EpilogueMatmulStep(MatmulStep):
                  "donated_results")
 
     def __init__(self, item, inputs: tuple[int, ...], outputs: tuple[int, ...]):
-        from tracegrad.codegen import kernel_key
+        from tracegrad.runtime import kernel_key
         super().__init__(item.node, inputs, outputs)
         kernel = self.epilogue = item.kernel
         self.keep_product = item.keep_product
@@ -285,7 +284,7 @@ class EpilogueMatmulStep(MatmulStep):
         start = time.perf_counter()
         self._module = None
         # Keyed by its description, so a warm disk cache loads it without building its IR.
-        # Compiled without loop strength reduction (see `llvm.emit_object`).
+        # Compiled without loop strength reduction (see `llvm_engine.emit_object`).
         self.tile_code, self.symbol, self.from_disk, self.description = kernel_key.compile_described(
             kernel, "tile", lambda: self.module, strength_reduction=False)
         self.tile_address = self.tile_code.address  # (valid while the step holds `tile_code`)

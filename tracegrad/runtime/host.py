@@ -3,7 +3,7 @@
 Every disk-cache key includes `description()`: LLVM's version, host CPU name and CPU
 features, as LLVM reports them. Asking LLVM means importing `llvmlite.binding` (~20 ms:
 loading LLVM's shared library), which a warm-cache first call otherwise never needs (its
-kernels come from disk, `objload`). So the description LLVM gave is remembered in the
+kernels come from disk, `object_loader`). So the description LLVM gave is remembered in the
 disk cache under a fingerprint of everything it is a function of, read cheaply: the
 llvmlite build (version, and the path, size and modification time of its shared library),
 the OS and machine, and the CPU as the kernel describes it (the first processor's block of
@@ -22,7 +22,7 @@ import re
 import sys
 import threading
 
-from tracegrad.codegen import cache
+from tracegrad.runtime import disk_cache
 
 _RECORD = "host-description"
 # Lines of a /proc/cpuinfo block that differ between cores or change while running.
@@ -88,14 +88,14 @@ def description() -> str:
             identity = fingerprint()
             recorded = None
             if identity is not None:
-                found = cache.load(_record_key(identity), _RECORD)
+                found = disk_cache.load(_record_key(identity), _RECORD)
                 if found is not None:
                     text = found.decode("ascii", "replace")
                     recorded = text if _FORMAT.fullmatch(text) else None
             if recorded is None:
                 recorded = from_llvm()
                 if identity is not None:
-                    cache.store(_record_key(identity), _RECORD, recorded.encode("ascii"))
+                    disk_cache.store(_record_key(identity), _RECORD, recorded.encode("ascii"))
             _description = recorded
         return _description
 
@@ -113,7 +113,7 @@ def confirm() -> None:
         _description = live
     identity = fingerprint()
     if identity is not None:
-        cache.store(_record_key(identity), _RECORD, live.encode("ascii"))
+        disk_cache.store(_record_key(identity), _RECORD, live.encode("ascii"))
 
 
 def features() -> dict[str, bool]:

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from tracegrad.codegen import cache
+from tracegrad.runtime import disk_cache
 
 HOST = "test-host"
 
@@ -25,50 +25,50 @@ def _entry_path(directory, key):
 
 
 def test_stored_entry_loads_back(cache_dir):
-    key = cache.kernel_key("define void @k() { ret void }", HOST)
-    cache.store(key, HOST, b"object code")
-    assert cache.load(key, HOST) == b"object code"
+    key = disk_cache.kernel_key("define void @k() { ret void }", HOST)
+    disk_cache.store(key, HOST, b"object code")
+    assert disk_cache.load(key, HOST) == b"object code"
 
 
 def test_truncated_entry_is_not_loaded(cache_dir):
-    key = cache.kernel_key("ir", HOST)
-    cache.store(key, HOST, b"object code" * 10)
+    key = disk_cache.kernel_key("ir", HOST)
+    disk_cache.store(key, HOST, b"object code" * 10)
     path = _entry_path(cache_dir, key)
     with open(path, "rb") as f:
         blob = f.read()
     with open(path, "wb") as f:
         f.write(blob[:-5])
-    assert cache.load(key, HOST) is None
+    assert disk_cache.load(key, HOST) is None
 
 
 def test_corrupted_byte_is_not_loaded(cache_dir):
-    key = cache.kernel_key("ir", HOST)
-    cache.store(key, HOST, b"object code" * 10)
+    key = disk_cache.kernel_key("ir", HOST)
+    disk_cache.store(key, HOST, b"object code" * 10)
     path = _entry_path(cache_dir, key)
     blob = bytearray(open(path, "rb").read())
     blob[-3] ^= 0xFF
     open(path, "wb").write(bytes(blob))
-    assert cache.load(key, HOST) is None
+    assert disk_cache.load(key, HOST) is None
 
 
 def test_entry_for_another_host_is_not_loaded(cache_dir):
-    key = cache.kernel_key("ir", HOST)
-    cache.store(key, HOST, b"object code")
-    assert cache.load(key, "other-cpu") is None
+    key = disk_cache.kernel_key("ir", HOST)
+    disk_cache.store(key, HOST, b"object code")
+    assert disk_cache.load(key, "other-cpu") is None
 
 
 def test_entry_under_another_key_is_not_loaded(cache_dir):
-    key, other = cache.kernel_key("ir", HOST), cache.kernel_key("other ir", HOST)
-    cache.store(key, HOST, b"object code")
+    key, other = disk_cache.kernel_key("ir", HOST), disk_cache.kernel_key("other ir", HOST)
+    disk_cache.store(key, HOST, b"object code")
     os.makedirs(os.path.dirname(_entry_path(cache_dir, other)), exist_ok=True)
     os.replace(_entry_path(cache_dir, key), _entry_path(cache_dir, other))
-    assert cache.load(other, HOST) is None
+    assert disk_cache.load(other, HOST) is None
 
 
 def _load_within(key, seconds=10.0):
-    """`cache.load(key)` run in a thread: (whether it returned within `seconds`, its result)."""
+    """`disk_cache.load(key)` run in a thread: (whether it returned within `seconds`, its result)."""
     found = []
-    reader = threading.Thread(target=lambda: found.append(cache.load(key, HOST)), daemon=True)
+    reader = threading.Thread(target=lambda: found.append(disk_cache.load(key, HOST)), daemon=True)
     reader.start()
     reader.join(seconds)
     return not reader.is_alive(), (found[0] if found else None)
@@ -84,7 +84,7 @@ def _unblock(fifo):
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
 def test_an_entry_that_is_a_fifo_is_not_read_and_does_not_block(cache_dir):
-    key = cache.kernel_key("ir", HOST)
+    key = disk_cache.kernel_key("ir", HOST)
     path = _entry_path(cache_dir, key)
     os.makedirs(os.path.dirname(path))
     os.mkfifo(path)
@@ -96,7 +96,7 @@ def test_an_entry_that_is_a_fifo_is_not_read_and_does_not_block(cache_dir):
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
 def test_an_entry_that_links_to_a_fifo_or_is_a_directory_is_not_read(cache_dir):
-    fifo_key, directory_key = cache.kernel_key("ir", HOST), cache.kernel_key("other ir", HOST)
+    fifo_key, directory_key = disk_cache.kernel_key("ir", HOST), disk_cache.kernel_key("other ir", HOST)
     fifo = str(cache_dir / "elsewhere.fifo")
     os.mkfifo(fifo)
     link = _entry_path(cache_dir, fifo_key)
@@ -111,25 +111,25 @@ def test_an_entry_that_links_to_a_fifo_or_is_a_directory_is_not_read(cache_dir):
 
 
 def test_an_entry_that_links_to_a_valid_entry_is_read(cache_dir):
-    key, other = cache.kernel_key("ir", HOST), cache.kernel_key("other ir", HOST)
-    cache.store(key, HOST, b"object code")
+    key, other = disk_cache.kernel_key("ir", HOST), disk_cache.kernel_key("other ir", HOST)
+    disk_cache.store(key, HOST, b"object code")
     os.makedirs(os.path.dirname(_entry_path(cache_dir, other)), exist_ok=True)
     os.symlink(_entry_path(cache_dir, key), _entry_path(cache_dir, other))
-    assert cache.load(key, HOST) == b"object code"
-    assert cache.load(other, HOST) is None  # (its header names the other key)
+    assert disk_cache.load(key, HOST) == b"object code"
+    assert disk_cache.load(other, HOST) is None  # (its header names the other key)
 
 
 def test_cache_off_writes_nothing(cache_dir, monkeypatch):
     monkeypatch.setenv("TRACEGRAD_CACHE", "0")
-    key = cache.kernel_key("ir", HOST)
-    cache.store(key, HOST, b"object code")
-    assert cache.load(key, HOST) is None
+    key = disk_cache.kernel_key("ir", HOST)
+    disk_cache.store(key, HOST, b"object code")
+    assert disk_cache.load(key, HOST) is None
     assert not any(cache_dir.iterdir())
 
 
 PROGRAM = textwrap.dedent("""
     import numpy as np, tracegrad as tg
-    from tracegrad.codegen.program import Program
+    from tracegrad.runtime.program import Program
     f = tg.compile(lambda x: (x * 2.0).exp().sum() + x.tanh().sum())
     x = np.linspace(-1, 1, 64).astype(np.float32)
     got = f(tg.from_numpy(x)).item()

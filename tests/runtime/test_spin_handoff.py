@@ -1,4 +1,4 @@
-"""The native hand-off of a call to a spinning worker (`codegen/handoff.py`): a post only
+"""The native hand-off of a call to a spinning worker (`runtime/spin_handoff.py`): a post only
 succeeds while a worker spins and no other caller owns the mailbox, and a posted call runs
 exactly once, on the worker or (withdrawn by `reclaim`) on the caller."""
 
@@ -9,9 +9,10 @@ import time
 import numpy as np
 import pytest
 
-from tracegrad.codegen import gemm, handoff, threads
+from tracegrad.codegen import gemm
+from tracegrad.runtime import spin_handoff, threads
 
-pytestmark = pytest.mark.skipif(not handoff.available(), reason="the hand-off is x86 only")
+pytestmark = pytest.mark.skipif(not spin_handoff.available(), reason="the hand-off is x86 only")
 
 _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int64)
 
@@ -28,15 +29,15 @@ class _Recorder:
 @pytest.fixture
 def spinning():
     """A mailbox with a thread serving it for up to `seconds` (joined at the end)."""
-    handoff.prepare()
+    spin_handoff.prepare()
     started = []
 
     def start(seconds: float = 5.0):
-        mailbox, address = handoff.new_mailbox()
-        thread = threading.Thread(target=handoff.serve, args=(address, seconds))
+        mailbox, address = spin_handoff.new_mailbox()
+        thread = threading.Thread(target=spin_handoff.serve, args=(address, seconds))
         thread.start()
         deadline = time.monotonic() + 5
-        while mailbox[0] != handoff.WATCHING and time.monotonic() < deadline:
+        while mailbox[0] != spin_handoff.WATCHING and time.monotonic() < deadline:
             time.sleep(0.001)
         started.append(thread)
         return mailbox, address
@@ -46,34 +47,34 @@ def spinning():
 
 
 def test_a_post_fails_while_no_worker_spins():
-    handoff.prepare()
-    _, address = handoff.new_mailbox()
-    assert not handoff.post(address, _Recorder().address, 1)
+    spin_handoff.prepare()
+    _, address = spin_handoff.new_mailbox()
+    assert not spin_handoff.post(address, _Recorder().address, 1)
 
 
 def test_a_posted_call_runs_on_the_worker(spinning):
     mailbox, address = spinning(seconds=0.2)
     recorder = _Recorder()
-    assert handoff.post(address, recorder.address, 42)
+    assert spin_handoff.post(address, recorder.address, 42)
     deadline = time.monotonic() + 5
-    while mailbox[0] != handoff.DONE and time.monotonic() < deadline:
+    while mailbox[0] != spin_handoff.DONE and time.monotonic() < deadline:
         time.sleep(0.001)
-    assert handoff.reclaim(address)
+    assert spin_handoff.reclaim(address)
     assert recorder.arguments == [42]
-    assert mailbox[0] == handoff.WATCHING
+    assert mailbox[0] == spin_handoff.WATCHING
 
 
 def test_a_caller_waiting_long_sleeps_and_is_woken_when_the_call_is_done(spinning):
     mailbox, address = spinning(seconds=0.2)
     arguments = []
     slow = _CALLBACK(lambda argument: (time.sleep(0.05), arguments.append(argument)))
-    assert handoff.post(address, ctypes.cast(slow, ctypes.c_void_p).value, 7)
+    assert spin_handoff.post(address, ctypes.cast(slow, ctypes.c_void_p).value, 7)
     deadline = time.monotonic() + 5
-    while mailbox[0] == handoff.POSTED and time.monotonic() < deadline:
+    while mailbox[0] == spin_handoff.POSTED and time.monotonic() < deadline:
         time.sleep(0.001)
     start = time.monotonic()
-    assert handoff.reclaim(address)  # past its spin: asleep on the futex until DONE
-    assert arguments == [7] and mailbox[0] == handoff.WATCHING
+    assert spin_handoff.reclaim(address)  # past its spin: asleep on the futex until DONE
+    assert arguments == [7] and mailbox[0] == spin_handoff.WATCHING
     assert time.monotonic() - start < 2
 
 
@@ -81,8 +82,8 @@ def test_a_call_reclaimed_at_once_runs_once_on_one_side(spinning):
     _, address = spinning(seconds=0.2)
     recorder = _Recorder()
     for argument in range(20):
-        assert handoff.post(address, recorder.address, argument)
-        if not handoff.reclaim(address):
+        assert spin_handoff.post(address, recorder.address, argument)
+        if not spin_handoff.reclaim(address):
             recorder.function(argument)  # withdrawn: the caller runs it
     assert recorder.arguments == list(range(20))
 
@@ -90,18 +91,18 @@ def test_a_call_reclaimed_at_once_runs_once_on_one_side(spinning):
 def test_a_second_post_fails_while_the_first_owns_the_mailbox(spinning):
     _, address = spinning(seconds=0.2)
     first, second = _Recorder(), _Recorder()
-    assert handoff.post(address, first.address, 1)
-    assert not handoff.post(address, second.address, 2)
-    if not handoff.reclaim(address):
+    assert spin_handoff.post(address, first.address, 1)
+    assert not spin_handoff.post(address, second.address, 2)
+    if not spin_handoff.reclaim(address):
         first.function(1)
     assert first.arguments == [1] and second.arguments == []
 
 
 def test_a_pair_fails_with_nothing_run_while_no_worker_spins():
-    handoff.prepare()
-    _, address = handoff.new_mailbox()
+    spin_handoff.prepare()
+    _, address = spin_handoff.new_mailbox()
     recorder = _Recorder()
-    assert not handoff.pair(address, recorder.address, handoff.pair_block(1, 2))
+    assert not spin_handoff.pair(address, recorder.address, spin_handoff.pair_block(1, 2))
     assert recorder.arguments == []
 
 
@@ -109,17 +110,17 @@ def test_a_pair_runs_each_of_its_two_calls_once(spinning):
     _, address = spinning(seconds=0.2)
     recorder = _Recorder()
     for first in range(0, 40, 2):
-        assert handoff.pair(address, recorder.address, handoff.pair_block(first, first + 1))
+        assert spin_handoff.pair(address, recorder.address, spin_handoff.pair_block(first, first + 1))
     assert sorted(recorder.arguments) == list(range(40))
 
 
 def _spy_on(monkeypatch, name: str) -> list:
-    """What every call of `handoff.<name>` returned (whether the hand-off took), with
+    """What every call of `spin_handoff.<name>` returned (whether the hand-off took), with
     the worker spinning long enough for the test."""
     monkeypatch.setattr(threads, "SPIN_SECONDS", 1.0)
     results = []
-    original = getattr(handoff, name)
-    monkeypatch.setattr(handoff, name, lambda *args: results.append(original(*args)) or results[-1])
+    original = getattr(spin_handoff, name)
+    monkeypatch.setattr(spin_handoff, name, lambda *args: results.append(original(*args)) or results[-1])
     return results
 
 
@@ -147,13 +148,13 @@ def test_a_bound_two_thread_product_is_handed_off_as_a_pair(monkeypatch):
 
 
 def test_serve_returns_after_its_spin_time_and_the_mailbox_sleeps():
-    handoff.prepare()
-    mailbox, address = handoff.new_mailbox()
+    spin_handoff.prepare()
+    mailbox, address = spin_handoff.new_mailbox()
     start = time.monotonic()
-    handoff.serve(address, 0.01)
+    spin_handoff.serve(address, 0.01)
     assert time.monotonic() - start < 2
-    assert mailbox[0] == handoff.ASLEEP
-    assert not handoff.post(address, _Recorder().address, 1)
+    assert mailbox[0] == spin_handoff.ASLEEP
+    assert not spin_handoff.post(address, _Recorder().address, 1)
 
 
 def test_two_thread_products_handed_off_match_one_thread(monkeypatch):
@@ -169,7 +170,7 @@ def test_two_thread_products_handed_off_match_one_thread(monkeypatch):
 
 def test_no_spin_sends_every_call_through_the_queue(monkeypatch):
     monkeypatch.setattr(threads, "SPIN_SECONDS", 0)
-    monkeypatch.setattr(handoff, "post", lambda *args: pytest.fail("posted with SPIN_SECONDS = 0"))
+    monkeypatch.setattr(spin_handoff, "post", lambda *args: pytest.fail("posted with SPIN_SECONDS = 0"))
     rng = np.random.default_rng(0)
     a = rng.standard_normal((256, 300))
     b = rng.standard_normal((300, 200))
@@ -178,13 +179,13 @@ def test_no_spin_sends_every_call_through_the_queue(monkeypatch):
 
 def test_a_task_queued_for_a_spinning_worker_stops_its_spin(monkeypatch):
     monkeypatch.setattr(threads, "SPIN_SECONDS", 5.0)
-    handoff.prepare()
+    spin_handoff.prepare()
     threads.run_parallel([(lambda: None,), (lambda: None,)], 1)  # the worker then spins
     worker = threads._ensure_workers(1)[0]
     deadline = time.monotonic() + 5
-    while worker.mailbox[0] != handoff.WATCHING and time.monotonic() < deadline:
+    while worker.mailbox[0] != spin_handoff.WATCHING and time.monotonic() < deadline:
         time.sleep(0.001)
-    assert worker.mailbox[0] == handoff.WATCHING
+    assert worker.mailbox[0] == spin_handoff.WATCHING
     # Two calls that can only finish together, on two threads: the worker must leave its
     # spin for the queued task (else the caller runs both, and the first waits in vain).
     both = threading.Barrier(2, timeout=2)

@@ -1,6 +1,6 @@
 """RecencyCache: a bounded map evicting the entry used least recently."""
 
-from tracegrad.autograd.recency import RecencyCache
+from tracegrad.autograd.lru import RecencyCache
 
 
 def test_a_stored_value_is_found_and_a_missing_key_gives_the_default():

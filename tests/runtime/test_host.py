@@ -3,7 +3,7 @@ depends on, so that a warm process need not load LLVM to key its kernels."""
 
 import pytest
 
-from tracegrad.codegen import cache, host
+from tracegrad.runtime import disk_cache, host
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def test_another_fingerprint_asks_llvm(fresh, monkeypatch):
 
 
 def test_a_malformed_record_is_not_used(fresh, monkeypatch):
-    cache.store(host._record_key(host.fingerprint()), host._RECORD, b"not a description")
+    disk_cache.store(host._record_key(host.fingerprint()), host._RECORD, b"not a description")
     assert host.description() == host.from_llvm()
 
 
@@ -52,7 +52,7 @@ def test_the_cache_switched_off_asks_llvm_and_writes_nothing(fresh, monkeypatch)
 
 
 def test_a_wrong_record_is_repaired_once_llvm_is_loaded(fresh, monkeypatch):
-    cache.store(host._record_key(host.fingerprint()), host._RECORD, b"llvm-1.0-wrong-+avx")
+    disk_cache.store(host._record_key(host.fingerprint()), host._RECORD, b"llvm-1.0-wrong-+avx")
     assert host.description() == "llvm-1.0-wrong-+avx"
     host.confirm()
     live = host.from_llvm()

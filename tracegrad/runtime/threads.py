@@ -8,14 +8,14 @@ only Python work per chunk is a queue put and a lock release.
     TRACEGRAD_NUM_THREADS=n   threads per kernel (default: os.cpu_count(), at most
                               MAX_THREADS); 1 runs every kernel in the calling thread.
     TRACEGRAD_SPIN_SECONDS=s  how long a worker spins after a task for a call handed
-                              to it natively (`run_pair`, `codegen/handoff.py`); 0: never.
+                              to it natively (`run_pair`, `runtime/spin_handoff.py`); 0: never.
 
 `NUM_THREADS` and `MIN_PARALLEL_ELEMENTS` are read at each kernel call, so tests and
 users may change them at run time; a kernel built while it was below
 `MIN_PARALLEL_ELEMENTS` is compiled for its whole range only and stays one call. Below
 `MIN_PARALLEL_ELEMENTS` elements in its loop nest a kernel is one call: handing a chunk to
 another thread costs tens of microseconds (measured on the 2-core host: see
-`tests/codegen/test_threads.py` and docs).
+`tests/runtime/test_threads.py` and docs).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import queue
 import threading
 import warnings
 
-from tracegrad.codegen import handoff
+from tracegrad.runtime import spin_handoff
 
 MAX_THREADS = 8
 
@@ -52,7 +52,7 @@ MIN_PARALLEL_ELEMENTS = 1 << 20
 CHUNKS_PER_THREAD = 8
 MIN_CHUNK_ELEMENTS = 1 << 15
 # After a task, a worker spins this long for a call handed to it natively
-# (`codegen/handoff.py`): a W4 step's GEMMs are a few hundred µs apart, and a sleeping
+# (`runtime/spin_handoff.py`): a W4 step's GEMMs are a few hundred µs apart, and a sleeping
 # worker starts 40-50 µs late. 0: never spin (every call goes through the queue).
 SPIN_SECONDS = float(os.environ.get("TRACEGRAD_SPIN_SECONDS", "0.002"))
 
@@ -60,7 +60,7 @@ SPIN_SECONDS = float(os.environ.get("TRACEGRAD_SPIN_SECONDS", "0.002"))
 class _Worker:
     def __init__(self):
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
-        self.mailbox, self.mailbox_address = handoff.new_mailbox()
+        self.mailbox, self.mailbox_address = spin_handoff.new_mailbox()
         self.thread = threading.Thread(target=self._loop, name="tracegrad-kernel-worker", daemon=True)
         self.thread.start()
 
@@ -69,8 +69,8 @@ class _Worker:
             self.tasks.get()()
             # Then spin a while for a call handed off natively (`run_pair`), unless a
             # task waits; one queued meanwhile stops the spin (`run_parallel`).
-            if handoff.ready() and SPIN_SECONDS > 0 and self.tasks.empty():
-                handoff.serve(self.mailbox_address, SPIN_SECONDS)
+            if spin_handoff.ready() and SPIN_SECONDS > 0 and self.tasks.empty():
+                spin_handoff.serve(self.mailbox_address, SPIN_SECONDS)
 
 
 _workers: list[_Worker] = []
@@ -127,26 +127,26 @@ def run_pair(function, first: int, second: int) -> None:
     """`function(first)` on the calling thread and `function(second)` on a worker thread,
     or both on the calling thread if none gets to it; returns when both have returned.
     `function` is a ctypes foreign function of one pointer argument.
-    Handed off natively when the worker spins (`codegen/handoff.py`), else queued."""
-    if SPIN_SECONDS > 0 and handoff.available():
-        handoff.prepare()
+    Handed off natively when the worker spins (`runtime/spin_handoff.py`), else queued."""
+    if SPIN_SECONDS > 0 and spin_handoff.available():
+        spin_handoff.prepare()
         worker = _ensure_workers(1)[0]
-        if handoff.post(worker.mailbox_address, _function_address(function), second):
+        if spin_handoff.post(worker.mailbox_address, _function_address(function), second):
             try:
                 function(first)
             finally:
-                if not handoff.reclaim(worker.mailbox_address):
+                if not spin_handoff.reclaim(worker.mailbox_address):
                     function(second)
             return
     run_parallel([(function, first), (function, second)], 1)
 
 
 def run_pair_block(function, block) -> None:
-    """`run_pair(function, first, second)` for a `handoff.pair_block(first, second)` that the
-    caller keeps: the hand-off is one foreign call (`handoff.PAIR`)."""
-    if SPIN_SECONDS > 0 and handoff.available():  # (`pair` loads the hand-off function)
+    """`run_pair(function, first, second)` for a `spin_handoff.pair_block(first, second)` that the
+    caller keeps: the hand-off is one foreign call (`spin_handoff.PAIR`)."""
+    if SPIN_SECONDS > 0 and spin_handoff.available():  # (`pair` loads the hand-off function)
         workers = _workers or _ensure_workers(1)
-        if handoff.pair(workers[0].mailbox_address, _function_address(function), block):
+        if spin_handoff.pair(workers[0].mailbox_address, _function_address(function), block):
             return
     run_parallel([(function, block[0]), (function, block[1])], 1)
 
@@ -169,8 +169,8 @@ def run_parallel(calls: list[tuple], helpers: int) -> None:
     for worker in _ensure_workers(helpers)[:helpers]:
         # A worker spinning for a hand-off returns to its queue now. (Stopped before the
         # put: after it, the stop could end the spin the worker began after this task.)
-        if handoff.ready():
-            handoff.stop(worker.mailbox_address)
+        if spin_handoff.ready():
+            spin_handoff.stop(worker.mailbox_address)
         worker.tasks.put(chunks.work)
     chunks.work()
     chunks.finished.acquire()  # the last call to finish, on whichever thread, releases it

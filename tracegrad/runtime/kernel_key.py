@@ -4,8 +4,8 @@ A kernel's IR is a function of the `FusedKernel` (its nodes, leaves, results and
 fusion decisions recorded on it) and of the code that lowers it. `kernel_description`
 writes the first canonically (values numbered by first appearance, nodes as primitive
 name, attributes, operands and types) and prefixes a hash of the second: the sources of
-`tracegrad/codegen`, `tracegrad/ops` and `tracegrad/ir`, llvmlite's version and the
-lowering's module-level switches (`llvm.ir_settings`). A kernel
+`tracegrad/codegen`, `tracegrad/runtime`, `tracegrad/ops` and `tracegrad/ir`, llvmlite's version and the
+lowering's module-level switches (`llvm_engine.ir_settings`). A kernel
 whose description is in the disk cache then loads without building its IR, which is most
 of a warm-cache first call's compile time (the math library's polynomials are built in
 Python).
@@ -30,7 +30,7 @@ import numpy as np
 from tracegrad.ir.graph import Node, Value
 from tracegrad.ir.types import DType, TensorType
 
-_PACKAGES = ("codegen", "ops", "ir")
+_PACKAGES = ("codegen", "runtime", "ops", "ir")
 
 
 class _Unknown(Exception):
@@ -60,7 +60,7 @@ def lowering_source_hash() -> str | None:
 def generator_key() -> str | None:
     """What a hand-written generator's IR (the GEMMs') depends on besides its parameters:
     the lowering sources, llvmlite and the lowering's switches; None if not hashable."""
-    from tracegrad.codegen.llvm import ir_settings
+    from tracegrad.runtime.llvm_engine import ir_settings
     source_hash = lowering_source_hash()
     return None if source_hash is None else f"{source_hash} {ir_settings()}"
 
@@ -76,7 +76,7 @@ def kernel_description(kernel, purpose: str = "kernel") -> str | None:
         body = _describe(kernel, numbers)
     except _Unknown:
         return None
-    from tracegrad.codegen.llvm import ir_settings
+    from tracegrad.runtime.llvm_engine import ir_settings
     return f"{purpose} {source_hash} {ir_settings()}\n{body}"
 
 
@@ -151,10 +151,10 @@ def compile_described(kernel, purpose: str, build: Callable, small: bool = False
                       strength_reduction: bool = True) -> tuple[object, str, bool, str | None]:
     """Compile the one-function module `build()` makes for `kernel` (a function named
     "kernel"), or find it in memory or the disk cache by the kernel's description (by its
-    IR when it has none). `small` as in `llvm.optimize`, `strength_reduction` as in
-    `llvm.emit_object`. Returns (its `llvm.Code`, which the caller holds while it may call
+    IR when it has none). `small` as in `llvm_engine.optimize`, `strength_reduction` as in
+    `llvm_engine.emit_object`. Returns (its `llvm_engine.Code`, which the caller holds while it may call
     the kernel; symbol, loaded_from_disk, description)."""
-    from tracegrad.codegen.llvm import compile_kernel_held
+    from tracegrad.runtime.llvm_engine import compile_kernel_held
     description = kernel_description(kernel, purpose)
     if description is not None and checking():
         check_unique(description, str(build()))

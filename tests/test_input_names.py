@@ -1,6 +1,6 @@
 """Argument names of compiled functions: Python parameter names, then `*args` positions."""
 
-from tracegrad.jit.naming import ArgumentNames
+from tracegrad.jit.input_names import ArgumentNames
 
 
 def test_the_first_arguments_are_named_after_the_parameters_then_the_varargs():
