@@ -17,7 +17,7 @@ from tracegrad.jit import replay as compile_replay
 from tracegrad.autograd import backward_cache, traced_backward
 from tracegrad.autograd.lru import RecencyCache
 from tracegrad.codegen import program_builder
-from tracegrad.codegen.program_cache import PROGRAMS
+from tracegrad.runtime.program_cache import PROGRAMS
 from tracegrad.runtime import disk_cache
 from tracegrad.functional import eager_fusion
 

@@ -9,7 +9,7 @@ import pytest
 
 import tracegrad as tg
 from tracegrad.autograd import backward_cache
-from tracegrad.codegen.program_cache import PROGRAMS
+from tracegrad.runtime.program_cache import PROGRAMS
 from tracegrad.functional import eager_fusion
 from tracegrad.ir import types
 

@@ -8,7 +8,7 @@ import pytest
 import tracegrad as tg
 import tracegrad.nn.functional as F
 from tracegrad.autograd.lru import RecencyCache
-from tracegrad.codegen.program_cache import PROGRAMS
+from tracegrad.runtime.program_cache import PROGRAMS
 from tracegrad.functional import eager_fusion
 
 

@@ -6,7 +6,7 @@ saved arrays, instead of re-running every gradient rule on tensors.
 
 The key here describes the *forward* graph as eager execution recorded it, in one walk that
 every eager backward pays (`_describe`); the backward program built from it is held in the
-shared program cache (`codegen/program_cache.py`) by the structural key of the *backward*
+shared program cache (`runtime/program_cache.py`) by the structural key of the *backward*
 graph, so two forward structures with one backward graph share one program, and the LLVM
 tier shares its programs with eager fusion (one recipe).
 
@@ -23,7 +23,7 @@ from tracegrad import reference
 from tracegrad.grad_mode import no_grad
 from tracegrad.autograd.lru import RecencyCache
 from tracegrad.autograd.autodiff import FREED, _leads_to_targets, forward_order, reverse_mode
-from tracegrad.codegen import program_cache
+from tracegrad.runtime import program_cache
 from tracegrad.ir.graph import Graph, Node, Value, attr_key
 from tracegrad.ops.tracer import Tracer
 

@@ -18,7 +18,7 @@ inline composites into their own graphs), inference mode, volatile or small tens
 the code generator does not lower (float16, bfloat16, the narrow integers), the first sighting
 of a call signature (a one-off call does not pay for code generation), and everything
 when `TRACEGRAD_EAGER_COMPILE=0`. The programs are held in the shared program cache
-(`codegen/program_cache.py`) by the structural key of their graph, with the eager backward
+(`runtime/program_cache.py`) by the structural key of their graph, with the eager backward
 cache's LLVM tier, which builds them the same way. What lives elsewhere: the backward of
 these graphs (`autograd/backward_cache.py`), code generation (`codegen/`).
 """
@@ -33,7 +33,7 @@ import numpy as np
 from tracegrad import reference
 from tracegrad.grad_mode import MODE
 from tracegrad.autograd.lru import RecencyCache
-from tracegrad.codegen import program_cache
+from tracegrad.runtime import program_cache
 from tracegrad.codegen.fusion import LOWERED_DTYPES
 from tracegrad.ir.graph import Graph, Node, Value
 from tracegrad.ops.tracer import Tracer

@@ -36,7 +36,7 @@ from tracegrad.jit.undo import UndoLog, index_checks_come_first, index_inputs_ch
 from tracegrad.grad_mode import MODE, no_grad
 from tracegrad.autograd.autodiff import FREED, reverse_mode
 from tracegrad.codegen import program_builder
-from tracegrad.codegen import program_cache
+from tracegrad.runtime import program_cache
 from tracegrad.codegen.program_builder import build_program
 from tracegrad.ir.structural_key import KeyedGraph, alias_pattern, owner, structural_key
 from tracegrad.ir.graph import Graph, Node, Value, user_location
@@ -478,7 +478,7 @@ class CacheInfo:
                 f"kernels={self.kernels}, compile_time={self.compile_time:.3f}s)")
 
 
-# The programs a compiled function holds in the program cache (`codegen.program_cache`, shared
+# The programs a compiled function holds in the program cache (`runtime.program_cache`, shared
 # with every other compiled function, eager fusion and the eager backward cache), in bytes
 # as `Program.nbytes` estimates them (its steps and their kernels' machine code) plus its
 # key and graph (`program_cache.KEY_PART_BYTES` a key part): beyond it the function lets go

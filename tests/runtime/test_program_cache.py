@@ -1,4 +1,4 @@
-"""The one program cache (`codegen/program_cache.py`): a structure is built once for every
+"""The one program cache (`runtime/program_cache.py`): a structure is built once for every
 user with its recipe, each user keeps within its budget and the cache within its capacity
 (least recently used first), clearing drops everything, concurrent requests build once,
 the statistics count what happened, and the reference mode never reaches it."""
@@ -14,8 +14,8 @@ import tracegrad as tg
 import tracegrad.nn.functional as F
 from tracegrad.autograd import backward_cache
 from tracegrad.autograd.lru import RecencyCache
-from tracegrad.codegen import program_cache
-from tracegrad.codegen.program_cache import KEY_PART_BYTES, MISSING, PROGRAMS, ProgramCache
+from tracegrad.runtime import program_cache
+from tracegrad.runtime.program_cache import KEY_PART_BYTES, MISSING, PROGRAMS, ProgramCache
 from tracegrad.functional import eager_fusion
 
 
