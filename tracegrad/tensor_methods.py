@@ -285,6 +285,7 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False, replac
     np.copyto(self._data, result._data, casting="unsafe")
     self._version_counter.value += 1
     if rebase:
+        self._version_counter.history += 1  # views taken before now have a stale grad_fn
         _take_identity(self._base, new_base)
         _take_identity(self, view_identity)
         self._view_history = self._version_counter.history
