@@ -316,3 +316,52 @@ def test_an_argument_written_through_its_alias_keeps_its_layout():
         return [a.t(), a, tg.ones(6, dtype=tg.float64, requires_grad=True)]
 
     _same_outcome(program, make)
+
+
+def test_writes_with_grad_through_views_of_an_argument_and_backward_inside_the_call():
+    # the argument (no grad) is written with grad through its rows and a transposed column:
+    # it joins the graph, and .backward() inside the call reaches the leaf as eagerly
+    def step(x, w):
+        x[0].add_(w[0])
+        x.t()[1].mul_(w[:, 1])
+        (x * x).sum().backward()
+        return [x * 1, w.grad]
+
+    def make():
+        return [tg.zeros(2, 3), tg.arange(6.0).reshape(2, 3).requires_grad_()]
+
+    compiled = tg.compile(step)
+    eager_args = make()
+    expected = step(*eager_args)
+    for _ in range(3):
+        args = make()
+        _same(compiled(*args), expected)
+        assert args[0].requires_grad and args[0].grad_fn is not None
+
+
+def test_a_view_taken_before_a_write_with_grad_through_another_view_is_stale_everywhere():
+    # (the documented limit: PyTorch regenerates such views)
+    def read_after_write(a):
+        t = a * 2
+        other = t[1]
+        t[0].mul_(3)
+        return [other * 1]
+
+    compiled = tg.compile(read_after_write)
+    for fn in (read_after_write, compiled, compiled, compiled):
+        with pytest.raises(RuntimeError, match="This view was created before"):
+            fn(tg.ones(2, 3, requires_grad=True))
+
+
+def test_a_view_chain_written_with_grad_keeps_its_layout_compiled():
+    def program(a):
+        h = a * 1
+        v = h.t()[1:]
+        v.mul_(a.t()[1:])
+        z = v.reshape(-1)  # (a copy: v is transposed, eagerly and compiled)
+        return [h, z, tg.tensor(v.stride()), *tg.autograd.grad((z * z).sum() + h.sum(), [a])]
+
+    compiled = tg.compile(program)
+    expected = program(tg.arange(6.0).reshape(2, 3).requires_grad_())
+    for _ in range(3):
+        _same(compiled(tg.arange(6.0).reshape(2, 3).requires_grad_()), expected)
