@@ -21,9 +21,14 @@ def _inplace_category(b, target, op: str) -> str | None:
     if target.base is not None and target.base != "<input>":
         # A write through a view reaches its base (with grad: PyTorch's CopySlices). Its base
         # must be a variable of the program, not a hidden tensor an argument views.
+        # Generated where it rebases the base (a root in the graph, not a leaf): writes
+        # without grad through views (expand to the same shape is read-only in tracegrad,
+        # not in PyTorch) are left out as before.
         root = _view_root(b, target)
-        if root is None or root.base is not None or (root.requires_grad and not target.requires_grad):
-            return None  # (the last: a view taken under no_grad, which PyTorch refuses to write with grad)
+        if root is None or root.base is not None or root.leaf or not root.requires_grad:
+            return None
+        if not target.requires_grad:
+            return None  # (a view taken under no_grad: PyTorch refuses to write it with grad)
         return "inplace_on_view"
     if target.leaf:
         return "inplace_leaf_no_grad"
