@@ -17,7 +17,7 @@ from tracegrad.ops.saved import SavedTensor
 from tracegrad.ir import types
 from tracegrad.ops import REGISTRY
 from tracegrad.ops import elementwise as ew
-from tracegrad.ops import layout
+from tracegrad.ops import indexing, layout
 from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
 from tracegrad.tensor import Tensor, lazy_tensor
 
@@ -26,6 +26,11 @@ VIEW_INPLACE_MESSAGE = (
     "{op}: in-place modification of a view of a tensor that is part of an autograd graph is not "
     "supported by tracegrad; write to the base tensor, or use out-of-place ops (e.g. "
     "index_put / torch.where) instead")
+NO_GRAD_VIEW_MESSAGE = (
+    "A view was created in no_grad mode and is being modified inplace with grad mode enabled. Given "
+    "that this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by "
+    "moving both the view and the inplace either both inside the no_grad block (if you don't want the "
+    "inplace to be tracked) or both outside (if you want the inplace to be tracked).")
 
 
 def _contains(self: Tensor, element) -> bool:
@@ -267,8 +272,7 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False, replac
         result = F.where(ew.full(self.shape, True, types.bool_), result, self)
     if result._data is None:
         return _apply_traced_inplace(self, result, name, fresh)
-    if self._base is not None:
-        _check_view_update(self, result, name)
+    rebase = self._base is not None and _check_view_update(self, result, name)
     saved = _saved_self(self, result._grad_fn)
     if saved is not None:  # keep the pre-update data for it
         saved.data = saved.data.copy()
@@ -276,9 +280,17 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False, replac
         saved.version = 0
     if not self._data.flags.writeable:
         raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
+    if rebase:
+        new_base, view_identity = _rebased(self, result)
     np.copyto(self._data, result._data, casting="unsafe")
     self._version_counter.value += 1
-    if result._requires_grad:
+    if rebase:
+        self._version_counter.history += 1  # views taken before now have a stale grad_fn
+        _take_identity(self._base, new_base)
+        _take_identity(self, view_identity)
+        self._view_history = self._version_counter.history
+        self._view_base_grad_fn = self._base._grad_fn
+    elif result._requires_grad:
         self._version_counter.history += 1  # views taken before now have a stale grad_fn
         if self._retains_grad:
             self._move_retained_grad(result._grad_fn, result._value)
@@ -288,15 +300,53 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False, replac
     return self
 
 
-def _check_view_update(self: Tensor, result: Tensor, name: str) -> None:
-    """Refuse an in-place update of a view that autograd cannot follow (as PyTorch)."""
+def _check_view_update(self: Tensor, result: Tensor, name: str) -> bool:
+    """Whether an in-place update of the view `self` changes autograd's graph: then its
+    base is rebased onto the update (PyTorch's CopySlices: `_rebased`). Raises where
+    PyTorch refuses the update: a view of a leaf that requires grad, a view taken under
+    no_grad of a tensor that requires grad, a view gone stale."""
     base = self._base
     if not MODE.grad_enabled:
-        return
+        return False
     if base._requires_grad and base._grad_fn is None:
         raise RuntimeError("a view of a " + LEAF_INPLACE_MESSAGE[2:])
-    if result._requires_grad or self._requires_grad or base._requires_grad:
-        raise RuntimeError(VIEW_INPLACE_MESSAGE.format(op=name))
+    if not (result._requires_grad or self._requires_grad or base._requires_grad):
+        return False
+    self._check_view_is_current()
+    if base._requires_grad and not self._requires_grad:
+        raise RuntimeError(NO_GRAD_VIEW_MESSAGE)
+    return True
+
+
+def _rebased(view: Tensor, result: Tensor) -> tuple[Tensor, Tensor]:
+    """The new value of `view`'s base when `result` is written into the view, as ops
+    autograd follows (PyTorch's CopySlices), and the view's new autograd identity (read
+    from the base's new value). The base's old value keeps the elements the view does
+    not show and gets no gradient at those it shows; `result` gets theirs."""
+    base = view._base
+    if not view._data.flags.writeable:
+        raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
+    positions = layout.positions_in(view._data, base._data).reshape(-1)
+    shown = np.zeros(base.numel(), dtype=bool)
+    shown[positions] = True
+    flat = F.reshape(result, (-1,))
+    scattered = indexing.index_add((base.numel(),), flat, (_constant(positions),), 0)
+    new_base = F.where(_constant(shown.reshape(base.shape)), F.reshape(scattered, base.shape), base)
+    taken = indexing.index(F.reshape(new_base, (-1,)), (_constant(positions),), 0)
+    return new_base, F.reshape(taken, view.shape)
+
+
+def _take_identity(tensor: Tensor, value: Tensor) -> None:
+    """`tensor` (updated in place) is from now on `value` for autograd."""
+    if tensor._retains_grad:
+        tensor._move_retained_grad(value._grad_fn, value._value)
+    tensor._grad_fn = value._grad_fn
+    tensor._value = value._value
+    tensor._requires_grad = True
+
+
+def _constant(array: np.ndarray) -> Tensor:
+    return Tensor._make(array, types.TensorType(array.shape, types.from_numpy(array.dtype)))
 
 
 def _apply_traced_inplace(self: Tensor, result: Tensor, name: str, fresh: bool = False) -> Tensor:
@@ -305,13 +355,16 @@ def _apply_traced_inplace(self: Tensor, result: Tensor, name: str, fresh: bool =
     tensors sharing its memory their new values: jit.alias)."""
     tracer = MODE.tracer
     if self._base is not None:
-        _check_view_update(self, result, name)  # (a real view: its buffer is its base's memory)
+        rebase = _check_view_update(self, result, name)  # (a real view: its buffer is its base's memory)
         if self._data is None:
-            return _write_through_view(self, result, name, tracer)
+            return _write_through_view(self, result, name, tracer, rebase)
+        if rebase:
+            raise RuntimeError(VIEW_INPLACE_MESSAGE.format(op=name))
     elif self._data is None:
         real = tracer.real_tensor(self)
-        if real is not None and real._base is not None:  # an argument that is a real view
-            _check_view_update(real, result, name)
+        if real is not None and real._base is not None and _check_view_update(real, result, name):
+            # an argument that is a real view
+            raise RuntimeError(VIEW_INPLACE_MESSAGE.format(op=name))
     if result._grad_fn is not None:
         _keep_value_read(self, result._grad_fn, tracer)
     strides = layout.tensor_strides(self, tracer.array_of)  # (kept by the write)
@@ -340,18 +393,23 @@ def _apply_traced_inplace(self: Tensor, result: Tensor, name: str, fresh: bool =
     return self
 
 
-def _write_through_view(view: Tensor, result: Tensor, name: str, tracer) -> Tensor:
+def _write_through_view(view: Tensor, result: Tensor, name: str, tracer, rebase: bool) -> Tensor:
     """An in-place update of a lazy view (allowed where eager execution allows it: no
     autograd graph involved) writes its base, as eager execution writes the shared memory;
     the view then shows the base's new value."""
     view._check_view_is_current()
-    base_result = tracer.base_update(view, result)
+    if rebase and result._grad_fn is not None:
+        _keep_value_read(view, result._grad_fn, tracer)
+    base_result = tracer.base_update(view, result, rebase)
     if base_result is None:  # a copy in eager execution: the view is a tensor of its own
         view._base = None
         view._version_counter = type(view._version_counter)()
         return _apply_traced_inplace(view, result, name)
     _apply_traced_inplace(view._base, base_result, name)
-    view._check_view_is_current()  # (refreshes it from the base's new value)
+    if rebase:  # (its graph is read from the base's new one: PyTorch's CopySlices)
+        tracer.rebase_view(view)
+    else:
+        view._check_view_is_current()  # (refreshes it from the base's new value)
     return view
 
 

@@ -19,7 +19,17 @@ def _inplace_category(b, target, op: str) -> str | None:
     if target.name in b.internal_views:
         return "inplace_on_internal_view"
     if target.base is not None and target.base != "<input>":
-        return None  # a view inside a compiled function cannot be updated (a documented limit)
+        # A write through a view reaches its base (with grad: PyTorch's CopySlices). Its base
+        # must be a variable of the program, not a hidden tensor an argument views.
+        # Generated where it rebases the base (a root in the graph, not a leaf): writes
+        # without grad through views (expand to the same shape is read-only in tracegrad,
+        # not in PyTorch) are left out as before.
+        root = _view_root(b, target)
+        if root is None or root.base is not None or root.leaf or not root.requires_grad:
+            return None
+        if not target.requires_grad:
+            return None  # (a view taken under no_grad: PyTorch refuses to write it with grad)
+        return "inplace_on_view"
     if target.leaf:
         return "inplace_leaf_no_grad"
     if not target.requires_grad:
@@ -27,6 +37,48 @@ def _inplace_category(b, target, op: str) -> str | None:
     if target in b.args:
         return "inplace_nonleaf_argument"
     return "inplace_nonleaf_grad_scale" if op in ("mul_", "div_", "pow_") else "inplace_nonleaf_grad"
+
+
+def _view_root(b, target):
+    """The variable a view `target` views in the end (its base's base ...), or None when
+    one of them is not known any more."""
+    known = {v.name: v for v in (*b.args, *b.pool)}
+    var = target
+    while var.base is not None and var.base not in ("<input>", "<expanded>"):
+        var = known.get(var.base)
+        if var is None:
+            return None
+    return var
+
+
+def _write_into_view(b, target, line: str, value_grad: bool) -> tuple[str, bool]:
+    """The line of a write into the view `target` and whether it carries grad: under no_grad
+    when its root is a leaf that requires grad (PyTorch refuses it otherwise)."""
+    root = _view_root(b, target)
+    if root.leaf and root.requires_grad:
+        return f"with torch.no_grad():\n        {line}", False
+    return line, value_grad or root.requires_grad
+
+
+def _after_view_write(b, target, bits, grad: bool) -> None:
+    """Update the model after a write into the view `target`: its root takes the new values;
+    with grad, the root and the view are rebased (PyTorch's CopySlices) and the other views
+    of the root go stale (tracegrad raises where PyTorch regenerates them): not used any more."""
+    root = _view_root(b, target)
+    b.written.update((target.name, root.name))
+    target.bits = exact_bits(target.dtype, bits)
+    if grad:
+        b.tags.append("inplace_on_view_grad")
+        keep = {target.name, root.name}
+        b.pool = [v for v in b.pool if v.name in keep or v.name not in b.aliases_of(target)]
+        target.requires_grad = root.requires_grad = True
+        if root.leaf:  # (an input without grad: it joins the graph)
+            root.leaf = False
+            if root.name in b.leaves:
+                b.leaves.remove(root.name)
+    for v in b.pool:
+        if v is not target and v.name in b.aliases_of(target):
+            v.bits = None
 
 
 def _patterns(b, target) -> list[str]:
@@ -121,6 +173,14 @@ def inplace(b) -> bool:
         line, bits, value_grad = f"{target.name}.fill_({value})", vbits, False
     else:
         line, bits = f"{target.name}.copy_({value})", vbits
+    if category == "inplace_on_view":
+        line, grad = _write_into_view(b, target, line, value_grad)
+        if not b.allows(category) or not _pattern_allowed(b, target):
+            return False
+        b.emit(line, category)
+        b.tags.append(op)
+        _after_view_write(b, target, bits, grad)
+        return True
     if target.leaf and (target.requires_grad or b.chance(0.5)):
         line = f"with torch.no_grad():\n        {line}"
         value_grad = False
@@ -177,6 +237,12 @@ def setitem(b) -> bool:
     if not b.needs("size0_reduce", (0 in indexed or kind == "mask") and value_grad):
         return False  # (the value's gradient sums over the empty region)
     line = f"{target.name}[{key}] = {value}"
+    if category == "inplace_on_view":
+        line, grad = _write_into_view(b, target, line, value_grad)
+        b.emit(line, category)
+        b.tags.append(f"setitem_{kind}")
+        _after_view_write(b, target, add_bits(target.bits, vbits), grad)
+        return True
     if target.leaf and (target.requires_grad or b.chance(0.5)):
         line = f"with torch.no_grad():\n        {line}"
         value_grad = False

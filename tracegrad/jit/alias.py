@@ -246,12 +246,13 @@ def current_view(trace, view: Tensor) -> Value:
     return found[0]
 
 
-def view_now(trace, view: Tensor) -> tuple[Value, bool] | None:
+def view_now(trace, view: Tensor, grad: bool = False) -> tuple[Value, bool] | None:
     """For a lazy view whose base may have changed since the view was taken: the value the
     view holds in eager execution now, and whether eager execution copied (a reshape of a
     strided array: then the values as taken). A view's ops are replayed on the base's
     current value (an eager view shows the update). None when its ops are not found (among
-    the values the base held: `CompileTrace.note_update`). Call with the trace active."""
+    the values the base held: `CompileTrace.note_update`). `grad`: the ops are replayed with
+    grad (a view rebased onto its base's new graph: `rebase_view`). Call with the trace active."""
     base = view._base
     current = base._value if base._data is None else trace.lookup(base)
     former = list(trace.former_values.get(id(base), (None, ()))[1])
@@ -273,19 +274,22 @@ def view_now(trace, view: Tensor) -> tuple[Value, bool] | None:
     if value == current:  # (its memory was written through another tensor: not its own)
         return view._value, False
     trace.diverge()  # (not a recorded op: the graph goes on as this call's own)
-    with no_grad():
+    with enable_grad() if grad else no_grad():
         replayed = base
         for node in reversed(chain):
             replayed = bind(node.op, (replayed,), node.attrs)
     return replayed._value, False
 
 
-def base_update(trace, view: Tensor, result: Tensor) -> Tensor | None:
+def base_update(trace, view: Tensor, result: Tensor, rebase: bool = False) -> Tensor | None:
     """The new value of a lazy `view`'s base when `result` is written into the view in place
     (eager execution writes the base's memory; checked by the caller as eager execution
     checks a view's update): `result` put back through the view's ops (a slice goes into
     the base's current value at its elements). None when eager execution made no view (a
-    reshape of a strided array copied): the write stays in the view's own values."""
+    reshape of a strided array copied): the write stays in the view's own values.
+    `rebase`: the write changes autograd's graph (PyTorch's CopySlices), so the new value
+    is made with grad, as eager execution makes it (`tensor_methods._rebased`): `result`
+    at the positions of the view's elements in the base, the base's value elsewhere."""
     base = view._base
     current = base._value if base._data is None else trace.lookup(base)
     chain: list[Node] = []
@@ -302,12 +306,46 @@ def base_update(trace, view: Tensor, result: Tensor) -> Tensor | None:
     if not _eager_view(trace, base, chain):
         return None
     trace.diverge()  # (not a recorded op: the graph goes on as this call's own)
+    if rebase:
+        return _rebased(base, chain, result)
     with no_grad():
         new = result
         for node in chain:  # from the view's side to the base's
             source = lazy_tensor(node.inputs[0], node.inputs[0].type, trace)
             new = node.op.write_back(new, source, **node.attrs)
     return new
+
+
+def _rebased(base: Tensor, chain: list[Node], result: Tensor) -> Tensor:
+    """`base` with `result` written where the view made by the movement ops `chain` (last
+    first) shows its elements, recorded with grad. The positions are the view ops run on
+    the base's element numbers (data of the graph, as the view ops are its structure)."""
+    count = base._type.numel
+    positions = np.arange(count, dtype=np.int64).reshape(base.shape)
+    for node in reversed(chain):
+        positions = node.op.impl(positions, **node.attrs)
+    positions = np.ascontiguousarray(positions).reshape(-1)
+    if np.unique(positions).size != positions.size:  # (an expanded view: eagerly not writeable)
+        raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
+    shown = np.zeros(count, dtype=bool)
+    shown[positions] = True
+    with enable_grad():
+        flat = shape.reshape(result, (-1,))
+        scattered = indexing.index_add((count,), flat, (_constant(positions),), 0)
+        return arith.where(_constant(shown.reshape(base.shape)), shape.reshape(scattered, base.shape), base)
+
+
+def rebase_view(trace, view: Tensor) -> None:
+    """After a write with grad through the lazy `view` rebased its base (`base_update`):
+    the view is its ops replayed on the base's new value, with grad, as PyTorch regenerates
+    a written view's grad_fn from its base's CopySlices."""
+    value, _ = view_now(trace, view, grad=True)
+    counter = view._version_counter
+    view._value = value
+    view._grad_fn = value.node
+    view._requires_grad = True
+    view._view_history = counter.value
+    view._view_graph_history = counter.history
 
 
 def _new_identity(value: Value) -> bool:

@@ -313,8 +313,11 @@ class CompileTrace(Tracer):
     def refresh_view(self, view: Tensor) -> bool:
         return compile_alias.refresh_view(self, view)
 
-    def base_update(self, view: Tensor, result: Tensor) -> Tensor | None:
-        return compile_alias.base_update(self, view, result)
+    def base_update(self, view: Tensor, result: Tensor, rebase: bool = False) -> Tensor | None:
+        return compile_alias.base_update(self, view, result, rebase)
+
+    def rebase_view(self, view: Tensor) -> None:
+        compile_alias.rebase_view(self, view)
 
     def note_detached(self, source: Tensor, alias: Tensor) -> None:
         """`alias` is `source.detach()`: one buffer in eager execution, so an in-place

@@ -128,3 +128,27 @@ def value_strides(value: Value, array_of: Callable[[Value], np.ndarray | None]) 
     source = node.inputs[0]
     strides = rule(source.type, value_strides(source, array_of), **node.attrs)
     return c_strides(shape) if strides is None else tuple(strides)
+
+
+def positions_in(view: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Where the elements of NumPy's `view` (a view of `base`'s memory, through any chain
+    of view ops) lie in `base`: per element of `view`, the index into the C-ordered
+    flattened `base` of the element at the same address (int64, in `view`'s shape)."""
+    itemsize = base.itemsize
+    start = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    offsets = np.full(view.shape, start, dtype=np.int64)
+    for axis, (n, stride) in enumerate(zip(view.shape, view.strides)):
+        if n > 1 and stride:
+            offsets += (np.arange(n, dtype=np.int64) * stride).reshape((n,) + (1,) * (view.ndim - axis - 1))
+    if base.flags.c_contiguous:  # (element k of the base lies k items after its first)
+        return offsets // itemsize
+    # Any other layout of the base: its elements' offsets in C order, looked up.
+    base_offsets = positions_in(base, _first_element(base)) * itemsize
+    order = np.argsort(base_offsets.ravel(), kind="stable")
+    slots = np.searchsorted(base_offsets.ravel()[order], offsets)
+    return order[np.minimum(slots, order.size - 1)].astype(np.int64) if order.size else offsets
+
+
+def _first_element(array: np.ndarray) -> np.ndarray:
+    """A contiguous one-element array at `array`'s first address (the origin of its offsets)."""
+    return np.lib.stride_tricks.as_strided(array, shape=(1,), strides=(array.itemsize,))

@@ -175,9 +175,15 @@ class Tracer(Trace):
         tracer can (`CompileTrace.refresh_view`); False: it is stale."""
         return False
 
-    def base_update(self, view, result):
+    def base_update(self, view, result, rebase: bool = False):
         """The new value of lazy `view`'s base when `result` is written into the view in
-        place (`CompileTrace.base_update`); None: the view is a copy in eager execution."""
+        place (`CompileTrace.base_update`; `rebase`: with grad, PyTorch's CopySlices);
+        None: the view is a copy in eager execution."""
+        raise RuntimeError(VIEW_WRITE_MESSAGE)
+
+    def rebase_view(self, view) -> None:
+        """Give lazy `view` its ops replayed with grad on its base's new value, after a
+        write with grad through it (`CompileTrace.rebase_view`)."""
         raise RuntimeError(VIEW_WRITE_MESSAGE)
 
     def note_update(self, tensor) -> None:
