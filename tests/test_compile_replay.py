@@ -747,3 +747,123 @@ def test_a_call_whose_results_were_all_realized_does_not_run_its_graph_again(mon
     for _ in range(3):
         assert compiled(tg.arange(4.0)) == 12.0
     assert compiled.cache_info().graphs == 1  # the realization's graph, and no final one
+
+
+def test_a_followed_realization_runs_its_program_without_keying_its_graph(monkeypatch):
+    # `loss.item()` at a step's end: the followed realization's graph is the recorded one,
+    # so its key is too (but for how the inputs share memory, checked on every call).
+    from tracegrad.jit import function as compile_function
+
+    w = tg.tensor(np.linspace(-1.0, 1.0, 6).reshape(2, 3), requires_grad=True)
+
+    def step(x):
+        loss = (tg.tanh(x @ w) ** 2).sum()
+        loss.backward()
+        return loss.item()
+
+    compiled = tg.compile(step)
+    x = tg.tensor(np.random.default_rng(1).standard_normal((4, 2)))
+    keyed = []
+    original = compile_function.structural_key
+    monkeypatch.setattr(compile_function, "structural_key", lambda graph, inputs: keyed.append(graph.name) or
+                        original(graph, inputs))
+    followed = []
+    for i in range(4):
+        w.grad = None
+        value, replayed = _followed(compiled, x)
+        followed.append(replayed)
+        got = w.grad.numpy()
+        w.grad = None
+        assert value == pytest.approx(step(x), rel=1e-12)
+        np.testing.assert_allclose(got, w.grad.numpy(), rtol=1e-12)
+        if i == 1:
+            keyed.clear()  # (the first followed call keys it once)
+    assert followed == [False, True, True, True]
+    assert keyed == []
+    assert compiled.cache_info().graphs == 1
+
+
+def test_a_realization_whose_inputs_alias_otherwise_is_keyed_again():
+    # The same argument passed twice, then two distinct tensors: one graph, two programs.
+    compiled = tg.compile(lambda a, b: (a * b).sum().item())
+    x, y = tg.arange(3.0), tg.arange(3.0) + 1.0
+    for a, b in [(x, x), (x, x), (x, y), (x, y), (x, x)]:
+        assert compiled(a, b) == float((a.numpy() * b.numpy()).sum())
+
+
+def _recurrent_step(cell_w, head_w):
+    """A char-RNN-like loop: every step makes an output, only the last one is returned."""
+    def step(xs):
+        h = tg.zeros(1, 3, dtype=tg.float64)
+        for x in xs:
+            combined = tg.cat((x, h), 1)
+            h = tg.tanh(tg.nn.functional.linear(combined, cell_w))
+            output = tg.nn.functional.log_softmax(tg.nn.functional.linear(combined, head_w), dim=1)
+        return output
+    return step
+
+
+def test_a_followed_call_makes_only_the_saved_tensors_its_results_can_reach(monkeypatch):
+    # Each step's output but the last dies in the loop: their composites' saved tensors are
+    # never made, while the returned output backpropagates through the whole recurrence
+    # (tensors that only saved-tensor entries held are made anew for it).
+    from tracegrad.jit import composite as compile_composite
+
+    rng = np.random.default_rng(7)
+    cell_w = tg.tensor(rng.standard_normal((3, 5)), requires_grad=True)
+    head_w = tg.tensor(rng.standard_normal((4, 5)), requires_grad=True)
+    eager_cell = tg.tensor(cell_w.detach().numpy(), requires_grad=True)
+    eager_head = tg.tensor(head_w.detach().numpy(), requires_grad=True)
+    compiled, eager = tg.compile(_recurrent_step(cell_w, head_w)), _recurrent_step(eager_cell, eager_head)
+    made = []
+    original = compile_composite.Deferred._make
+    monkeypatch.setattr(compile_composite.Deferred, "_make",
+                        lambda self: made.append(self.record.function.__name__) or original(self))
+    followed = []
+    for _ in range(3):
+        xs = tg.tensor(rng.standard_normal((4, 1, 2)))
+        made.clear()
+        output, replayed = _followed(compiled, xs)
+        followed.append(replayed)
+        cell_w.grad = head_w.grad = eager_cell.grad = eager_head.grad = None
+        (output * tg.arange(4.0, dtype=tg.float64)).sum().backward()
+        want = eager(xs)
+        (want * tg.arange(4.0, dtype=tg.float64)).sum().backward()
+        np.testing.assert_allclose(output.detach().numpy(), want.detach().numpy(), rtol=1e-12)
+        np.testing.assert_allclose(cell_w.grad.numpy(), eager_cell.grad.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(head_w.grad.numpy(), eager_head.grad.numpy(), rtol=1e-12)
+        del output
+    assert followed == [False, True, True]
+    assert made.count("log_softmax") == 1  # the last step's, of four
+
+
+def test_a_followed_call_without_a_live_result_makes_no_saved_tensors(monkeypatch):
+    # A step whose backward ran inside the call and returns nothing with a graph.
+    from tracegrad.jit import replay as replay_module
+
+    rng = np.random.default_rng(8)
+    cell_w = tg.tensor(rng.standard_normal((3, 5)), requires_grad=True)
+    head_w = tg.tensor(rng.standard_normal((4, 5)), requires_grad=True)
+    recurrent = _recurrent_step(cell_w, head_w)
+
+    def step(xs):
+        output = recurrent(xs)
+        output[0, 1].neg().backward()
+        return output.detach()
+
+    compiled = tg.compile(step)
+    saved = []
+    original = replay_module._save
+    monkeypatch.setattr(replay_module, "_save", lambda *entry: saved.append(entry[0]) or original(*entry))
+    xs = tg.tensor(rng.standard_normal((5, 1, 2)))
+    for _ in range(3):
+        saved.clear()
+        cell_w.grad = head_w.grad = None
+        got, replayed = _followed(compiled, xs)
+        grads = cell_w.grad.numpy(), head_w.grad.numpy()
+        cell_w.grad = head_w.grad = None
+        want = step(xs)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(grads[0], cell_w.grad.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(grads[1], head_w.grad.numpy(), rtol=1e-12)
+    assert replayed and saved == []

@@ -162,3 +162,89 @@ def test_batched_transposed_product_swaps_the_last_two_dims_only():
     assert matmul.out_types[0].shape == (2, 5, 4)
     a, b = np.random.default_rng(0).standard_normal((2, 4, 3)), np.random.default_rng(1).standard_normal((2, 3, 5))
     np.testing.assert_allclose(_values(graph, a, b)[0], np.swapaxes(a @ b, -1, -2), rtol=1e-12)
+
+
+def _pad(x, shape, axis, start):
+    starts, stops = [0] * len(shape), list(shape)
+    starts[axis], stops[axis] = start, start + x.shape[axis]
+    return tg.ops.movement.pad_slice(x, shape, starts, stops, [1] * len(shape))
+
+
+def test_a_sum_of_slices_padded_side_by_side_is_one_concat():
+    # A tensor read one slice at a time (a recurrent loop): its gradient sums one padded
+    # slice per step, in any order. One concat, and each element is a piece plus zeros.
+    piece = TensorType((1, 2, 3), tg.float64)
+    order = [3, 0, 2, 1]
+
+    def total(*pieces):
+        padded = [_pad(p, (4, 2, 3), 0, k) for p, k in zip(pieces, order)]
+        out = padded[0]
+        for p in padded[1:]:
+            out = tg.ops.elementwise.add(out, p)
+        return out
+
+    graph = optimize(_trace(total, *[piece] * 4))
+    assert _ops(graph).count("concat") == 1 and "pad_slice" not in _ops(graph)
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((1, 2, 3)) for _ in range(4)]
+    arrays[1][0, 0, 0] = -0.0
+    (out,) = _values(graph, *arrays)
+    want = np.zeros((4, 2, 3))
+    for array, k in zip(arrays, order):
+        want[k:k + 1] += array
+    np.testing.assert_array_equal(out, want)
+    assert not np.signbit(out[0, 0, 0])  # (-0.0 + 0.0 is 0.0 in the sum too)
+
+
+def test_slices_apart_are_concatenated_with_zeros_between_and_padded_to_the_shape():
+    piece = TensorType((3, 2), tg.float64)
+    graph = optimize(_trace(lambda a, b: tg.ops.elementwise.add(_pad(a, (3, 9), 1, 6), _pad(b, (3, 9), 1, 1)),
+                            piece, piece))
+    assert _ops(graph).count("concat") == 1 and _ops(graph).count("pad_slice") == 1
+    a, b = np.arange(6.0).reshape(3, 2), -np.arange(6.0).reshape(3, 2) - 1
+    want = np.zeros((3, 9))
+    want[:, 6:8], want[:, 1:3] = a, b
+    np.testing.assert_array_equal(_values(graph, a, b)[0], want)
+
+
+def test_overlapping_or_differently_placed_padded_slices_are_added_as_they_are():
+    piece = TensorType((2, 2), tg.float64)
+    overlapping = _trace(lambda a, b: tg.ops.elementwise.add(_pad(a, (2, 3), 1, 0), _pad(b, (2, 3), 1, 1)),
+                         piece, piece)
+    assert "concat" not in _ops(optimize(overlapping))
+    diagonal = _trace(lambda a, b: tg.ops.elementwise.add(
+        tg.ops.movement.pad_slice(a, (4, 4), (0, 0), (2, 2), (1, 1)),
+        tg.ops.movement.pad_slice(b, (4, 4), (2, 2), (4, 4), (1, 1))), piece, piece)
+    graph = optimize(diagonal)
+    assert "concat" not in _ops(graph)
+    a, b = np.ones((2, 2)), np.full((2, 2), 2.0)
+    want = np.zeros((4, 4))
+    want[:2, :2], want[2:, 2:] = a, b
+    np.testing.assert_array_equal(_values(graph, a, b)[0], want)
+
+
+def test_a_padded_slice_read_twice_is_kept_for_its_other_reader():
+    piece = TensorType((1, 3), tg.float64)
+    graph = optimize(_trace(lambda a, b: (tg.ops.elementwise.add(_pad(a, (2, 3), 0, 0), _pad(b, (2, 3), 0, 1)),
+                                          _pad(a, (2, 3), 0, 0).exp()), piece, piece))
+    assert "concat" not in _ops(graph)
+
+
+def test_the_gradient_of_a_loop_over_a_sequence_is_computed_once_per_element():
+    # The rewrite in a compiled training loop: unbind's and chunk's gradients.
+    def fn(x, w):
+        h = tg.zeros(3, 4, dtype=tg.float64)
+        for xt in x.unbind(0):
+            a, b = (xt @ w + h).chunk(2, dim=1)
+            h = tg.cat([a.tanh(), b.sigmoid()], 1)
+        return tg.autograd.grad(h.sum(), [x, w])
+
+    rng = np.random.default_rng(3)
+    x = tg.tensor(rng.standard_normal((6, 3, 5)), requires_grad=True)
+    w = tg.tensor(rng.standard_normal((5, 4)), requires_grad=True)
+    compiled = tg.compile(fn)
+    for _ in range(2):
+        for got, want in zip(compiled(x, w), fn(x, w)):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-10, atol=1e-14)
+    optimized = compiled.explain(x, w).graphs[0].optimized
+    assert "pad_slice" not in _ops(optimized)

@@ -105,6 +105,7 @@ def rewrite(graph: Graph) -> Graph:
             if new_nodes and new_nodes[-1].out_types[0] == node.out_types[0]:
                 nodes.extend(new_nodes)
                 replaced[original.output(0)] = new_nodes[-1].output(0)
+                origin[new_nodes[-1].output(0)] = original.output(0)  # (its readers are the original's)
                 continue
         nodes.append(node)
     if not replaced:

@@ -368,6 +368,15 @@ class Deferred:
             return self.tensors[index]._version_counter.value == self.versions[index]
         return self.results[index]._version_counter.value == 0  # (made at the jump)
 
+    def map_tensors(self, change) -> None:
+        """Replace each tensor it holds by `change(tensor)` (`jit.replay.Replay.save_reachable`
+        holds them weakly for a while, and back)."""
+        self.tensors = [change(t) for t in self.tensors]
+        self.results = [change(t) for t in self.results]
+        if self.entries is not None:
+            self.entries = {node: (node, prim, tuple(map(change, read)), tuple(map(change, outputs)), versions)
+                            for node, (_, prim, read, outputs, versions) in self.entries.items()}
+
     def entry(self, node) -> tuple:
         """(node, primitive, tensors read, outputs, versions) for `jit.replay._save`."""
         if self.entries is None:

@@ -382,8 +382,9 @@ class CompileTrace(Tracer):
         step = self.replay.realization(value) if self.replay is not None else None
         if step is not None:  # the recorded call realized the same value here: its graph
             captured = {id(v): t._data for t, v in self.captured.values()}
-            arrays = self.compiled._run(step.graph, [captured[id(source)] if source.node is None
-                                                     else self.realized[source] for source in step.sources], self)
+            inputs = [captured[id(source)] if source.node is None else self.realized[source]
+                      for source in step.sources]
+            arrays = self.compiled._run_realization(step, inputs, self)
             outputs = step.outputs
             self.effects_realized = self.effects_realized or len(outputs) > len(step.targets)
         else:
@@ -629,6 +630,21 @@ class CompiledFunction:
             compile_events.record_hit(trace, graph, key, program)
         return _run_program(program, inputs)
 
+    def _run_realization(self, step: compile_replay.RealizationStep, inputs: list[np.ndarray],
+                         trace: CompileTrace) -> list[np.ndarray]:
+        """Run a followed realization's graph: the program the last call that ran it found,
+        when the inputs share memory as they did then (the rest of its key is the graph's,
+        which does not change), else the program its key finds."""
+        pattern = alias_pattern(inputs)
+        last = step.program
+        if last is not None and last[0] == pattern:
+            return self._run_hit(last[2], step.graph, inputs, trace, last[1])
+        key = structural_key(step.graph, inputs)
+        program = self._program(step.graph, inputs, trace, key)
+        if not reference.ACTIVE:
+            step.program = (pattern, key, program)
+        return _run_program(program, inputs)
+
     def __call__(self, *args, **kwargs):
         if isinstance(MODE.tracer, CompileTrace):
             return self.fn(*args, **kwargs)  # nested: inline into the enclosing trace
@@ -850,14 +866,11 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
     if failed:  # an op that raised may have made tensors of a node it did not append
         alive = _in_graph(alive, trace.graph)
     if trace.replay is not None and trace.replay.unsaved:
-        # Saved tensors still to be made: needed only if a result can reach their nodes.
-        if rebased or any(_references_nodes(t) for t in alive):
-            with trace:  # (a saved output's alias is a lazy tensor of the trace, to materialize)
-                trace.replay.save_all()
-            alive = None  # (not to keep the tensors only the saved tensors' entries held)
-            alive = trace.live_lazy_tensors()  # with the saved outputs' aliases
-        else:
-            trace.replay.unsaved.clear()
+        # Saved tensors still to be made: needed only for nodes a result can reach.
+        alive = None  # (the entries' tensors that nothing else holds are no result)
+        with trace:  # (a saved output's alias is a lazy tensor of the trace, to materialize)
+            trace.replay.save_reachable(trace, [r._grad_fn for _, r in rebased])
+        alive = trace.live_lazy_tensors()  # with the saved outputs' aliases
     alive_values = [t._value for t in alive]
     for i, t in enumerate(alive):
         if t._base is not None and t._view_history != t._version_counter.value:

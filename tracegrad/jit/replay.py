@@ -29,6 +29,7 @@ source location of the call that recorded it (a replay does not walk the stack).
 
 from __future__ import annotations
 
+import functools
 import os
 import weakref
 
@@ -159,6 +160,47 @@ def _save(node, prim, inputs: tuple, outputs: tuple, versions: tuple) -> None:
                 saved.version = versions[slot]
 
 
+class _Held:
+    """A lazy tensor an unsaved entry holds, held weakly (`Replay.save_reachable`): the
+    tensor while it lives, else a tensor like it (its value, autograd identity and version
+    counter: all a saved tensor reads of it). A tensor that died was updated in place by
+    no one since its entry was made (an in-place update of a traced tensor makes every
+    saved tensor first: `CompileTrace.rebind`), and had no views (a view holds its base)."""
+
+    __slots__ = ("ref", "value", "type", "requires_grad", "grad_fn", "counter", "made")
+
+    def __init__(self, tensor):
+        self.ref = _weak(tensor)
+        self.value, self.type, self.counter = tensor._value, tensor._type, tensor._version_counter
+        self.requires_grad, self.grad_fn = tensor._requires_grad, tensor._grad_fn
+        self.made = None
+
+    def tensor(self, tracer):
+        t = self.ref()
+        if t is None:
+            t = self.made
+            if t is None:
+                t = self.made = lazy_tensor(self.value, self.type, tracer)
+                t._requires_grad, t._grad_fn, t._version_counter = self.requires_grad, self.grad_fn, self.counter
+        return t
+
+
+def _hold_weakly(held: dict, tensor):
+    """`tensor`, or its `_Held` if nothing but the tensor itself tells it from one made
+    anew (a plain lazy tensor, no view, no hooks or attributes of its own)."""
+    if (tensor.__class__ is not Tensor or tensor._data is not None or tensor._base is not None
+            or tensor._hooks or tensor._retains_grad or tensor.__dict__):
+        return tensor
+    found = held.get(id(tensor))
+    if found is None:
+        found = held[id(tensor)] = _Held(tensor)
+    return found
+
+
+def _hold_strongly(tracer, item):
+    return item.tensor(tracer) if item.__class__ is _Held else item
+
+
 class RealizationStep:
     """A value Python asked for (`.item()`) as a trace took it: after `position` nodes and
     `n_inputs` inputs, the values asked for and still referenced (`targets`) realized by
@@ -166,11 +208,14 @@ class RealizationStep:
     before) and whose outputs are `outputs` (the targets, then the outputs of the nodes
     with an effect it ran)."""
 
-    __slots__ = ("position", "n_inputs", "targets", "outputs", "graph", "sources")
+    __slots__ = ("position", "n_inputs", "targets", "outputs", "graph", "sources", "program")
 
     def __init__(self, position: int, n_inputs: int, targets: list, outputs: list, graph, sources: list):
         self.position, self.n_inputs = position, n_inputs
         self.targets, self.outputs, self.graph, self.sources = targets, outputs, graph, sources
+        # (the inputs' alias pattern, the key, the program) of the last call that ran it:
+        # a call whose inputs alias alike runs that program without keying the graph again.
+        self.program = None
 
 
 class Recording:
@@ -461,6 +506,55 @@ class Replay:
             self.saved_made = True
         for entry in unsaved.values():
             _save(*(entry if len(entry) != 2 else entry[1].entry(entry[0])))
+
+    def save_reachable(self, tracer, roots: list) -> None:
+        """At the end of a call that followed the whole recording: make the saved tensors
+        still to be made of the nodes a later backward could read, and forget the rest.
+        A later backward starts from a tensor alive after the call, so the walk starts from
+        the nodes of those tensors (and `roots`: written tensors' new histories). The
+        entries themselves hold the tensors they read and made: they hold them weakly
+        while the live tensors are found (`_Held`), else a recurrent loop's outputs of the
+        steps before the last, which only their entries keep, would count as live. The
+        walk takes the edges `autodiff.forward_order` takes; it ends at a node whose saved
+        tensors a backward freed, since a backward reaching that node raises before it
+        reads anything behind it."""
+        unsaved, self.unsaved = self.unsaved, {}
+        held: dict[int, _Held] = {}
+        weakly = functools.partial(_hold_weakly, held)
+        for node, entry in unsaved.items():
+            if len(entry) == 2:  # (the `Deferred` of a composite: shared by its saving nodes)
+                entry[1].map_tensors(weakly)
+            else:
+                unsaved[node] = (node, entry[1], tuple(map(weakly, entry[2])), tuple(map(weakly, entry[3])),
+                                 entry[4])
+        entry = None
+        stack = [t._grad_fn for t in tracer.live_lazy_tensors()
+                 if t._grad_fn is not None and t._value.node is not None]
+        stack += roots
+        strongly = functools.partial(_hold_strongly, tracer)
+        expanded: set[int] = set()
+        while stack and unsaved:
+            node = stack.pop()
+            if id(node) in expanded:
+                continue
+            expanded.add(id(node))
+            entry = unsaved.pop(node, None)
+            if entry is not None:
+                self.saved_made = True
+                if len(entry) == 2:
+                    entry[1].map_tensors(strongly)
+                    entry = entry[1].entry(node)
+                else:
+                    entry = (node, entry[1], tuple(map(strongly, entry[2])), tuple(map(strongly, entry[3])),
+                             entry[4])
+                _save(*entry)
+            elif node.saved is FREED:
+                continue
+            for value, needed in zip(node.inputs, node.needs_input_grad or ()):
+                origin = value.origin
+                source = value.node if origin is None else origin.node
+                if needed and source is not None and value.leaf is None and id(source) not in expanded:
+                    stack.append(source)
 
     def backward(self, tracer, roots: list, targets, retain_graph: bool) -> dict | None:
         """The gradients the recorded backward at the cursor gave, if this backward is the

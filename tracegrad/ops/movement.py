@@ -15,6 +15,7 @@ from tracegrad.ir.types import TensorType
 from tracegrad.ops import elementwise, reduction
 from tracegrad.ops.layout import reshape_strides
 from tracegrad.ops.dispatch import bind
+from tracegrad.ir.passes import constant_of
 from tracegrad.ir.primitive import MATMUL, MOVEMENT, Primitive
 from tracegrad.tensor import Tensor
 
@@ -250,6 +251,116 @@ def _concat_vjp(ctx, g):
 
 CONCAT = Primitive("concat", shape_rule=_concat_rule, kind=MOVEMENT, vjp=_concat_vjp,
                    impl=lambda *xs, axis: np.concatenate(xs, axis=axis), backward_name="CatBackward")
+
+
+def _sum_of_pad_slices(inputs, attrs, uses):
+    """pad_slice(a) + pad_slice(b), their boxes apart along one axis -> the pieces
+    concatenated, with zeros between (padded only if they do not fill the shape). The
+    gradient of a tensor read one slice at a time (a recurrent loop over a sequence,
+    `chunk` into gates) is a sum of such terms: as pad_slices and adds it writes and reads
+    the whole tensor once per slice; as a concat, once. A chain of such sums folds into one
+    concat: a term that is such a concat (padded or not) gives its pieces. Exact: an
+    element is one piece's plus zeros, which a piece gets as `x + 0` (-0.0 becomes 0.0, as
+    in the sum)."""
+    left, right = inputs
+    a, b = _box(left), _box(right)
+    if a is None or b is None or uses(left) > 1 or uses(right) > 1:
+        return None
+    shape = left.type.shape
+    differ = [k for k in range(len(shape)) if (a[1][k], a[2][k]) != (b[1][k], b[2][k])]
+    if len(differ) != 1:
+        return None
+    (axis,) = differ
+    location = left.node.location
+    new_nodes: list[Node] = []
+    segments = sorted(_segments(a, axis, new_nodes, location) + _segments(b, axis, new_nodes, location),
+                      key=lambda segment: segment[0])
+    if not segments or any(first[1] > second[0] for first, second in zip(segments, segments[1:])):
+        return None  # (overlapping boxes, or all zeros: the nodes made are dropped unread)
+    pieces, at = [], segments[0][0]
+    for begin, end, piece in segments:
+        if begin > at:
+            pieces.append(_zeros(piece.type, axis, begin - at, new_nodes, location))
+        pieces.append(piece)
+        at = end
+    joined = Node(CONCAT, tuple(pieces), {"axis": axis}, _concat_rule(*(p.type for p in pieces), axis=axis),
+                  location)
+    new_nodes.append(joined)
+    starts, stops = list(a[1]), list(a[2])
+    starts[axis], stops[axis] = segments[0][0], at
+    if joined.out_types[0].shape != shape:
+        steps = (1,) * len(shape)
+        new_nodes.append(Node(PAD_SLICE, (joined.output(0),), {"shape": shape, "starts": tuple(starts),
+                                                               "stops": tuple(stops), "steps": steps},
+                              _pad_slice_rule(joined.out_types[0], shape, starts, stops, steps), location))
+    return new_nodes
+
+
+def _box(value):
+    """(what is inside, box starts, box stops) of a pad_slice with unit steps (the padded
+    value), or of a concat (itself, filling the shape); None for anything else."""
+    node = value.node
+    if node is None:
+        return None
+    if node.op is CONCAT:
+        return value, (0,) * len(value.type.shape), value.type.shape
+    if node.op is not PAD_SLICE or any(step != 1 for step in node.attrs["steps"]):
+        return None
+    return node.inputs[0], tuple(node.attrs["starts"]), tuple(node.attrs["stops"])
+
+
+def _segments(box, axis: int, new_nodes: list, location) -> list:
+    """(start, stop, piece) along `axis` of what a term holds that is not zero: the pieces
+    of a concat of zeros and `x + 0` sums (made by an earlier `_sum_of_pad_slices`), else
+    the whole box as one piece, `x + 0` (floating point)."""
+    inside, starts, stops = box
+    node = inside.node
+    floating = inside.type.dtype.is_floating
+    if node is not None and node.op is CONCAT and node.attrs["axis"] == axis:
+        kinds = [_piece_kind(piece, floating) for piece in node.inputs]
+        if None not in kinds:
+            segments, at = [], starts[axis]
+            for piece, kind in zip(node.inputs, kinds):
+                size = piece.type.shape[axis]
+                if kind == "piece":
+                    segments.append((at, at + size, piece))
+                at += size
+            return segments
+    piece = inside
+    if floating:
+        zero = _zeros(inside.type, axis, inside.type.shape[axis], new_nodes, location)
+        plus = Node(elementwise.ADD, (inside, zero), {}, (inside.type,), location)
+        new_nodes.append(plus)
+        piece = plus.output(0)
+    return [(starts[axis], stops[axis], piece)]
+
+
+def _piece_kind(value, floating: bool) -> str | None:
+    """"zeros" (a gap), "piece" (an `x + 0`, or any value of an exact dtype), or None."""
+    node = value.node
+    if node is not None and node.op is elementwise.FULL and _positive_zero(node.attrs["value"]):
+        return "zeros"
+    if not floating or (node is not None and node.op is elementwise.ADD
+                        and _positive_zero(constant_of(node.inputs[1]))):
+        return "piece"
+    return None
+
+
+def _positive_zero(number) -> bool:
+    return number is not None and number == 0 and not np.signbit(number)
+
+
+def _zeros(typ: TensorType, axis: int, size: int, new_nodes: list, location):
+    shape = list(typ.shape)
+    shape[axis] = size
+    zero = Node(elementwise.FULL, (), {"shape": tuple(shape), "dtype": typ.dtype,
+                                       "value": 0.0 if typ.dtype.is_floating else 0},
+                (TensorType(tuple(shape), typ.dtype),), location)
+    new_nodes.append(zero)
+    return zero.output(0)
+
+
+elementwise.ADD.rewrite = _sum_of_pad_slices  # (defined here, beside the primitives it reads)
 
 
 def reshape(x, shape):
