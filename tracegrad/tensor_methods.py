@@ -278,11 +278,12 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False, replac
         saved.data = saved.data.copy()
         saved.counter = type(saved.counter)()
         saved.version = 0
-    if not self._data.flags.writeable:
+    if not self._data.flags.writeable and self._data.size:  # (an empty one overlaps nothing, as in PyTorch)
         raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
     if rebase:
         new_base, view_identity = _rebased(self, result)
-    np.copyto(self._data, result._data, casting="unsafe")
+    if self._data.size:  # (NumPy refuses even an empty write into a read-only expanded view)
+        np.copyto(self._data, result._data, casting="unsafe")
     self._version_counter.value += 1
     if rebase:
         self._version_counter.history += 1  # views taken before now have a stale grad_fn
@@ -324,7 +325,7 @@ def _rebased(view: Tensor, result: Tensor) -> tuple[Tensor, Tensor]:
     from the base's new value). The base's old value keeps the elements the view does
     not show and gets no gradient at those it shows; `result` gets theirs."""
     base = view._base
-    if not view._data.flags.writeable:
+    if not view._data.flags.writeable and view._data.size:
         raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
     positions = layout.positions_in(view._data, base._data).reshape(-1)
     shown = np.zeros(base.numel(), dtype=bool)

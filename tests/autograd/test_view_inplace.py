@@ -414,3 +414,24 @@ def test_the_op_writing_the_view_keeps_the_value_it_read():
     for _ in range(3):
         for got, want in zip(compiled(tg.tensor([1.0, 2.0, 3.0], requires_grad=True)), eager):
             np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+
+
+def test_an_empty_expanded_view_takes_a_write_with_grad_as_pytorch_eagerly_and_compiled():
+    # Fuzz seed 46001174: eager execution refused the write as overlapping (NumPy's broadcast
+    # view is read-only even when empty) while the compiled call and PyTorch take it.
+    def program(w):
+        h = (w * 1.5).tanh()
+        t = tg.broadcast_to(tg.cos(h), (0, 2, 4))
+        t.add_(h)
+        t[:, 0, :] = -1.0
+        return t.shape, tg.autograd.grad((h * h).sum() + t.sum(), [w])[0]
+
+    w = tg.tensor(np.linspace(-1.0, 1.0, 8).reshape(2, 4), requires_grad=True)
+    shape, grad = program(w)
+    compiled = tg.compile(program)
+    for _ in range(3):
+        compiled_shape, compiled_grad = compiled(w)
+        assert tuple(compiled_shape) == tuple(shape) == (0, 2, 4)
+        np.testing.assert_allclose(compiled_grad.numpy(), grad.numpy(), rtol=1e-6)
+    h = np.tanh(1.5 * w.detach().numpy())
+    np.testing.assert_allclose(grad.numpy(), 2 * h * 1.5 * (1 - h * h), rtol=1e-6)

@@ -360,7 +360,7 @@ class CompileTrace(Tracer):
     def write(self, target: Tensor, result: Tensor) -> None:
         """`target` (a real tensor) gets `result`'s value when the call ends; its version
         counter is bumped once now (`_apply_traced_inplace`)."""
-        if not target._data.flags.writeable:  # (an expanded view: as eager execution refuses it)
+        if not target._data.flags.writeable and target._data.size:  # (an expanded view, as eagerly)
             raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
         if self.memory is None:
             self.memory = SharedMemory(self)
