@@ -435,3 +435,58 @@ def test_an_empty_expanded_view_takes_a_write_with_grad_as_pytorch_eagerly_and_c
         np.testing.assert_allclose(compiled_grad.numpy(), grad.numpy(), rtol=1e-6)
     h = np.tanh(1.5 * w.detach().numpy())
     np.testing.assert_allclose(grad.numpy(), 2 * h * 1.5 * (1 - h * h), rtol=1e-6)
+
+
+EXPAND_WRITES = {
+    # name: (shape the (2, 4) input is expanded to, in-place op on the expanded view)
+    "same_shape_fill": ((2, 4), lambda v: v.fill_(1.5)),
+    "new_leading_one_add": ((1, 2, 4), lambda v: v.add_(1.0)),
+    "same_shape_mul_with_grad": ((2, 4), lambda v: v.mul_(3.0)),
+}
+
+
+def _expand_write(shape, write):
+    def program(w):
+        base = w * 1.0
+        write(base.expand(*shape))
+        x = tg.zeros(2, 4)
+        write(x.expand(*shape))  # (no grad)
+        return base * base, x
+    return program
+
+
+@pytest.mark.parametrize("name", EXPAND_WRITES)
+def test_an_expanded_view_showing_no_element_twice_takes_writes_as_pytorch(name):
+    shape, write = EXPAND_WRITES[name]
+    program = _expand_write(shape, write)
+    w = tg.tensor(np.linspace(-1.0, 1.0, 8).reshape(2, 4), requires_grad=True)
+    out, x = program(w)
+    (grad,) = tg.autograd.grad(out.sum(), [w])
+    compiled = tg.compile(program)
+    for _ in range(3):
+        c_out, c_x = compiled(w)
+        (c_grad,) = tg.autograd.grad(c_out.sum(), [w])
+        np.testing.assert_allclose(c_out.detach().numpy(), out.detach().numpy(), rtol=1e-6)
+        np.testing.assert_allclose(c_x.numpy(), x.numpy())
+        np.testing.assert_allclose(c_grad.numpy(), grad.numpy(), rtol=1e-6)
+    torch = pytest.importorskip("torch")
+    tw = torch.tensor(w.detach().numpy(), requires_grad=True)
+    tbase = tw * 1.0
+    write(tbase.expand(*shape))
+    tx = torch.zeros(2, 4, dtype=torch.float64)
+    write(tx.expand(*shape))
+    (tgrad,) = torch.autograd.grad((tbase * tbase).sum(), [tw])
+    np.testing.assert_allclose(out.detach().numpy(), (tbase * tbase).detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(x.numpy(), tx.numpy())
+    np.testing.assert_allclose(grad.numpy(), tgrad.numpy(), rtol=1e-6)
+
+
+def test_an_expanded_view_showing_an_element_twice_refuses_writes_eagerly_and_compiled():
+    def program(x):
+        x.expand(3, 2, 4).add_(1.0)
+        return x
+
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        program(tg.zeros(2, 4))
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        tg.compile(program)(tg.zeros(2, 4))
