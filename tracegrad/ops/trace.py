@@ -20,7 +20,7 @@ import numpy as np
 
 from tracegrad import grad_mode
 from tracegrad.grad_mode import MODE
-from tracegrad.ir.graph import Node, user_location
+from tracegrad.ir.graph import Node, user_line
 from tracegrad.ir.primitive import MOVEMENT, Primitive
 from tracegrad.ops.dispatch import _record, _share_storage
 from tracegrad.tensor import Tensor
@@ -130,7 +130,7 @@ class EagerTrace(Trace):
             else:
                 values = tuple([t._autograd_value() for t in inputs])
             # skip 2: this method and bind
-            _record(prim, Node(prim, values, attrs, out_types, user_location(skip=2)), inputs, outputs)
+            _record(prim, Node(prim, values, attrs, out_types, user_line(skip=2)), inputs, outputs)
         elif volatile:
             for out in outputs:
                 out._volatile = True
