@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import tracegrad as tg
+from tracegrad.ir import graph
 from tracegrad.ir.graph import Graph
 from tracegrad.ops.tracer import Tracer
 from tracegrad.ops import elementwise as ew
@@ -30,6 +31,32 @@ def test_eager_node_location_is_the_calling_line_when_user_code_calls_bind():
     x = tg.tensor([1.0, 2.0], requires_grad=True)
     y, where = bind(ew.SIN, (x,)), _here()
     assert y.grad_fn.location == where
+
+
+def test_eager_node_location_of_an_op_in_a_statement_over_several_lines_is_its_line():
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    y, below = (
+        tg.sin(  # the call's line
+            x), _here())
+    assert y.grad_fn.location == f"{THIS_FILE}:{int(below.split(':')[1]) - 1}"
+
+
+def test_a_recorded_line_is_formatted_as_the_frames_line_number():
+    # Eager nodes keep (label, code, offset) and format it when read (`graph.user_line`):
+    # the same line as `f_lineno`, for every frame on the stack, one inside a call
+    # written over several lines too.
+    def lines(frame) -> list[tuple[str, str]]:
+        pairs = []
+        while frame is not None:
+            pairs.append((graph._format_line("f", frame.f_code, frame.f_lasti), f"f:{frame.f_lineno}"))
+            frame = frame.f_back
+        return pairs
+
+    pairs = lines(
+        sys._getframe())
+    assert len(pairs) > 5
+    for formatted, expected in pairs:
+        assert formatted == expected
 
 
 def test_traced_node_locations_are_the_calling_lines():

@@ -22,7 +22,7 @@ import numpy as np
 from tracegrad import reference
 from tracegrad.grad_mode import no_grad
 from tracegrad.autograd.lru import RecencyCache
-from tracegrad.autograd.autodiff import FREED, _leads_to_targets, forward_order, reverse_mode
+from tracegrad.autograd.autodiff import FREED, _leads_to_targets, reverse_mode
 from tracegrad.runtime import program_cache
 from tracegrad.ir.graph import Graph, Node, Value, attr_key
 from tracegrad.ops.tracer import Tracer
@@ -34,6 +34,9 @@ NUMPY_AFTER = 2       # sightings of a structure before it gets a cached NumPy p
 COMPILE_AFTER = 3
 CAPACITY = 256            # forward structures remembered
 CACHE_BYTES = 32 * 2**20  # what each tier's programs may take in the program cache
+
+
+EXPANDED = -1  # `_describe`'s number of a node expanded, not yet finished
 
 
 class _Entry:
@@ -74,15 +77,21 @@ class _Plan:
         return self.cached.program
 
 
-def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None):
-    """The structural key, the canonical list of values, the saved tensors in order and
-    their broadcast axes (`_broadcast_axes`, in the key too).
+def _describe(roots: list[Value], targets: list[Value] | None):
+    """Walk the recorded graph from `roots` and describe it, in one pass: the structural
+    key, the forward order (`autodiff.forward_order`'s: nodes reachable through edges that
+    need grad, inputs first), the canonical list of values (`_canonical_value`), the saved
+    tensors in order and their broadcast axes (`_broadcast_axes`, in the key too). None
+    when the graph takes the direct path.
 
-    Runs on every eager backward, so it avoids Python-level hashing: a node is numbered by
-    id(node) (its output i is that number plus i), a graph input by id(value); types enter
-    the key as (shape, dtype)."""
+    Runs on every eager backward, so it avoids Python-level hashing and allocations: a node
+    is numbered by id(node) (its output i is that number plus i), a graph input by
+    id(value); a node's output enters `values` as the node itself; types enter the key as
+    (shape, dtype), and only for values no node of the key produces (a produced value's
+    type follows from its producer's part: its op, attributes and input types, through the
+    shape rule)."""
     number: dict = {}
-    values: list[Value] = []
+    values: list = []
     inputs: list[int] = []  # positions in `values` of graph inputs (leaves)
 
     def index_of(value: Value) -> int:
@@ -102,25 +111,55 @@ def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None
             values.append(value)
         return found
 
+    order: list[Node] = []
     parts: list = []
     saved: list = []
     axes: list = []
-    # Loops, not comprehensions: in Python 3.11 each comprehension is a function call,
-    # and this runs for every node of every eager backward.
-    for node in order:
-        if node.hooks or node.saved is FREED or not getattr(node.op, "replayable", True):
+    stack: list[Node] = []
+    for v in roots:
+        if v.origin is not None:
+            return None  # its gradient goes on into a history the key does not describe
+        if v.node is not None:
+            if v.leaf is not None:
+                return None  # a node's output marked as a leaf (below)
+            stack.append(v.node)
+    # An iterative depth-first walk: a node popped the first time is expanded (pushed again
+    # above its producers, numbered EXPANDED), the second time finished (described: its
+    # producers are, and numbered). A node popped once finished is a duplicate push.
+    # (Loops, not comprehensions: in Python 3.11 each comprehension is a function call, and
+    # this runs per node of every eager backward.)
+    get = number.get
+    while stack:
+        node = stack.pop()
+        ident = id(node)
+        state = get(ident)
+        if state is None:
+            number[ident] = EXPANDED
+            stack.append(node)
+            for value, needed in zip(node.inputs, node.needs_input_grad):
+                if needed:
+                    source = value.node
+                    if value.origin is not None or (source is not None and value.leaf is not None):
+                        # A value standing for another's history (`Value.origin`), or a
+                        # node's output marked as a leaf (a leaf updated in place without grad
+                        # in a compiled call: `CompileTrace.leaf_update`): the plan's outputs
+                        # are the gradients of graph inputs only.
+                        return None
+                    if source is not None and get(id(source)) is None:
+                        stack.append(source)
+            continue
+        if state != EXPANDED:
+            continue
+        if node.hooks or node.saved is FREED or not node.op.replayable:
             return None
         wiring = []
-        in_types = []
         for v, needed in zip(node.inputs, node.needs_input_grad):
-            if not needed:
-                wiring.append(-1)
+            source = v.node
+            if needed and source is not None:
+                wiring.append(number[id(source)] + v.index)  # (finished: a producer)
             else:
-                # (Inline for a produced value: its producer comes first in `order`.)
-                base = number.get(id(v.node)) if v.node is not None else None
-                wiring.append(base + v.index if base is not None else index_of(v))
-            typ = v.type
-            in_types.append((typ.shape, typ.dtype))
+                typ = v.type
+                wiring.append((index_of(v) if needed else -1, typ.shape, typ.dtype))
         slots = ()
         entries = node.saved
         if entries:
@@ -133,24 +172,19 @@ def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None
                     axes.append(() if data is None or 0 not in data.strides else _broadcast_axes(data))
             slots = tuple(slots)
         attrs = node.attrs
-        parts.append((node.op.name, attr_key(attrs) if attrs else (), tuple(wiring), slots, tuple(in_types)))
-        number[id(node)] = len(values)
-        out_types = node.out_types
-        if len(out_types) == 1:
-            values.append(Value(out_types[0], node, 0))
-            continue
-        for i in range(len(out_types)):
-            values.append(node.output(i))
+        parts.append((node.op.name, attr_key(attrs) if attrs else (), tuple(wiring), slots))
+        number[ident] = len(values)
+        order.append(node)
+        values.append(node)
+        if len(node.out_types) > 1:
+            for _ in range(1, len(node.out_types)):
+                values.append(node)
     leaves = set()
     for i in inputs:
-        if values[i].origin is not None:
-            return None  # its gradient goes on into a history (`Value.origin`) the key does not describe
-        if values[i].node is not None:
-            # A node's output marked as a leaf (a leaf updated in place without grad in a
-            # compiled call: `CompileTrace.leaf_update`): the plan's outputs are the
-            # gradients of graph inputs only.
-            return None
-        leaf = values[i].leaf
+        value = values[i]
+        if value.origin is not None or value.node is not None:
+            return None  # (as for the edges above)
+        leaf = value.leaf
         if leaf is not None:
             tensor = leaf()
             if tensor is not None:
@@ -166,7 +200,18 @@ def _describe(order: list[Node], roots: list[Value], targets: list[Value] | None
     root_part = tuple([(index_of(v), v.type.shape, v.type.dtype) for v in roots])
     target_part = tuple([index_of(v) for v in targets]) if targets is not None else None
     key = _Key((tuple(parts), root_part, target_part, tuple(inputs), tuple(axes)))
-    return key, values, saved, axes
+    return key, order, (values, number), saved, axes
+
+
+def _canonical_value(canonical: tuple[list, dict], i: int) -> Value:
+    """The value at position `i` of `_describe`'s canonical list: a graph input or target as
+    itself, a node's output made from the node (its outputs are numbered from the node's
+    number on)."""
+    values, number = canonical
+    entry = values[i]
+    if isinstance(entry, Value):
+        return entry
+    return entry.output(i - number[id(entry)])
 
 
 class _Key:
@@ -201,7 +246,7 @@ def _compact(array, axes: tuple[int, ...]):
     return array[tuple(slice(0, 1) if i in axes else slice(None) for i in range(array.ndim))]
 
 
-def _build(order, roots, targets, values, saved, compiled: bool) -> _Plan | None:
+def _build(roots, targets, canonical: tuple[list, dict], saved, compiled: bool) -> _Plan | None:
     from tracegrad.codegen.program_builder import build_numpy_program, build_program
     from tracegrad.ir.passes import optimize
     from tracegrad.ir.structural_key import structural_key
@@ -221,6 +266,7 @@ def _build(order, roots, targets, values, saved, compiled: bool) -> _Plan | None
                                unpack=lambda s, node: inputs[id(s)])
         if tracer.captured:
             return None  # a rule read a concrete tensor: the program would not be reusable
+        values = [_canonical_value(canonical, i) for i in range(len(canonical[0]))]
         positions = [i for i, v in enumerate(values) if v in results and (
             targets is not None or v.node is None)]
         graph.outputs = [tracer.value_of(results[values[i]]) for i in positions]
@@ -245,11 +291,10 @@ def run(roots: list[tuple[Value, object]], targets: list[Value] | None, retain_g
     root_values = [v for v, _ in roots]
     if len(root_values) > 1 and len(set(root_values)) != len(root_values):  # (hashing a Value is a Python call)
         return None
-    order = forward_order(root_values)
-    description = _describe(order, root_values, targets)
+    description = _describe(root_values, targets)
     if description is None:
         return None
-    key, values, saved, axes = description
+    key, order, canonical, saved, axes = description
     entry = _entries.get(key)
     if entry is None:
         entry = _Entry()
@@ -264,7 +309,7 @@ def run(roots: list[tuple[Value, object]], targets: list[Value] | None, retain_g
         if any(s.data is None for _, s in saved):
             return None
         want_compiled = count >= COMPILE_AFTER and reference.eager_compile()
-        plan = entry.plan = _build(order, roots, targets, values, saved, want_compiled)
+        plan = entry.plan = _build(roots, targets, canonical, saved, want_compiled)
     if plan is None:
         return None
     program = plan.cached.program
@@ -288,4 +333,4 @@ def run(roots: list[tuple[Value, object]], targets: list[Value] | None, retain_g
                                         if node.saved and (ran is None or id(node) in ran))
         for i in freed:
             order[i].saved = FREED
-    return {values[i]: array for i, array in zip(plan.output_positions, outputs)}
+    return {_canonical_value(canonical, i): array for i, array in zip(plan.output_positions, outputs)}

@@ -114,10 +114,16 @@ def fused(composite=None, *, single_op: bool = False):
 
     @functools.wraps(composite)
     def run_binary(input, other):
-        # `run` for a binary op, without packing *args and **kwargs: every op pays for them.
+        # `run` for a binary op, without packing *args and **kwargs, and (small tensors, the
+        # common call) without its frame: every op pays for them, and `user_location` walks
+        # every frame between the op and the user's code.
         if MODE.tracer is not None:
             return composite(input, other)
-        return run(input, other)
+        threshold = MIN_ELEMENTS * factor
+        if ((isinstance(input, Tensor) and input._data is not None and input._data.size >= threshold)
+                or (isinstance(other, Tensor) and other._data is not None and other._data.size >= threshold)):
+            return run(input, other)
+        return composite(input, other)
     return run_binary
 
 

@@ -66,19 +66,31 @@ class Node:
     """One primitive application. `saved` and `needs_input_grad` are set when the node is
     recorded for autograd (eager `grad_fn`); `saved` is freed after backward."""
 
-    __slots__ = ("op", "inputs", "attrs", "out_types", "location", "saved",
+    __slots__ = ("op", "inputs", "attrs", "out_types", "_location", "saved",
                  "needs_input_grad", "hooks", "__weakref__")
 
     def __init__(self, op, inputs: tuple[Value, ...], attrs: dict, out_types: tuple[TensorType, ...],
-                 location: str = ""):
+                 location: str | tuple = ""):
         self.op = op
         self.inputs = inputs
         self.attrs = attrs
         self.out_types = out_types
-        self.location = location
+        self._location = location  # `file:line`, or `user_line`'s parts of it (formatted when read)
         self.saved = None
         self.needs_input_grad: tuple[bool, ...] = ()
         self.hooks = None
+
+    @property
+    def location(self) -> str:
+        """`file:line` of the user's code that made this node ("" when unknown)."""
+        location = self._location
+        if location.__class__ is not str:
+            location = self._location = _format_line(*location)
+        return location
+
+    @location.setter
+    def location(self, location: str) -> None:
+        self._location = location
 
     def output(self, index: int = 0) -> Value:
         return Value(self.out_types[index], self, index)
@@ -212,6 +224,33 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 _file_labels: dict[str, str | None] = {}  # filename -> basename, or None inside tracegrad
+
+
+def user_line(skip: int = 0) -> tuple | str:
+    """`user_location(skip)` as the parts it is formatted from: (file label, code, offset of
+    the frame's last instruction), or "". What every eager op records: the line number (a
+    search of the code's line table) and the text are made only when the node's location
+    is read (`Node.location`, `_format_line`)."""
+    frame = sys._getframe(1 + skip)
+    labels = _file_labels
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        label = labels.get(filename, "")
+        if label == "":
+            label = None if filename.startswith(_PACKAGE_DIR) else os.path.basename(filename)
+            labels[filename] = label
+        if label is not None:
+            return (label, frame.f_code, frame.f_lasti)
+        frame = frame.f_back
+    return ""
+
+
+def _format_line(label: str, code, offset: int) -> str:
+    """`label:line` of the instruction at `offset` in `code`, the line `f_lineno` gives."""
+    for start, end, line in code.co_lines():
+        if start <= offset < end:
+            return f"{label}:{line}"
+    return f"{label}:None"
 
 
 def user_location(skip: int = 0) -> str:

@@ -30,6 +30,10 @@ class Primitive:
                  "simplify", "rewrite", "constant", "aligned", "lower_indexed", "lowers",
                  "index_checks", "view_strides", "view_may_copy", "write_back", "api", "effect", "__dict__")
 
+    # False for a custom Function's primitive (its backward is user code, its node holds the
+    # call's ctx): never cached or replayed. (A class default: read per node per backward.)
+    replayable = True
+
     def __init__(self, name: str, *, shape_rule: Callable[..., tuple[TensorType, ...]],
                  impl: Callable, vjp: Callable | None = None,
                  saves_inputs: tuple[int, ...] = (), saves_output: bool = False,

@@ -20,7 +20,7 @@ import numpy as np
 
 from tracegrad import grad_mode
 from tracegrad.grad_mode import MODE
-from tracegrad.ir.graph import Node, user_location
+from tracegrad.ir.graph import Node, user_line
 from tracegrad.ir.primitive import MOVEMENT, Primitive
 from tracegrad.ops.dispatch import _record, _share_storage
 from tracegrad.tensor import Tensor
@@ -98,26 +98,46 @@ class EagerTrace(Trace):
                 # NumPy keeps an operand's layout (order "K"); a computed result is C-ordered
                 # in compiled and fused code, and layout is observable (`contiguous()`).
                 result = np.ascontiguousarray(result)
-            outputs = (Tensor._make(result, out_types[0], mode.inference),)
+            # (Tensor._make, inline: every op pays for the call.)
+            if not isinstance(result, np.ndarray):
+                result = np.asarray(result, dtype=out_types[0].dtype.np)
+            out = _new_object(Tensor)
+            out._init(result, out_types[0], mode.inference)
+            outputs = (out,)
         else:
             outputs = tuple(Tensor._make(array, typ, mode.inference) for array, typ in zip(result, out_types))
         if prim.kind == MOVEMENT and len(inputs) == 1 and not outputs[0]._data.flags.owndata:
             _share_storage(inputs[0], outputs[0])
         if (requires_grad and grad_enabled and prim.vjp is not None and not volatile
                 and out_types[0].dtype.is_floating):
+            # (`_autograd_value()` called only where its fast path, the recorded value of a
+            # tensor that is not a view, does not answer: a method call per input otherwise.)
             if len(inputs) == 1:
-                values = (inputs[0]._autograd_value(),)
+                first = inputs[0]
+                value = first._value
+                if value is None or first._base is not None:
+                    value = first._autograd_value()
+                values = (value,)
             elif len(inputs) == 2:
-                values = (inputs[0]._autograd_value(), inputs[1]._autograd_value())
+                first, second = inputs
+                value = first._value
+                if value is None or first._base is not None:
+                    value = first._autograd_value()
+                other = second._value
+                if other is None or second._base is not None:
+                    other = second._autograd_value()
+                values = (value, other)
             else:
                 values = tuple([t._autograd_value() for t in inputs])
             # skip 2: this method and bind
-            _record(prim, Node(prim, values, attrs, out_types, user_location(skip=2)), inputs, outputs)
+            _record(prim, Node(prim, values, attrs, out_types, user_line(skip=2)), inputs, outputs)
         elif volatile:
             for out in outputs:
                 out._volatile = True
         return outputs[0] if prim.num_outputs == 1 else outputs
 
+
+_new_object = object.__new__
 
 EAGER = EagerTrace()
 grad_mode.set_eager_trace(EAGER)
