@@ -871,6 +871,12 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
         with trace:  # (a saved output's alias is a lazy tensor of the trace, to materialize)
             trace.replay.save_reachable(trace, [r._grad_fn for _, r in rebased])
         alive = trace.live_lazy_tensors()  # with the saved outputs' aliases
+    elif trace.replay is None and not failed and compile_replay.enabled():
+        # Only saved tensors a live tensor can reach, as a followed call makes (one key).
+        alive = None
+        with trace:
+            compile_replay.keep_reachable_saved(trace, [r._grad_fn for _, r in rebased])
+        alive = trace.live_lazy_tensors()
     alive_values = [t._value for t in alive]
     for i, t in enumerate(alive):
         if t._base is not None and t._view_history != t._version_counter.value:
