@@ -586,7 +586,10 @@ class CompiledFunction:
         """The program of `graph`: pruned, optimized, with kernels (or, `interpret`ed, every
         op a NumPy step, when the builder is the usual one)."""
         pruned, feeds, checks = _prune(graph)
-        if self._optimizes:  # (not for backend="interpret": the traced graph itself)
+        interpret = interpret and self._builder is build_program
+        # (Nor for a graph run interpreted until seen again: NumPy steps gain little from
+        # the passes, which on a long unrolled loop cost as much as building the steps.)
+        if self._optimizes and not interpret:  # (not for backend="interpret": the traced graph itself)
             # The passes leave the nodes they make dead (`where(c, a, a)` drops `c`) to `_prune`.
             pruned, kept, more = _prune(optimize(pruned, dead_code=False))
             checks = merged_checks(checks, more, feeds)
@@ -597,7 +600,7 @@ class CompiledFunction:
         if feeds is not None:  # donated inputs by their index in the pruned graph
             kept = {i: k for k, i in enumerate(feeds)}
             donations = tuple((j, kept[i]) for j, i in donations if i in kept)
-        if interpret and self._builder is build_program:
+        if interpret:
             program = build_program(pruned, fuse=False)
             program.interpreted = True
         else:
