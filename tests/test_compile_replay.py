@@ -867,3 +867,68 @@ def test_a_followed_call_without_a_live_result_makes_no_saved_tensors(monkeypatc
         np.testing.assert_allclose(grads[0], cell_w.grad.numpy(), rtol=1e-12)
         np.testing.assert_allclose(grads[1], head_w.grad.numpy(), rtol=1e-12)
     assert replayed and saved == []
+
+
+def _fixed_point_step(w, iterations: int):
+    """A loop with a convergence check per iteration (`.item()`): abs and max save their
+    tensors, and no loss reaches them."""
+    def step(x):
+        h = x
+        for _ in range(iterations):
+            h_next = tg.tanh(h @ w)
+            (h_next - h).abs().max().item()
+            h = h_next
+        loss = (h ** 2).sum()
+        loss.backward()
+        return loss
+    return step
+
+
+def test_a_full_trace_and_a_followed_call_of_one_path_share_one_program():
+    # The full trace forgets the saved tensors of the convergence checks as the followed
+    # call never makes them: both leave the same outputs, so the same key.
+    rng = np.random.default_rng(12)
+    w = tg.tensor(rng.standard_normal((3, 3)) * 0.5, requires_grad=True)
+    eager_w = tg.tensor(w.detach().numpy(), requires_grad=True)
+    compiled, eager = tg.compile(_fixed_point_step(w, 3)), _fixed_point_step(eager_w, 3)
+    followed, graphs = [], []
+    for _ in range(3):
+        x = tg.tensor(rng.standard_normal((2, 3)))
+        w.grad = eager_w.grad = None
+        loss, replayed = _followed(compiled, x)
+        followed.append(replayed)
+        graphs.append(compiled.cache_info().graphs)
+        want = eager(x)
+        assert loss.item() == pytest.approx(want.item(), rel=1e-12)
+        np.testing.assert_allclose(w.grad.numpy(), eager_w.grad.numpy(), rtol=1e-12)
+        del loss  # (a result with a graph would keep the recording from being followed)
+    assert followed == [False, True, True]
+    assert graphs[1:] == graphs[:1] * 2  # (the second call's final graph is the first one's)
+
+
+def test_a_full_trace_keeps_the_saved_tensors_a_returned_result_reaches():
+    # The result keeps its graph: a backward after the call goes through every iteration,
+    # its saved tensors made by the trace (and those only a saved tensor held, kept).
+    rng = np.random.default_rng(13)
+    w = tg.tensor(rng.standard_normal((3, 3)) * 0.5, requires_grad=True)
+    eager_w = tg.tensor(w.detach().numpy(), requires_grad=True)
+
+    def forward(w):
+        def step(x):
+            h = x
+            for _ in range(3):
+                h_next = tg.tanh(h @ w)
+                (h_next - h).abs().max().item()
+                h = h_next
+            return (h ** 3).sum()
+        return step
+
+    compiled = tg.compile(forward(w))
+    for _ in range(2):
+        x = tg.tensor(rng.standard_normal((2, 3)))
+        w.grad = eager_w.grad = None
+        got, want = compiled(x), forward(eager_w)(x)
+        got.backward()
+        want.backward()
+        assert got.item() == pytest.approx(want.item(), rel=1e-12)
+        np.testing.assert_allclose(w.grad.numpy(), eager_w.grad.numpy(), rtol=1e-12)

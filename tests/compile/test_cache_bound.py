@@ -111,6 +111,25 @@ def test_past_the_recompile_limit_a_new_graph_runs_interpreted_until_seen_again(
     assert compiled.cache_info().kernels == 3 and compiled.cache_info().graphs == 3
 
 
+
+def test_a_graph_run_interpreted_is_not_optimized_until_it_compiles(monkeypatch):
+    # The passes cost as much as building NumPy steps on a long graph, for a run that may
+    # be its only one: the graph is optimized when it compiles, seen again.
+    from tracegrad.jit import function as compile_function
+
+    optimized = []
+    original = compile_function.optimize
+    monkeypatch.setattr(compile_function, "optimize", lambda graph, **options: optimized.append(graph.name)
+                        or original(graph, **options))
+    compiled = tg.compile(_scaled_sum, recompile_limit=1)
+    _call_with_sizes(compiled, [13])
+    assert len(optimized) == 1
+    _call_with_sizes(compiled, [14])  # interpreted
+    assert len(optimized) == 1 and compiled.cache_info().graphs == 2
+    _call_with_sizes(compiled, [14])  # compiled, optimized
+    assert len(optimized) == 2 and compiled.cache_info().kernels == 2
+
+
 _MANY_SHAPES = textwrap.dedent("""
     import gc, warnings
     import tracegrad as tg

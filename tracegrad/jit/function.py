@@ -586,7 +586,10 @@ class CompiledFunction:
         """The program of `graph`: pruned, optimized, with kernels (or, `interpret`ed, every
         op a NumPy step, when the builder is the usual one)."""
         pruned, feeds, checks = _prune(graph)
-        if self._optimizes:  # (not for backend="interpret": the traced graph itself)
+        interpret = interpret and self._builder is build_program
+        # (Nor for a graph run interpreted until seen again: NumPy steps gain little from
+        # the passes, which on a long unrolled loop cost as much as building the steps.)
+        if self._optimizes and not interpret:  # (not for backend="interpret": the traced graph itself)
             # The passes leave the nodes they make dead (`where(c, a, a)` drops `c`) to `_prune`.
             pruned, kept, more = _prune(optimize(pruned, dead_code=False))
             checks = merged_checks(checks, more, feeds)
@@ -597,7 +600,7 @@ class CompiledFunction:
         if feeds is not None:  # donated inputs by their index in the pruned graph
             kept = {i: k for k, i in enumerate(feeds)}
             donations = tuple((j, kept[i]) for j, i in donations if i in kept)
-        if interpret and self._builder is build_program:
+        if interpret:
             program = build_program(pruned, fuse=False)
             program.interpreted = True
         else:
@@ -871,6 +874,12 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
         with trace:  # (a saved output's alias is a lazy tensor of the trace, to materialize)
             trace.replay.save_reachable(trace, [r._grad_fn for _, r in rebased])
         alive = trace.live_lazy_tensors()  # with the saved outputs' aliases
+    elif trace.replay is None and not failed and compile_replay.enabled():
+        # Only saved tensors a live tensor can reach, as a followed call makes (one key).
+        alive = None
+        with trace:
+            compile_replay.keep_reachable_saved(trace, [r._grad_fn for _, r in rebased])
+        alive = trace.live_lazy_tensors()
     alive_values = [t._value for t in alive]
     for i, t in enumerate(alive):
         if t._base is not None and t._view_history != t._version_counter.value:

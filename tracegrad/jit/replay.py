@@ -201,6 +201,58 @@ def _hold_strongly(tracer, item):
     return item.tensor(tracer) if item.__class__ is _Held else item
 
 
+def keep_reachable_saved(tracer, roots: list) -> None:
+    """At the end of a call that traced (some of) its graph: forget the saved tensors of
+    the nodes no tensor alive after the call can reach, as `Replay.save_reachable` never
+    makes them for a call that followed to the end. A lazy tensor only such a saved tensor
+    holds (`(h_next - h).abs().max().item()` in a loop: abs and max save theirs, and no
+    loss reaches them) is then no result of the call, so a full trace and a followed call
+    of one path leave the same outputs: one key, one program. The saved tensors hold their
+    lazy tensors weakly (`_Held`) while the live tensors are found; the walk is
+    `save_reachable`'s, from the nodes of live tensors and `roots` (written tensors' new
+    histories) over the call's nodes, ending at nodes whose saved tensors a backward freed."""
+    nodes = tracer.graph.nodes
+    saving = [node for node in nodes if node.saved and node.saved is not FREED]
+    if not saving:
+        return
+    held: dict[int, _Held] = {}
+    weakened: dict[int, list] = {}  # node id -> its saved tensors whose tensor is held weakly
+    for node in saving:
+        for entry in node.saved:
+            if entry is not None and entry.lazy is not None and entry.lazy._data is None:
+                item = _hold_weakly(held, entry.lazy)
+                if item is not entry.lazy:
+                    entry.lazy = item
+                    weakened.setdefault(id(node), []).append(entry)
+    item = entry = None
+    try:
+        recorded = {id(node) for node in nodes}
+        reached: set[int] = set()
+        stack = [t._grad_fn for t in tracer.live_lazy_tensors()
+                 if t._grad_fn is not None and t._value.node is not None]
+        stack += roots
+        while stack:
+            node = stack.pop()
+            if id(node) in reached or id(node) not in recorded or node.saved is FREED:
+                continue  # (a backward reaching a freed node raises before reading behind it)
+            reached.add(id(node))
+            for value, needed in zip(node.inputs, node.needs_input_grad or ()):
+                source = value.node if value.origin is None else value.origin.node
+                if needed and source is not None and value.leaf is None and id(source) not in reached:
+                    stack.append(source)
+    except BaseException:  # (every saved tensor whole again)
+        reached = set(weakened)
+        raise
+    finally:
+        for key, entries in weakened.items():
+            if key in reached:
+                for entry in entries:
+                    entry.lazy = entry.lazy.tensor(tracer)
+    for node in saving:
+        if id(node) not in reached:
+            node.saved = None
+
+
 class RealizationStep:
     """A value Python asked for (`.item()`) as a trace took it: after `position` nodes and
     `n_inputs` inputs, the values asked for and still referenced (`targets`) realized by
