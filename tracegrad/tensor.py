@@ -276,6 +276,8 @@ class Tensor:
         self._grad = value
 
     def retain_grad(self) -> None:
+        if self._base is not None and self._data is not None:
+            self._check_view_is_current()  # (on a view's current history, as PyTorch)
         if not self._requires_grad:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         if self._grad_fn is not None and not self._retains_grad:
@@ -289,6 +291,8 @@ class Tensor:
     def register_hook(self, hook):
         """Call `hook(grad)` when this tensor's gradient is computed; a non-None return
         replaces the gradient. Returns a handle with `.remove()`."""
+        if self._base is not None and self._data is not None:
+            self._check_view_is_current()  # (on a view's current history, as PyTorch)
         if not self._requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self._grad_fn is not None:
@@ -347,8 +351,11 @@ class Tensor:
 
     # A lazy view: its base's history count when it was taken (`jit.alias.refresh_view`).
     _view_graph_history = None
-    # A real view: its base's grad_fn when it was taken (`_check_view_is_current`).
+    # A view: its base's grad_fn when it was taken (`_check_view_is_current`).
     _view_base_grad_fn = None
+    # A lazy detached alias of a lazy view: refreshed from the base as the view would be,
+    # but no differentiable view (its graph is never regenerated).
+    _view_detached = False
 
     def detach(self) -> Tensor:
         t = self._alias()
@@ -359,6 +366,7 @@ class Tensor:
             if self._base is not None:
                 t._base, t._view_history = self._base, self._view_history
                 t._view_graph_history = self._view_graph_history
+                t._view_detached = True
             else:
                 MODE.tracer.note_detached(self, t)
         return t

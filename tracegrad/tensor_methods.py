@@ -360,6 +360,10 @@ def _regenerate_view(view: Tensor) -> None:
         # yet written): not followed here.
         raise RuntimeError(STALE_VIEW_MESSAGE)
     if base._requires_grad:
+        if not layout.views_memory_of(view._data, base._data):
+            # (A view a compiled call returned, in a buffer of its own, whose base was
+            # re-recorded after the call: no positions to read its elements at.)
+            raise RuntimeError(STALE_VIEW_MESSAGE)
         positions = layout.positions_in(view._data, base._data).reshape(-1)
         previous = MODE.tracer, MODE.trace
         MODE.tracer, MODE.trace = None, EAGER  # (a real view: its identity is recorded eagerly)
