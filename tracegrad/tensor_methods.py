@@ -356,14 +356,25 @@ def _regenerate_view(view: Tensor) -> None:
         raise RuntimeError(NO_GRAD_VIEW_REBASED_MESSAGE)
     tracer = MODE.tracer
     if tracer is not None and id(base) in tracer.overrides:
-        # Re-recorded inside this compiled call (its new history is traced, its memory not
-        # yet written): not followed here.
-        raise RuntimeError(STALE_VIEW_MESSAGE)
-    if base._requires_grad:
-        if not layout.views_memory_of(view._data, base._data):
-            # (A view a compiled call returned, in a buffer of its own, whose base was
-            # re-recorded after the call: no positions to read its elements at.)
+        # Re-recorded inside this compiled call (its memory is written at the call's end):
+        # the trace gives the view the elements it shares with the base's new value, rebased
+        # onto its graph, when it reads the view (`jit.alias.SharedMemory`).
+        stale = view._view_history, view._view_base_grad_fn
+        view._view_history = view._version_counter.history  # (capturing it reads its identity)
+        view._view_base_grad_fn = base._grad_fn
+        tracer.value_of(view)
+        if id(view) not in tracer.overrides:
+            view._view_history, view._view_base_grad_fn = stale
             raise RuntimeError(STALE_VIEW_MESSAGE)
+        return
+    if base._requires_grad and not layout.views_memory_of(view._data, base._data):
+        # (A view a compiled call returned, in a buffer of its own, whose base was
+        # re-recorded after the call: no positions to read its elements at.)
+        raise RuntimeError(STALE_VIEW_MESSAGE)
+    # (Current from here on: retain_grad, which `_take_identity` calls, checks it.)
+    view._view_history = view._version_counter.history
+    view._view_base_grad_fn = base._grad_fn
+    if base._requires_grad:
         positions = layout.positions_in(view._data, base._data).reshape(-1)
         previous = MODE.tracer, MODE.trace
         MODE.tracer, MODE.trace = None, EAGER  # (a real view: its identity is recorded eagerly)
@@ -372,8 +383,6 @@ def _regenerate_view(view: Tensor) -> None:
                 _take_identity(view, _gathered(base, positions, view.shape))
         finally:
             MODE.tracer, MODE.trace = previous
-    view._view_history = view._version_counter.history
-    view._view_base_grad_fn = base._grad_fn
 
 
 Tensor._regenerate_view = _regenerate_view

@@ -300,7 +300,7 @@ def view_now(trace, view: Tensor, grad: bool = False) -> tuple[Value, bool] | No
         value = node.inputs[0]
     if not _eager_view(trace, base, chain):
         return view._value, True
-    if value == current:  # (its memory was written through another tensor: not its own)
+    if value == current and not grad:  # (its memory was written through another tensor: not its own)
         return view._value, False
     trace.diverge()  # (not a recorded op: the graph goes on as this call's own)
     with enable_grad() if grad else no_grad():
@@ -375,14 +375,14 @@ def _regenerated(view: Tensor, value: Value) -> None:
     """`view` is from now on `value`, its ops replayed with grad on its base's current value
     (retain_grad follows it; hooks stay with its old value, as for an in-place op)."""
     counter = view._version_counter
+    view._view_history = counter.value
+    view._view_graph_history = counter.history
+    view._view_base_grad_fn = view._base._grad_fn
     if view._retains_grad:
         view._move_retained_grad(value.node, value)
     view._value = value
     view._grad_fn = value.node
     view._requires_grad = True
-    view._view_history = counter.value
-    view._view_graph_history = counter.history
-    view._view_base_grad_fn = view._base._grad_fn
 
 
 def _new_identity(value: Value) -> bool:
