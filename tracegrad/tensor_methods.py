@@ -290,9 +290,9 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False, replac
     if rebase:
         self._version_counter.history += 1  # views taken before now have a stale grad_fn
         _take_identity(self._base, new_base)
-        _take_identity(self, view_identity)
-        self._view_history = self._version_counter.history
+        self._view_history = self._version_counter.history  # (current: before its retain_grad moves)
         self._view_base_grad_fn = self._base._grad_fn
+        _take_identity(self, view_identity)
     elif result._requires_grad:
         self._version_counter.history += 1  # views taken before now have a stale grad_fn
         if self._retains_grad:
