@@ -33,8 +33,9 @@ class VersionCounter:
 
 STALE_VIEW_MESSAGE = (
     "This view was created before an in-place operation changed its base, and tracegrad cannot "
-    "bring it up to date here (inside a compiled function: the view's values or graph could not "
-    "be replayed from its base). Take the view again after the in-place operation.")
+    "regenerate it here (inside a compiled function, its ops could not be replayed on its base; "
+    "or a view a compiled call returned, in memory of its own, whose base was then updated with "
+    "grad). Take the view again after the in-place operation.")
 
 # A view's `_view_base_grad_fn` when it was taken under no_grad (or inference mode): an
 # in-place update with grad of its base makes it unusable with grad, as in PyTorch.

@@ -234,3 +234,19 @@ def test_a_view_taken_under_no_grad_and_kept_raises_at_its_next_use_with_grad():
             np.testing.assert_array_equal((v * 1).numpy(), [2.0, 8.0, 18.0])
         with pytest.raises(RuntimeError, match="A view was created in no_grad mode"):
             v * 1
+
+
+def test_a_view_a_call_returned_in_memory_of_its_own_raises_after_its_base_is_rebased():
+    # (the remaining limit: a compiled call returns a view and its base in buffers of their
+    # own, so the view cannot read the base's elements; it raises rather than differentiate
+    # its old history)
+    def program(w):
+        h = w * 2
+        return h, h[0]
+
+    compiled = tg.compile(program)
+    for _ in range(3):
+        h, v = compiled(_leaf())
+        h.mul_(3)
+        with pytest.raises(RuntimeError, match="This view was created before an in-place operation"):
+            v.sum()
