@@ -32,10 +32,21 @@ class VersionCounter:
 
 
 STALE_VIEW_MESSAGE = (
-    "This view was created before an in-place operation changed its base, so the graph "
-    "recorded for the view (or, inside a compiled function, the view's values) is out of date "
-    "(PyTorch would replay the view; tracegrad does not). Take the view again after the "
-    "in-place operation.")
+    "This view was created before an in-place operation changed its base, and tracegrad cannot "
+    "regenerate it here (inside a compiled function, its ops could not be replayed on its base; "
+    "or a view a compiled call returned, in memory of its own, whose base was then updated with "
+    "grad). Take the view again after the in-place operation.")
+
+# A view's `_view_base_grad_fn` when it was taken under no_grad (or inference mode): an
+# in-place update with grad of its base makes it unusable with grad, as in PyTorch.
+MADE_WITHOUT_GRAD = object()
+
+NO_GRAD_VIEW_REBASED_MESSAGE = (
+    "A view was created in no_grad mode and its base or another view of its base has been modified "
+    "inplace with grad mode enabled. Given that this use case is ambiguous and error-prone, it is "
+    "forbidden. You can clarify your code by moving both the view and the inplace either both inside "
+    "the no_grad block (if you don't want the inplace to be tracked) or both outside (if you want the "
+    "inplace to be tracked).")
 
 # The leaves that have had a post-accumulate-grad hook, by id (weakly held): while any is
 # alive, a backward checks whether it reaches one, and then delivers each gradient as soon
@@ -123,19 +134,21 @@ class Tensor:
         return self._value
 
     def _check_view_is_current(self) -> None:
-        # A lazy view (inside a trace) holds values computed from its base when it was
-        # taken: any in-place update of the base since (the version) makes them stale. A
-        # real view shares its base's memory: only its recorded graph can be stale (an
-        # in-place update with grad: the history). (`dispatch._share_storage` records which.)
+        # A real view shares its base's memory: only its recorded graph can be out of date,
+        # after an in-place update with grad of its base (the history moved and the base has
+        # another grad_fn; a detached alias shares the counter, but its re-recording is not
+        # this view's base's, as PyTorch's detach is no differentiable view). It is then
+        # regenerated from the base's new history (`tensor_methods._regenerate_view`), as
+        # PyTorch regenerates a view's grad_fn. A lazy view (inside a trace) holds values
+        # computed from its base when it was taken: any in-place update of the base since
+        # (the version) makes them stale, and its graph as a real view's (the history); the
+        # tracer brings it up to date (`CompileTrace.refresh_view`).
+        # (`dispatch._share_storage` records which.)
         counter = self._version_counter
         if self._data is not None:
-            # Stale when its base was re-recorded since: the history moved and the base has
-            # another grad_fn. (A detached alias shares the counter: its re-recording moves
-            # the history but is not this view's base's, as PyTorch's detach is no
-            # differentiable view.)
             if self._view_history != counter.history and self._base._grad_fn is not self._view_base_grad_fn:
-                raise RuntimeError(STALE_VIEW_MESSAGE)
-        elif self._view_history != counter.value:
+                self._regenerate_view()
+        elif self._view_history != counter.value or self._view_graph_history != counter.history:
             tracer = MODE.tracer
             if tracer is None or not tracer.refresh_view(self):
                 raise RuntimeError(STALE_VIEW_MESSAGE)
@@ -182,10 +195,14 @@ class Tensor:
 
     @property
     def is_leaf(self) -> bool:
+        if self._base is not None and self._data is not None:
+            self._check_view_is_current()  # (a view's history, regenerated if out of date)
         return self._grad_fn is None
 
     @property
     def grad_fn(self):
+        if self._base is not None and self._data is not None:
+            self._check_view_is_current()
         return self._grad_fn
 
     @property
@@ -198,6 +215,8 @@ class Tensor:
 
     @property
     def requires_grad(self) -> bool:
+        if self._base is not None and self._data is not None:
+            self._check_view_is_current()
         return self._requires_grad
 
     @requires_grad.setter
@@ -258,6 +277,8 @@ class Tensor:
         self._grad = value
 
     def retain_grad(self) -> None:
+        if self._base is not None and self._data is not None:
+            self._check_view_is_current()  # (on a view's current history, as PyTorch)
         if not self._requires_grad:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         if self._grad_fn is not None and not self._retains_grad:
@@ -271,6 +292,8 @@ class Tensor:
     def register_hook(self, hook):
         """Call `hook(grad)` when this tensor's gradient is computed; a non-None return
         replaces the gradient. Returns a handle with `.remove()`."""
+        if self._base is not None and self._data is not None:
+            self._check_view_is_current()  # (on a view's current history, as PyTorch)
         if not self._requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self._grad_fn is not None:
@@ -329,8 +352,11 @@ class Tensor:
 
     # A lazy view: its base's history count when it was taken (`jit.alias.refresh_view`).
     _view_graph_history = None
-    # A real view: its base's grad_fn when it was taken (`_check_view_is_current`).
+    # A view: its base's grad_fn when it was taken (`_check_view_is_current`).
     _view_base_grad_fn = None
+    # A lazy detached alias of a lazy view: refreshed from the base as the view would be,
+    # but no differentiable view (its graph is never regenerated).
+    _view_detached = False
 
     def detach(self) -> Tensor:
         t = self._alias()
@@ -341,6 +367,7 @@ class Tensor:
             if self._base is not None:
                 t._base, t._view_history = self._base, self._view_history
                 t._view_graph_history = self._view_graph_history
+                t._view_detached = True
             else:
                 MODE.tracer.note_detached(self, t)
         return t

@@ -12,14 +12,17 @@ from tracegrad import functional as F
 from tracegrad.functional.pieces import repeat as _repeat
 from tracegrad.autograd.engine import backward
 from tracegrad.device import check_device, is_device
-from tracegrad.grad_mode import MODE
+from tracegrad.grad_mode import MODE, enable_grad
 from tracegrad.ops.saved import SavedTensor
 from tracegrad.ir import types
 from tracegrad.ops import REGISTRY
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops import indexing, layout
 from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
-from tracegrad.tensor import Tensor, lazy_tensor
+from tracegrad.ops.trace import EAGER
+from tracegrad.tensor import (
+    MADE_WITHOUT_GRAD, NO_GRAD_VIEW_REBASED_MESSAGE, STALE_VIEW_MESSAGE, Tensor, lazy_tensor,
+)
 
 LEAF_INPLACE_MESSAGE = "a leaf Variable that requires grad is being used in an in-place operation."
 VIEW_INPLACE_MESSAGE = (
@@ -288,9 +291,9 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False, replac
     if rebase:
         self._version_counter.history += 1  # views taken before now have a stale grad_fn
         _take_identity(self._base, new_base)
-        _take_identity(self, view_identity)
-        self._view_history = self._version_counter.history
+        self._view_history = self._version_counter.history  # (current: before its retain_grad moves)
         self._view_base_grad_fn = self._base._grad_fn
+        _take_identity(self, view_identity)
     elif result._requires_grad:
         self._version_counter.history += 1  # views taken before now have a stale grad_fn
         if self._retains_grad:
@@ -333,8 +336,57 @@ def _rebased(view: Tensor, result: Tensor) -> tuple[Tensor, Tensor]:
     flat = F.reshape(result, (-1,))
     scattered = indexing.index_add((base.numel(),), flat, (_constant(positions),), 0)
     new_base = F.where(_constant(shown.reshape(base.shape)), F.reshape(scattered, base.shape), base)
-    taken = indexing.index(F.reshape(new_base, (-1,)), (_constant(positions),), 0)
-    return new_base, F.reshape(taken, view.shape)
+    return new_base, _gathered(new_base, positions, view.shape)
+
+
+def _gathered(base: Tensor, positions: np.ndarray, shape: tuple) -> Tensor:
+    """The elements of `base` at `positions` (into its C-ordered flattening), in `shape`:
+    a view's autograd identity read from its base's (PyTorch's AsStridedBackward)."""
+    taken = indexing.index(F.reshape(base, (-1,)), (_constant(positions),), 0)
+    return F.reshape(taken, shape)
+
+
+def _regenerate_view(view: Tensor) -> None:
+    """A real view whose base was re-recorded (updated in place with grad) since the view
+    was taken: from now on, for autograd, it is the elements of its base's current value
+    at its positions, as PyTorch regenerates a view's grad_fn from its base's new history
+    at its next use. Its values are already right (it shares its base's memory). Hooks on
+    its old value stay there; retain_grad follows it (as for an in-place op)."""
+    base = view._base
+    if view._view_base_grad_fn is MADE_WITHOUT_GRAD:
+        raise RuntimeError(NO_GRAD_VIEW_REBASED_MESSAGE)
+    tracer = MODE.tracer
+    if tracer is not None and id(base) in tracer.overrides:
+        # Re-recorded inside this compiled call (its memory is written at the call's end):
+        # the trace gives the view the elements it shares with the base's new value, rebased
+        # onto its graph, when it reads the view (`jit.alias.SharedMemory`).
+        stale = view._view_history, view._view_base_grad_fn
+        view._view_history = view._version_counter.history  # (capturing it reads its identity)
+        view._view_base_grad_fn = base._grad_fn
+        tracer.value_of(view)
+        if id(view) not in tracer.overrides:
+            view._view_history, view._view_base_grad_fn = stale
+            raise RuntimeError(STALE_VIEW_MESSAGE)
+        return
+    if base._requires_grad and not layout.views_memory_of(view._data, base._data):
+        # (A view a compiled call returned, in a buffer of its own, whose base was
+        # re-recorded after the call: no positions to read its elements at.)
+        raise RuntimeError(STALE_VIEW_MESSAGE)
+    # (Current from here on: retain_grad, which `_take_identity` calls, checks it.)
+    view._view_history = view._version_counter.history
+    view._view_base_grad_fn = base._grad_fn
+    if base._requires_grad:
+        positions = layout.positions_in(view._data, base._data).reshape(-1)
+        previous = MODE.tracer, MODE.trace
+        MODE.tracer, MODE.trace = None, EAGER  # (a real view: its identity is recorded eagerly)
+        try:
+            with enable_grad():
+                _take_identity(view, _gathered(base, positions, view.shape))
+        finally:
+            MODE.tracer, MODE.trace = previous
+
+
+Tensor._regenerate_view = _regenerate_view
 
 
 def _take_identity(tensor: Tensor, value: Tensor) -> None:

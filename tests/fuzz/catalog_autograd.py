@@ -63,14 +63,17 @@ def _write_into_view(b, target, line: str, value_grad: bool) -> tuple[str, bool]
 def _after_view_write(b, target, bits, grad: bool) -> None:
     """Update the model after a write into the view `target`: its root takes the new values;
     with grad, the root and the view are rebased (PyTorch's CopySlices) and the other views
-    of the root go stale (tracegrad raises where PyTorch regenerates them): not used any more."""
+    of the root are regenerated from its new history at their next use; other tensors
+    sharing its memory (detached or contiguous() aliases) are not used any more."""
     root = _view_root(b, target)
     b.written.update((target.name, root.name))
     target.bits = exact_bits(target.dtype, bits)
     if grad:
         b.tags.append("inplace_on_view_grad")
-        keep = {target.name, root.name}
+        regenerated = _regenerated_views(b, root)
+        keep = {target.name, root.name} | regenerated
         b.pool = [v for v in b.pool if v.name in keep or v.name not in b.aliases_of(target)]
+        _take_grad(b, regenerated)
         target.requires_grad = root.requires_grad = True
         if root.leaf:  # (an input without grad: it joins the graph)
             root.leaf = False
@@ -79,6 +82,30 @@ def _after_view_write(b, target, bits, grad: bool) -> None:
     for v in b.pool:
         if v is not target and v.name in b.aliases_of(target):
             v.bits = None
+
+
+def _regenerated_views(b, root) -> set[str]:
+    """The variables that view `root` through view ops alone (not through a detached or a
+    contiguous() alias, which may be a copy): after a write with grad of `root`, or through
+    one of them, their history is regenerated from `root`'s new one."""
+    known = {v.name: v for v in (*b.args, *b.pool)}
+    found = set()
+    for name in b.aliases_of(root):
+        var = known.get(name)
+        while var is not None and var.name not in b.detached_aliases and var.name not in b.contiguous_aliases:
+            if var.base == root.name:
+                found.add(name)
+                break
+            var = known.get(var.base) if var.base is not None else None
+    return found
+
+
+def _take_grad(b, names: set[str]) -> None:
+    """The views `names` of a root written with grad require grad from now on (their
+    regenerated history reads the root's)."""
+    for v in b.pool:
+        if v.name in names and v.is_float:
+            v.requires_grad = True
 
 
 def _patterns(b, target) -> list[str]:
@@ -119,9 +146,15 @@ def _after_write(b, target, bits, requires_grad: bool) -> None:
     aliases = b.aliases_of(target)
     if requires_grad and not target.requires_grad and not target.leaf:
         target.requires_grad = True
-        # Views taken before the write now have a stale history (tracegrad raises, PyTorch
-        # rebuilds it): they are not used any more.
-        b.pool = [v for v in b.pool if v.name not in aliases]
+        # Views taken before the write are regenerated from its new history at their next
+        # use (as PyTorch does): they require grad now. Other tensors sharing its memory
+        # (detached or contiguous() aliases) are not used any more.
+        regenerated = _regenerated_views(b, target)
+        b.pool = [v for v in b.pool if v.name not in aliases or v.name in regenerated]
+        _take_grad(b, regenerated)
+        for v in b.pool:
+            if v.name in regenerated:
+                v.bits = None
         return
     for v in b.pool:
         if v.name in aliases and (target.bits is None or v.bits is None):
@@ -268,6 +301,8 @@ def detach_clone(b) -> bool:
     out = b.result(x.shape, x.dtype, grad, x.bits, base=x.name if shares else None)
     if shares:
         b.note_alias(out, x)
+    if kind == "detach":
+        b.detached_aliases.add(out.name)
     if kind == "contiguous":
         b.contiguous_aliases.add(out.name)
     b.emit(f"{out.name} = {line}", kind, out)

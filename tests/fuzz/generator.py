@@ -122,6 +122,7 @@ class Builder:
         self.written: set[str] = set()  # variables written in place
         self.aliased_pairs: list = []  # (argument, another argument sharing its memory)
         self.contiguous_aliases: set[str] = set()  # results of contiguous(): maybe the tensor itself
+        self.detached_aliases: set[str] = set()  # results of detach(): sharing memory, no view for autograd
         # Results tracegrad makes as views though PyTorch does not (logsumexp, max(dim), a
         # product with a 1-D operand, ...): written in place, they are `inplace_on_internal_view`.
         self.internal_views: set[str] = set()

@@ -46,7 +46,7 @@ from tracegrad.ops.dispatch import bind
 from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
 from tracegrad.ops.layout import array_strides, keep_layout, value_strides
 from tracegrad.ir.primitive import MOVEMENT
-from tracegrad.tensor import Tensor, lazy_tensor
+from tracegrad.tensor import MADE_WITHOUT_GRAD, NO_GRAD_VIEW_REBASED_MESSAGE, Tensor, lazy_tensor
 
 class SharedMemory:
     """The real tensors a trace knows, grouped by the buffer they view, and which of them
@@ -212,18 +212,36 @@ def _without_grad(trace, tensor: Tensor) -> Tensor:
 
 
 def refresh_view(trace, view: Tensor) -> bool:
-    """Bring a stale lazy view up to date as eager execution would see it (`view_now`);
-    False when it cannot be: its graph would be its base's old one."""
+    """Bring a stale lazy view up to date as eager execution would see it: its values
+    (`view_now`), and after an update with grad of its base (its history moved and the
+    base has another grad_fn), its graph, regenerated with grad from the base's new one
+    at its next use with grad, as an eager view's (`tensor_methods._regenerate_view`).
+    False when it cannot be: its ops are not found."""
+    counter = view._version_counter
+    if view._view_graph_history != counter.history:
+        if view._view_detached or view._base._grad_fn is view._view_base_grad_fn:
+            view._view_graph_history = counter.history  # (a write through a detached alias)
+        elif MODE.grad_enabled:
+            if view._view_base_grad_fn is MADE_WITHOUT_GRAD:
+                raise RuntimeError(NO_GRAD_VIEW_REBASED_MESSAGE)
+            found = view_now(trace, view, grad=True)
+            if found is None:
+                return False
+            if not found[1]:  # (else a copy in eager execution: no view to regenerate)
+                _regenerated(view, found[0])
+                return True
+        elif view._view_history == counter.value:
+            return True  # (its graph is regenerated at its next use with grad, as eagerly)
+    if view._view_history == counter.value:
+        return True
     found = view_now(trace, view)
     if found is None:
         return False
     value, copied = found
-    counter = view._version_counter
     if value is not view._value and view._requires_grad:
-        if counter.history != view._view_graph_history:
-            return False  # its base was updated with grad: a view's graph goes stale, as eagerly
-        # Updated without grad: the view shows the new values and keeps its graph, as an
-        # eager view keeps its grad_fn (an update without grad of a tensor with history).
+        # Updated without grad (or under no_grad): the view shows the new values and keeps
+        # its graph, as an eager view keeps its grad_fn (an update without grad of a tensor
+        # with history).
         view._view_history = counter.value  # (its graph is current: leaf_update reads it)
         strides = value_strides(value, trace.array_of)
         value = trace.leaf_update(view, lazy_tensor(value, view._type, trace))._value
@@ -238,8 +256,19 @@ def refresh_view(trace, view: Tensor) -> bool:
 
 def current_view(trace, view: Tensor) -> Value:
     """The value to give a view kept past the call whose base was updated in place since it
-    was taken (its own value stays its autograd identity, as an eager view's grad_fn)."""
+    was taken. After an update with grad of its base, its graph is regenerated now (as
+    eager execution would at its next use: `refresh_view`), but for a view taken under
+    no_grad (which raises then) or a detached alias of a view; any other view's own value
+    stays its autograd identity, as an eager view's grad_fn."""
+    counter = view._version_counter
     with trace:
+        if (view._view_graph_history != counter.history and not view._view_detached
+                and view._view_base_grad_fn is not MADE_WITHOUT_GRAD
+                and view._base._grad_fn is not view._view_base_grad_fn):
+            found = view_now(trace, view, grad=True)
+            if found is not None and not found[1]:
+                _regenerated(view, found[0])
+                return found[0]
         found = view_now(trace, view)
     if found is None:
         view._check_view_is_current()  # (raises)
@@ -271,7 +300,7 @@ def view_now(trace, view: Tensor, grad: bool = False) -> tuple[Value, bool] | No
         value = node.inputs[0]
     if not _eager_view(trace, base, chain):
         return view._value, True
-    if value == current:  # (its memory was written through another tensor: not its own)
+    if value == current and not grad:  # (its memory was written through another tensor: not its own)
         return view._value, False
     trace.diverge()  # (not a recorded op: the graph goes on as this call's own)
     with enable_grad() if grad else no_grad():
@@ -339,13 +368,21 @@ def rebase_view(trace, view: Tensor) -> None:
     """After a write with grad through the lazy `view` rebased its base (`base_update`):
     the view is its ops replayed on the base's new value, with grad, as PyTorch regenerates
     a written view's grad_fn from its base's CopySlices."""
-    value, _ = view_now(trace, view, grad=True)
+    _regenerated(view, view_now(trace, view, grad=True)[0])
+
+
+def _regenerated(view: Tensor, value: Value) -> None:
+    """`view` is from now on `value`, its ops replayed with grad on its base's current value
+    (retain_grad follows it; hooks stay with its old value, as for an in-place op)."""
     counter = view._version_counter
+    view._view_history = counter.value
+    view._view_graph_history = counter.history
+    view._view_base_grad_fn = view._base._grad_fn
+    if view._retains_grad:
+        view._move_retained_grad(value.node, value)
     view._value = value
     view._grad_fn = value.node
     view._requires_grad = True
-    view._view_history = counter.value
-    view._view_graph_history = counter.history
 
 
 def _new_identity(value: Value) -> bool:

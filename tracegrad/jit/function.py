@@ -882,7 +882,8 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
         alive = trace.live_lazy_tensors()
     alive_values = [t._value for t in alive]
     for i, t in enumerate(alive):
-        if t._base is not None and t._view_history != t._version_counter.value:
+        if t._base is not None and (t._view_history != t._version_counter.value
+                                    or t._view_graph_history != t._version_counter.history):
             alive_values[i] = compile_alias.current_view(trace, t)
     replay = trace.replay
     writes = [(target, result._value) for target, result in pending.values()] if pending else []
@@ -1012,13 +1013,27 @@ def _deliver(alive: list[Tensor], slots: list[int], writes: list, write_slots: l
             t._data = np.asarray(inputs[-slot - 1])
         if t._grad_fn is None:
             t._value = None
-        if t._base is not None:  # now real: its graph is as current as its base's
-            t._view_history = t._version_counter.history
-            t._view_base_grad_fn = t._base._grad_fn
+        if t._base is not None:  # now real (its values current): a view, as eagerly
+            _view_made_real(t)
     for (target, _), slot in zip(writes, write_slots):
         array = arrays[slot] if slot >= 0 else inputs[-slot - 1]
         if array is not target._data:  # else the program wrote it in place (a donation)
             np.copyto(target._data, array, casting="unsafe")
+
+
+def _view_made_real(view: Tensor) -> None:
+    """A lazy view made real at the end of a call: a detached alias of a view is none
+    eagerly; a view taken under no_grad whose base was re-recorded since stays out of date
+    (it raises at its next use with grad, as eagerly); any other's graph is current
+    (`alias.current_view` regenerated it)."""
+    counter = view._version_counter
+    if view._view_detached:
+        view._base = None
+    elif view._view_graph_history == counter.history or view._base._grad_fn is view._view_base_grad_fn:
+        view._view_history = counter.history
+        view._view_base_grad_fn = view._base._grad_fn
+    else:
+        view._view_history = -1  # (a history it never has: out of date until regenerated)
 
 
 def _is_one_of(array: np.ndarray, arrays: list[np.ndarray]) -> bool:

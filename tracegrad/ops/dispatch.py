@@ -14,6 +14,7 @@ from tracegrad.ops.saved import SavedTensor
 from tracegrad.ir.graph import Node, Value
 from tracegrad.ops.layout import array_strides, value_strides, views_memory_of
 from tracegrad.ir.primitive import Primitive
+from tracegrad.tensor import MADE_WITHOUT_GRAD
 
 
 NO_ATTRS: dict = {}  # the attributes of an op without any (one shared empty dict)
@@ -113,15 +114,17 @@ def _share_storage(source, view, tracer=None) -> None:
                 counter = view._version_counter = source._version_counter
                 view._view_history = counter.value
                 view._view_graph_history = counter.history
+                view._view_base_grad_fn = source._grad_fn if MODE.grad_enabled else MADE_WITHOUT_GRAD
                 view._base = source
             return
         if not views_memory_of(view._data, source._data):
             return
     counter = view._version_counter = source._version_counter
     base = view._base = source._base if source._base is not None else source
+    # (Under no_grad: a view that an update with grad of its base makes unusable with grad.)
+    view._view_base_grad_fn = base._grad_fn if MODE.grad_enabled else MADE_WITHOUT_GRAD
     if view._data is not None:
         view._view_history = counter.history
-        view._view_base_grad_fn = base._grad_fn
     else:  # (a lazy view: the values it holds go stale; and its graph, `refresh_view`)
         view._view_history = counter.value
         view._view_graph_history = counter.history
