@@ -491,3 +491,22 @@ def test_an_expanded_view_showing_an_element_twice_refuses_writes_eagerly_and_co
         program(tg.zeros(2, 4))
     with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
         tg.compile(program)(tg.zeros(2, 4))
+
+
+def test_an_empty_expanded_argument_written_under_no_grad_in_a_compiled_call_is_left_as_eagerly():
+    # Fuzz seed 47000773: the call's end wrote the (empty, read-only) argument with NumPy.
+    def program(a):
+        view = a[::2]
+        with tg.no_grad():
+            a.fill_(-1.5)
+        return tg.autograd.grad(view.sum(), [a], allow_unused=True)[0], view.shape
+
+    def argument():
+        return tg.tensor([0.5], dtype=tg.float32).expand(0).requires_grad_()
+
+    grad, shape = program(argument())
+    compiled = tg.compile(program)
+    for _ in range(3):
+        c_grad, c_shape = compiled(argument())
+        assert tuple(c_shape) == tuple(shape) == (0,)
+        assert c_grad.shape == grad.shape == (0,)

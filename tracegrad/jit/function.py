@@ -1017,7 +1017,9 @@ def _deliver(alive: list[Tensor], slots: list[int], writes: list, write_slots: l
             _view_made_real(t)
     for (target, _), slot in zip(writes, write_slots):
         array = arrays[slot] if slot >= 0 else inputs[-slot - 1]
-        if array is not target._data:  # else the program wrote it in place (a donation)
+        # (not when the program wrote it in place, a donation; nor into an empty target,
+        # which may be a read-only expanded view: a write there changes nothing)
+        if array is not target._data and target._data.size:
             np.copyto(target._data, array, casting="unsafe")
 
 
