@@ -6,6 +6,7 @@ the statistics count what happened, and the reference mode never reaches it."""
 import gc
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -290,3 +291,40 @@ def test_the_reference_mode_never_reaches_the_program_cache(monkeypatch):
     train()
     compiled()
     assert asked  # (outside the reference mode, the same calls reach it)
+
+
+def test_a_function_collected_while_the_cache_is_locked_is_let_go_without_a_deadlock(monkeypatch):
+    # A compiled function in a reference cycle died in a garbage collection that an
+    # allocation inside the cache's locked section started (`threading.Event()` in a miss):
+    # its finalizer asked for the lock this thread held, and the suite hung.
+    def dead_function():
+        f = tg.compile(lambda x: (x * 1.732).cos())
+        f(tg.ones(8))
+        f.cycle = f  # (collected only by a garbage collection)
+        return weakref.ref(f), f._cache
+
+    real_event = threading.Event
+    collected = []
+
+    def collecting_event():
+        gc.collect()
+        collected.append(function() is None)
+        return real_event()
+
+    other = tg.compile(lambda x: (x * 2.236).tan())
+    done = []
+    gc.disable()  # (the collection must come from inside the locked section, not before)
+    try:
+        function, user = dead_function()
+        assert function() is not None
+        worker = threading.Thread(target=lambda: done.append(other(tg.ones(8))), daemon=True)
+        monkeypatch.setattr(program_cache.threading, "Event", collecting_event)  # (after Thread())
+        worker.start()
+        worker.join(timeout=60)
+        monkeypatch.undo()
+    finally:
+        gc.enable()
+    assert collected and collected[0], "the function was not collected inside the locked section"
+    assert done, "the miss deadlocked on the cache's lock"
+    PROGRAMS.info()  # (the next call taking the lock releases what the finalizer left)
+    assert len(user) == 0 and user.bytes == 0

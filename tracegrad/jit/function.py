@@ -526,7 +526,7 @@ class CompiledFunction:
         self._cache = program_cache.PROGRAMS.user(
             self._graph_name, ("compile", self._builder, self._optimizes),
             DEFAULT_CACHE_SIZE if cache_size is None else int(cache_size), self._inspect.forget)
-        weakref.finalize(self, program_cache.PROGRAMS.release, self._cache)
+        weakref.finalize(self, program_cache.PROGRAMS.release_later, self._cache)
 
     @property
     def _programs(self) -> dict[tuple, Program]:

@@ -138,6 +138,10 @@ class ProgramCache:
     def __init__(self, capacity: int = CAPACITY):
         self.capacity = capacity
         self.lock = threading.Lock()
+        # Users a finalizer let go of, released by the next call that takes the lock: a
+        # finalizer must not take it, as it may run inside a locked section (an allocation
+        # there collects the garbage that held the user's last reference).
+        self._released: list[CacheUser] = []
         self._tables: dict[Hashable, _Table] = {}
         self._users: weakref.WeakSet[CacheUser] = weakref.WeakSet()
         self._clock = 0
@@ -151,12 +155,16 @@ class ProgramCache:
         """A new user of this cache that builds its programs by `recipe`."""
         user = CacheUser(self, name, recipe, budget, forget)
         with self.lock:
+            if self._released:
+                self._drain()
             self._users.add(user)
         return user
 
     def lookup(self, user: CacheUser, key: tuple) -> Any:
         """The program `user` holds for `key` (a hit, marked used), or MISSING."""
         with self.lock:
+            if self._released:
+                self._drain()
             recent = user.recent.get(len(key))
             if recent is not None and (recent[0] is key or recent[0] == key):
                 entry = recent[1]
@@ -202,6 +210,8 @@ class ProgramCache:
     def _obtain(self, user: CacheUser, key: tuple, build: Callable[[], Any]) -> tuple[_Entry, Any, float]:
         while True:
             with self.lock:
+                if self._released:
+                    self._drain()
                 table = self._tables.get(user.recipe)
                 if table is None:
                     table = self._tables[user.recipe] = _Table(user.recipe)
@@ -319,13 +329,36 @@ class ProgramCache:
     def release(self, user: CacheUser) -> None:
         """`user` lets go of every entry it holds (those no other user holds are dropped)."""
         with self.lock:
-            for entry in list(user.entries.values()):
-                self._let_go(user, entry)
-            user.recent.clear()
+            if self._released:
+                self._drain()
+            self._release(user)
+
+    def release_later(self, user: CacheUser) -> None:
+        """`release(user)` for a finalizer, which may run while this thread holds the lock:
+        now if the lock is free, else by the next call that takes it. Never waits."""
+        if not self.lock.acquire(blocking=False):
+            self._released.append(user)  # (a list append is atomic)
+            return
+        try:
+            self._drain()
+            self._release(user)
+        finally:
+            self.lock.release()
+
+    def _drain(self) -> None:
+        """Release the users a finalizer let go of. With the lock."""
+        while self._released:
+            self._release(self._released.pop())
+
+    def _release(self, user: CacheUser) -> None:
+        for entry in list(user.entries.values()):
+            self._let_go(user, entry)
+        user.recent.clear()
 
     def clear(self) -> None:
         """Drop every entry of every user (their statistics stay)."""
         with self.lock:
+            self._released.clear()  # (all their entries go below)
             for user in list(self._users):
                 for entry in list(user.entries.values()):
                     self._let_go(user, entry)
@@ -341,6 +374,8 @@ class ProgramCache:
 
     def info(self) -> ProgramCacheInfo:
         with self.lock:
+            if self._released:
+                self._drain()
             entries = [e for table in self._tables.values() for e in table.entries.values()]
             kernels = sum(getattr(e.program, "kernel_count", 0) for e in entries)
             return ProgramCacheInfo(len(entries), self.nbytes, kernels, self.builds, self.shared, self.evictions)
