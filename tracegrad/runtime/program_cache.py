@@ -162,9 +162,7 @@ class ProgramCache:
 
     def lookup(self, user: CacheUser, key: tuple) -> Any:
         """The program `user` holds for `key` (a hit, marked used), or MISSING."""
-        with self.lock:
-            if self._released:
-                self._drain()
+        with self.lock:  # (a hit: what a finalizer let go of waits for the next miss)
             recent = user.recent.get(len(key))
             if recent is not None and (recent[0] is key or recent[0] == key):
                 entry = recent[1]
