@@ -24,6 +24,8 @@ import ctypes.util
 import os
 import sys
 
+from tracegrad.runtime import block_cache
+
 M_TRIM_THRESHOLD = -1
 M_MMAP_MAX = -4
 TRIM_THRESHOLD_BYTES = 128 << 20
@@ -46,12 +48,16 @@ def tune_allocator() -> bool:
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     tuned = bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+    if tuned:
+        block_cache.install()
     return tuned
 
 
 def release_free_memory() -> None:
     """Hand the heap's free pages back to the OS now (glibc's `malloc_trim`), which the
-    tuning above otherwise keeps for reuse: after a cache was dropped (`cache_clear`)."""
+    tuning above otherwise keeps for reuse: after a cache was dropped (`cache_clear`). The
+    large blocks the block cache keeps go first."""
+    block_cache.clear()
     if not sys.platform.startswith("linux"):
         return
     try:
