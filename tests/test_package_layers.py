@@ -13,14 +13,15 @@ import tracegrad
 LAYERS = [
     ["ir"],                                          # the ground: imports nothing of tracegrad
     ["amp"],                                         # autocast/GradScaler (no-ops on the CPU)
-    ["grad_mode", "printing", "reference", "memory",   # per-thread mode, repr, switches,
+    ["grad_mode", "printing", "reference",           # per-thread mode, repr, switches,
      "device", "cuda", "accelerator", "backends"],   # devices (the CPU only)
     ["tensor"],
     ["creation", "serialization", "defaults", "testing"],
     ["random", "legacy"],                            # legacy: typed tensor classes, Size, as_tensor
     ["ops"],                                         # the primitive table, bind, the graph trace
     ["runtime"],                                     # disk cache, object loading, engine, threads, programs
-    ["codegen"],                                     # fusion, LLVM lowering, GEMM generator, kernel steps
+    ["codegen", "memory"],                           # fusion, LLVM lowering, GEMM generator, kernel
+                                                     # steps; malloc tuning and the block cache
     ["autograd"],
     ["functional"],
     ["distributed"],                                 # process group, collectives (over MPI)
