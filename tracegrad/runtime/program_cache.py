@@ -182,9 +182,16 @@ class ProgramCache:
             user.hits += 1
             self._clock += 1
             recent = user.recent.get(len(key))
-            entry = recent[1] if recent is not None and recent[0] is key else user.entries.get(key)
-            if entry is not None:
-                entry.last_use = self._clock
+            if recent is not None and recent[0] is key:
+                entry = recent[1]
+            else:
+                # Hashing a whole key costs microseconds: remembered by identity, the
+                # caller's next touch with the key it kept finds it without hashing.
+                entry = user.entries.get(key)
+                if entry is None:
+                    return
+                user.recent[len(key)] = (key, entry)
+            entry.last_use = self._clock
 
     def program(self, user: CacheUser, key: tuple, build: Callable[[], Any]) -> tuple[Any, float]:
         """The program for `key` after `lookup` missed (a miss of `user`): another user's,
