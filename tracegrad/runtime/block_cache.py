@@ -19,15 +19,16 @@ blocks). A freed block of at least MIN_BLOCK_BYTES is kept, under its real capac
 (`malloc_usable_size`: the size NumPy passes to `free` is not always the one allocated),
 in one of SLOTS slots; a request takes the smallest kept block that holds it and wastes at
 most an eighth of it. What is kept is bounded by a byte limit (`set_limit`; DEFAULT_LIMIT
-or `TRACEGRAD_BLOCK_CACHE_MB`): a free that would pass it evicts the oldest blocks first.
-A request that no kept block serves evicts kept blocks of at least its size, oldest first,
-before it allocates, so blocks of sizes no longer asked for are handed back to malloc
-(which reuses them) instead of adding to the process's memory. `clear` empties the cache,
-and so does every full garbage collection (`gc.collect()`, or the interpreter's own
-generation-2 collections, which are rare in a steady loop): CPython drops its own object
-free lists then too. Without it, the blocks of a phase that ended (a model's set-up, an
-evaluation, a float64 reference check in a benchmark) would stay resident with the blocks
-the loop reuses pinned above them: compiled W2's process kept 667 MiB instead of 145 MiB.
+or `TRACEGRAD_BLOCK_CACHE_MB`) and by SLOTS: a free that would pass either evicts the
+oldest blocks first. A miss evicts nothing: handing kept blocks back on a miss (to keep
+the process smaller) evicted the blocks the next requests wanted, a cascade in a step
+with many sizes (W8's compiled LSTM step: 37 hits of 120 requests against 100 without it;
+W7: 57 of 72 against 72; 64 slots were too few as well). `clear` empties the cache, and so
+does every full garbage collection (`gc.collect()`, or the interpreter's own generation-2
+collections: about one per 10 steps of W8): CPython drops its own object free lists then
+too. Without it, the blocks of a phase that ended (a model's set-up, an evaluation, a
+float64 reference check in a benchmark) would stay resident with the blocks the loop
+reuses pinned above them: compiled W2's process kept 667 MiB instead of 145 MiB.
 
 NumPy keeps the handler in a context variable: it is installed for the importing thread
 (and contexts copied from it); arrays remember the handler that allocated them, so one
@@ -52,7 +53,7 @@ from tracegrad.runtime.llvm_engine import compile_kernel_keyed
 
 MIN_BLOCK_BYTES = 128 << 10  # glibc's own default mmap threshold: below it, its bins serve well
 DEFAULT_LIMIT = 256 << 20
-SLOTS = 64
+SLOTS = 256
 NAME = b"tracegrad_block_cache"
 
 # The context: words of state, then SLOTS slots of (capacity, address, stamp); a capacity
@@ -205,26 +206,20 @@ class _Emitter:
             b.store(capacity, freed)
         return b.load(freed)
 
-    def evict_while(self, condition) -> None:
-        """Evict the oldest block while `condition(freed so far)` holds and blocks remain."""
+    def keep_at_most(self, limit) -> None:
+        """Evict the oldest blocks while more than `limit` bytes are kept (lock held)."""
         b = self.b
         head, body, done = self.block("evict"), self.block("evict_body"), self.block("evicted")
-        freed = self.variable(I64(0))
         b.branch(head)
         b.position_at_end(head)
-        b.cbranch(condition(b.load(freed)), body, done)
+        b.cbranch(b.icmp_unsigned(">", self.load(_CACHED), limit), body, done)
         b.position_at_end(body)
-        one = self.evict_oldest()
-        b.store(b.add(b.load(freed), one), freed)
-        b.cbranch(b.icmp_unsigned("==", one, I64(0)), done, head)
+        b.cbranch(b.icmp_unsigned("==", self.evict_oldest(), I64(0)), done, head)
         b.position_at_end(done)
 
-    def keep_at_most(self, limit) -> None:
-        self.evict_while(lambda _: self.b.icmp_unsigned(">", self.load(_CACHED), limit))
-
     def allocate(self, size, hit_then, miss_then) -> None:
-        """Take a kept block for `size` bytes (then `hit_then(block)`), or evict kept blocks
-        of at least that size and `miss_then()`; each returns from the function."""
+        """Take a kept block for `size` bytes (then `hit_then(block)`), or `miss_then()`;
+        each returns from the function."""
         b = self.b
         with b.if_then(b.icmp_unsigned("<", size, I64(MIN_BLOCK_BYTES))):
             miss_then()
@@ -233,7 +228,6 @@ class _Emitter:
         with b.if_then(b.icmp_unsigned("!=", block, ir.Constant(BYTES, None))):
             self.unlock()
             hit_then(block)
-        self.evict_while(lambda freed: b.icmp_unsigned("<", freed, size))
         self.unlock()
         miss_then()
 
@@ -357,7 +351,7 @@ def install() -> bool:
         source = kernel_key.generator_key()
         functions = {}
         for kind in _EXPORTS:
-            description = None if source is None else f"block_cache {kind} {source}"
+            description = None if source is None else f"block_cache {kind} {SLOTS} {source}"
             functions[kind], _, _ = compile_kernel_keyed(description, kind, lambda kind=kind: _build(kind))
         allocate.restype = ctypes.c_void_p
         allocate.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
