@@ -438,6 +438,27 @@ def test_an_empty_expanded_view_takes_a_write_with_grad_as_pytorch_eagerly_and_c
     np.testing.assert_allclose(grad.numpy(), 2 * h * 1.5 * (1 - h * h), rtol=1e-6)
 
 
+def test_an_empty_expanded_view_of_a_one_element_tensor_takes_a_write_compiled():
+    # Fuzz seed 51007948: `broadcast_to(i, (4, 0)).contiguous()` is the view itself (an empty
+    # tensor is contiguous) and `add_` wrote through it; the compiled call's write-back
+    # through the expand refused it as overlapping, where eager execution and PyTorch take it.
+    def program(i, a):
+        t = tg.broadcast_to(i, (4, 0)).contiguous()
+        t.add_(2)
+        return t, i * 1, tg.minimum(t, t), (a * a).sum()
+
+    i = tg.tensor([3])
+    a = tg.tensor([1.0, 2.0], requires_grad=True)
+    eager = program(i, a)
+    compiled = tg.compile(program)
+    for _ in range(3):
+        got = compiled(tg.tensor([3]), a)
+        for g, e in zip(got, eager):
+            assert g.shape == e.shape and g.dtype == e.dtype
+            np.testing.assert_array_equal(g.detach().numpy(), e.detach().numpy())
+    assert eager[1].tolist() == [3]
+
+
 EXPAND_WRITES = {
     # name: (shape the (2, 4) input is expanded to, in-place op on the expanded view)
     "same_shape_fill": ((2, 4), lambda v: v.fill_(1.5)),

@@ -143,6 +143,8 @@ OVERLAPPING_WRITE_MESSAGE = (
 
 
 def _expand_write_back(new, source, shape):
+    if 0 in new.shape:  # an empty view: nothing written, nothing repeated (PyTorch takes it)
+        return source
     if source.shape != new.shape:
         raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
     return new
