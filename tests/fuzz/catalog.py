@@ -28,9 +28,10 @@ def scalar_bits(value) -> tuple[int, int]:
     return (int(magnitude).bit_length(), frac)
 
 
-def guarded(var) -> str:
-    """`var` as the operand of a singular op: itself when exact, else kept >= 0.5."""
-    return var.name if var.exact else f"({var.name} * {var.name} + 0.5)"
+def guarded(var, always: bool = False) -> str:
+    """`var` as the operand of a singular op: itself when exact (unless `always`), else
+    kept >= 0.5."""
+    return var.name if var.exact and not always else f"({var.name} * {var.name} + 0.5)"
 
 
 def make_inputs(b) -> None:
@@ -134,7 +135,10 @@ def binary(b) -> bool:
     dtype = promote_tensors(a, other)
     requires_grad = a.requires_grad or other.requires_grad
     if op == "/":
-        line, bits = f"{a.name} / {guarded(other)}", None
+        # An exact denominator may be exactly 0: the same inf or NaN on every side when the
+        # numerator is exact too, but an inexact one's rounding turns 0 into -inf or NaN
+        # (fuzz seed 53004430: kl_div's 0 as -1.5e-8 eagerly, 0.0 compiled, over 0).
+        line, bits = f"{a.name} / {guarded(other) if a.exact else guarded(other, always=True)}", None
         dtype = dtype if dtype in FLOATS else "float32"
     elif op in ("maximum", "minimum"):
         line, bits = f"torch.{op}({a.name}, {other.name})", add_bits(a.bits, other.bits)
