@@ -318,6 +318,15 @@ _CAPSULE_NAME = b"mem_handler"
 _TRIM_SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)
 
 
+# The capsule functions with prototypes of their own (setting argtypes on
+# `ctypes.pythonapi`'s would change them for every other user in the process).
+_capsule_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi))
+
+
 def _array_api(index: int) -> int:
     """The address of NumPy's C API function number `index` (numpy_api.py's numbering)."""
     try:
@@ -325,12 +334,7 @@ def _array_api(index: int) -> int:
     except ImportError:  # NumPy 1.x
         from numpy.core import _multiarray_umath as multiarray
     capsule = multiarray._ARRAY_API
-    api = ctypes.pythonapi
-    api.PyCapsule_GetName.restype = ctypes.c_char_p
-    api.PyCapsule_GetName.argtypes = [ctypes.py_object]
-    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    table = api.PyCapsule_GetPointer(capsule, api.PyCapsule_GetName(capsule))
+    table = _capsule_pointer(capsule, _capsule_name(capsule))
     return ctypes.c_void_p.from_address(table + index * ctypes.sizeof(ctypes.c_void_p)).value
 
 
@@ -373,12 +377,7 @@ def install() -> bool:
         words = np.ctypeslib.as_array((ctypes.c_int64 * _WORDS).from_address(context))
         get_handler = ctypes.PYFUNCTYPE(ctypes.py_object)(_array_api(_GET_HANDLER))
         set_handler = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object)(_array_api(_SET_HANDLER))
-        api = ctypes.pythonapi
-        api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-        api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-        api.PyCapsule_New.restype = ctypes.py_object
-        api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-        previous = _Handler.from_address(api.PyCapsule_GetPointer(get_handler(), _CAPSULE_NAME)).allocator
+        previous = _Handler.from_address(_capsule_pointer(get_handler(), _CAPSULE_NAME)).allocator
         words[_LIMIT] = _limit_from_environment()
         words[_PREVIOUS_CONTEXT] = previous.context or 0
         words[_PREVIOUS_MALLOC], words[_PREVIOUS_CALLOC] = previous.malloc, previous.calloc
@@ -389,7 +388,7 @@ def install() -> bool:
         handler.name, handler.version = NAME, 1
         handler.allocator = _Allocator(context, functions["malloc"], functions["calloc"],
                                        functions["realloc"], functions["free"])
-        set_handler(api.PyCapsule_New(handler_memory, _CAPSULE_NAME, None))
+        set_handler(_capsule_new(handler_memory, _CAPSULE_NAME, None))
         _words, _trim = words, _TRIM_SIGNATURE(functions["trim"])
         gc.callbacks.append(_after_collection)
         return _handler_name() == NAME.decode()
