@@ -1,19 +1,23 @@
 """2-D convolution and pooling as composites: `conv2d`, `max_pool2d`, `avg_pool2d`.
 
-All three read the input through the same window view: zero padding is a `pad_slice`
-(the transpose of slice), and each of the k*k kernel offsets is one strided `slice` of the
-padded input. Convolution stacks those slices into im2col columns and contracts them with
-the weight in one matmul; average pooling adds the slices (one fused elementwise loop when
-compiled); max pooling stacks them and takes `max(dim=-1)`, so the gradient goes to the
-first maximum of each window, as PyTorch's does. No gradient code lives here: the
-backward is the primitives' rules (slice -> pad_slice, concat -> slice, ...).
+All three read the input's windows with one primitive, `ops.window.im2col`, after zero
+padding (a `pad_slice`, the transpose of slice). Convolution takes the windows of the
+channels-last input as one matrix (a row per output position) and contracts it with the
+weight in one matmul; pooling takes each channel as an image of its own and reduces its
+flattened windows: a sum for average pooling, `max(dim=-1)` for max pooling, so the
+gradient goes to the first maximum of each window, as PyTorch's does. No gradient code
+lives here: the backward is the primitives' rules (im2col -> col2im, the sum of
+overlapping windows, in one pass).
 """
 
 from __future__ import annotations
 
+import math
+
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops import movement as mv
+from tracegrad.ops import window
 from tracegrad.tensor import Tensor
 from tracegrad.functional import arith, reduce
 from tracegrad.functional.linalg import matmul
@@ -73,27 +77,6 @@ def _output_size(name, size, kernel, stride, dilation) -> int:
     return out
 
 
-def _windows(name: str, x: Tensor, kernel, stride, dilation) -> tuple[list[Tensor], tuple[int, int]]:
-    """The k*k strided slices of a padded x (..., H, W), one per kernel offset in row-major
-    order; each has the output's spatial shape (..., OH, OW)."""
-    *lead, height, width = x.shape
-    out_h = _output_size(name, height, kernel[0], stride[0], dilation[0])
-    out_w = _output_size(name, width, kernel[1], stride[1], dilation[1])
-    slices = []
-    for i in range(kernel[0]):
-        for j in range(kernel[1]):
-            top, left = i * dilation[0], j * dilation[1]
-            starts = (0,) * len(lead) + (top, left)
-            stops = tuple(lead) + (top + stride[0] * (out_h - 1) + 1, left + stride[1] * (out_w - 1) + 1)
-            slices.append(mv.slice_(x, starts, stops, (1,) * len(lead) + stride))
-    return slices, (out_h, out_w)
-
-
-def _stack_last(tensors: list[Tensor]) -> Tensor:
-    expanded = [mv.reshape(t, t.shape + (1,)) for t in tensors]
-    return expanded[0] if len(expanded) == 1 else mv.concat(expanded, len(expanded[0].shape) - 1)
-
-
 def _check_4d(name: str, input: Tensor) -> None:
     if input.ndim != 4:
         raise RuntimeError(f"{name}: expected a 4-D input (N, C, H, W), got {list(input.shape)} "
@@ -123,19 +106,21 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: In
     x, w = ew.convert(input, dtype), ew.convert(weight, dtype)
     kernel = (kernel_h, kernel_w)
     x = _pad(x, _padding("conv2d", padding, kernel, dilation, stride))
-    slices, (out_h, out_w) = _windows("conv2d", x, kernel, stride, dilation)
-    offsets = kernel_h * kernel_w
-    # Each offset's slice goes channels-last before stacking, so the stack is already the
-    # contiguous im2col matrix: rows (N, OH, OW), columns (C, kh*kw) in the weight's layout.
-    columns = _stack_last([mv.permute(s, (0, 2, 3, 1)) for s in slices])  # (N, OH, OW, C, K)
-    rows = batch * out_h * out_w
+    out_h = _output_size("conv2d", x.shape[2], kernel_h, stride[0], dilation[0])
+    out_w = _output_size("conv2d", x.shape[3], kernel_w, stride[1], dilation[1])
+    # im2col works channels-last: each output position's windows are one contiguous row
+    # (kh, kw, C) of the matrix, read by one GEMM against the weight in the same order.
+    columns = window.im2col(mv.permute(x, (0, 2, 3, 1)), kernel, stride, dilation)  # (N, OH, OW, kh, kw, C)
+    rows, offsets = batch * out_h * out_w, kernel_h * kernel_w
+    kernel_matrix = mv.permute(w, (0, 2, 3, 1))  # (O, kh, kw, C/groups)
     if groups == 1:
-        columns = mv.reshape(columns, (rows, channels * offsets))
-        kernel_matrix = mv.reshape(w, (out_channels, channels * offsets))
+        columns = mv.reshape(columns, (rows, offsets * channels))
+        kernel_matrix = mv.reshape(kernel_matrix, (out_channels, offsets * channels))
         out = matmul(columns, mv.permute(kernel_matrix, (1, 0)))  # (N*OH*OW, O)
     else:
-        columns = mv.permute(mv.reshape(columns, (rows, groups, group_channels * offsets)), (1, 0, 2))
-        kernel_matrix = mv.reshape(w, (groups, out_channels // groups, group_channels * offsets))
+        columns = mv.reshape(columns, (rows, offsets, groups, group_channels))
+        columns = mv.reshape(mv.permute(columns, (2, 0, 1, 3)), (groups, rows, offsets * group_channels))
+        kernel_matrix = mv.reshape(kernel_matrix, (groups, out_channels // groups, offsets * group_channels))
         out = matmul(columns, mv.permute(kernel_matrix, (0, 2, 1)))  # (groups, rows, O/groups)
         out = mv.reshape(mv.permute(out, (1, 0, 2)), (rows, out_channels))
     out = mv.permute(mv.reshape(out, (batch, out_h, out_w, out_channels)), (0, 3, 1, 2))
@@ -169,6 +154,17 @@ def _check_pool_input(name: str, input: Tensor, ceil_mode: bool) -> None:
         raise NotImplementedError(f"{name}: ceil_mode=True is not supported")
 
 
+def _pool_windows(name: str, x: Tensor, kernel, stride, dilation) -> Tensor:
+    """The windows of a padded x (..., H, W), each flattened: (..., OH, OW, kh*kw). Every
+    channel is an image of one channel to `window.im2col`."""
+    *lead, height, width = x.shape
+    out_h = _output_size(name, height, kernel[0], stride[0], dilation[0])
+    out_w = _output_size(name, width, kernel[1], stride[1], dilation[1])
+    images = mv.reshape(x, (math.prod(lead), height, width, 1))
+    windows = window.im2col(images, kernel, stride, dilation)  # (images, OH, OW, kh, kw, 1)
+    return mv.reshape(windows, (*lead, out_h, out_w, kernel[0] * kernel[1]))
+
+
 def max_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None,
                padding: IntOrPair = 0, dilation: IntOrPair = 1, ceil_mode: bool = False,
                return_indices: bool = False) -> Tensor:
@@ -178,10 +174,10 @@ def max_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None =
         raise NotImplementedError("max_pool2d: return_indices=True is not supported")
     kernel, stride, padding, dilation = _pool_args("max_pool2d", kernel_size, stride, padding, dilation)
     x = _pad(input, padding, value=float("-inf"))
-    slices, _ = _windows("max_pool2d", x, kernel, stride, dilation)
-    if len(slices) == 1:
-        return ew.copy(slices[0])
-    return reduce.max(_stack_last(slices), dim=-1).values
+    windows = _pool_windows("max_pool2d", x, kernel, stride, dilation)
+    if windows.shape[-1] == 1:
+        return ew.copy(mv.reshape(windows, windows.shape[:-1]))
+    return reduce.max(windows, dim=-1).values
 
 
 def avg_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None,
@@ -193,18 +189,12 @@ def avg_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None =
         raise RuntimeError(f"avg_pool2d: expected a floating point input, got {input.dtype.name}")
     kernel, stride, padding, dilation = _pool_args("avg_pool2d", kernel_size, stride, padding)
     x = _pad(input, padding)
-    slices, _ = _windows("avg_pool2d", x, kernel, stride, dilation)
-    total = slices[0]
-    for window in slices[1:]:
-        total = ew.add(total, window)
+    total = reduce.sum(_pool_windows("avg_pool2d", x, kernel, stride, dilation), dim=-1)
     if divisor_override is not None:
         return ew.div(total, ew.full_like(total, float(divisor_override)))
     if count_include_pad or padding == ((0, 0), (0, 0)):
         return ew.div(total, ew.full_like(total, float(kernel[0] * kernel[1])))
     # The number of real (unpadded) elements in each window: the same pooling of ones.
-    ones = _pad(ew.full(input.shape[-2:], 1.0, input.dtype), padding)
-    count_slices, _ = _windows("avg_pool2d", ones, kernel, stride, dilation)
-    count = count_slices[0]
-    for window in count_slices[1:]:
-        count = ew.add(count, window)
-    return ew.div(total, mv.expand(mv.reshape(count, (1,) * (total.ndim - 2) + count.shape), total.shape))
+    ones = _pad(ew.full((1, 1) + input.shape[-2:], 1.0, input.dtype), padding)
+    count = reduce.sum(_pool_windows("avg_pool2d", ones, kernel, stride, dilation), dim=-1)
+    return ew.div(total, mv.expand(mv.reshape(count, (1,) * (total.ndim - 2) + count.shape[-2:]), total.shape))

@@ -18,7 +18,8 @@ from tracegrad.ops import elementwise as ew
 from tracegrad.ops import indexing
 from tracegrad.ops import movement as mv
 from tracegrad.tensor import Tensor
-from tracegrad.functional.conv import _pad, _pair, _windows
+from tracegrad.ops import window
+from tracegrad.functional.conv import _pad, _pair
 
 _LINEAR_MODES = {"linear": 3, "bilinear": 4, "trilinear": 5}
 
@@ -185,11 +186,14 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
                            "non-negative")
     _blocks("unfold", input.shape[-2:], kernel, dilation, padding, stride)
     x = _pad(input, tuple((p, p) for p in padding))
-    slices, (out_h, out_w) = _windows("unfold", x, kernel, stride, dilation)
-    lead = input.shape[:-2]  # (N, C) or (C,)
-    stacked = mv.concat([mv.reshape(s, (*lead, 1, out_h, out_w)) for s in slices], len(lead)) \
-        if len(slices) > 1 else mv.reshape(slices[0], (*lead, 1, out_h, out_w))
-    return mv.reshape(stacked, (*lead[:-1], lead[-1] * len(slices), out_h * out_w))
+    *lead, height, width = x.shape  # lead: (N, C) or (C,)
+    channels, offsets = lead[-1], kernel[0] * kernel[1]
+    images = mv.reshape(x, (math.prod(lead), height, width, 1))
+    windows = window.im2col(images, kernel, stride, dilation)  # (N*C, OH, OW, kh, kw, 1)
+    length = windows.shape[1] * windows.shape[2]
+    windows = mv.reshape(windows, (*lead, length, offsets))
+    columns = mv.permute(windows, tuple(range(len(lead))) + (len(lead) + 1, len(lead)))  # (..., C, K, L)
+    return mv.reshape(columns, (*lead[:-1], channels * offsets, length))
 
 
 def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
@@ -216,19 +220,10 @@ def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=
     lead = input.shape[:-2]
     channels = rows // offsets
     columns = mv.reshape(input, (*lead, channels, offsets, *blocks))
+    columns = mv.permute(columns, tuple(range(len(lead) + 1)) + (len(lead) + 2, len(lead) + 3, len(lead) + 1))
+    columns = mv.reshape(columns, (math.prod(lead) * channels, *blocks, *kernel, 1))  # (N*C, OH, OW, kh, kw, 1)
     padded = tuple(n + 2 * p for n, p in zip(output_size, padding))
-    total = None
-    for index in range(offsets):
-        i, j = divmod(index, kernel[1])
-        starts = (0,) * (len(lead) + 1) + (i * dilation[0], j * dilation[1])
-        stops = (*lead, channels, starts[-2] + stride[0] * (blocks[0] - 1) + 1,
-                 starts[-1] + stride[1] * (blocks[1] - 1) + 1)
-        begin, end = [0] * columns.ndim, list(columns.shape)
-        begin[len(lead) + 1], end[len(lead) + 1] = index, index + 1
-        piece = mv.reshape(mv.slice_(columns, begin, end, [1] * columns.ndim), (*lead, channels, *blocks))
-        placed = mv.pad_slice(piece, (*lead, channels, *padded), starts, stops,
-                              (1,) * (len(lead) + 1) + stride)
-        total = placed if total is None else ew.add(total, placed)
+    total = mv.reshape(window.col2im(columns, padded, kernel, stride, dilation), (*lead, channels, *padded))
     if padding == (0, 0):
         return total
     starts = (0,) * (len(lead) + 1) + padding
