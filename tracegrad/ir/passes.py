@@ -7,8 +7,10 @@ of several outputs, or None), `rewrite(inputs,
 attrs, uses)` (returning new nodes whose last output equals the result, or None; `uses`
 counts a value's readers, so a rewrite can avoid duplicating work) and `constant(attrs)`
 (the scalar a constant node holds). Folding evaluates an elementwise op whose inputs are
-all constants with the op's own NumPy implementation. Rewrites are exact in IEEE
+all constants with the op's own NumPy implementation. Simplifications are exact in IEEE
 arithmetic (x*1, x-0, x/1, neg(neg(x)), view-of-view); x+0 is not (it turns -0 into +0).
+Rewrites are too, but one: a sum of thin products made one product (`ops/linalg.py`) is
+rounded as that product sums over K, as a GEMM's blocking of K rounds anyway.
 """
 
 from __future__ import annotations

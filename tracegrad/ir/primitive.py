@@ -114,6 +114,18 @@ class Primitive:
         self.effect = effect
         REGISTRY[name] = self
 
+    def add_rewrite(self, rule: Callable) -> None:
+        """Give the op one more `rewrite` rule, defined beside the primitives it reads (`add`
+        has one per kind of sum it restructures); rules are tried in the order added."""
+        first = self.rewrite
+        if first is None:
+            self.rewrite = rule
+            return
+
+        def either(inputs, attrs, uses):
+            return first(inputs, attrs, uses) or rule(inputs, attrs, uses)
+        self.rewrite = either
+
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
 

@@ -1,4 +1,5 @@
-"""The matmul primitive: batched matrix product of operands with equal batch dims.
+"""The matmul primitive: batched matrix product of operands with equal batch dims, and
+the rewrite of a sum of thin products into one product.
 
 `tracegrad.functional.matmul` handles 1-D operands and batch broadcasting.
 """
@@ -7,9 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracegrad.ir.graph import Node, Value
 from tracegrad.ir.types import TensorType
+from tracegrad.ops import elementwise
 from tracegrad.ops.dispatch import bind
-from tracegrad.ops.movement import permute
+from tracegrad.ops.movement import CONCAT, PERMUTE, _concat_rule, _permute_rule, permute
 from tracegrad.ir.primitive import MATMUL, Primitive
 
 
@@ -55,3 +58,82 @@ MATMUL_PRIM = Primitive("matmul", shape_rule=_matmul_rule, impl=_matmul_impl, ki
 
 def matmul(a, b):
     return bind(MATMUL_PRIM, (a, b))
+
+
+def _transposed(value: Value) -> tuple[Value, bool]:
+    """(source, True) for a 2-D transpose `permute(source, (1, 0))`, else (value, False)."""
+    node = value.node
+    if node is not None and node.op is PERMUTE and tuple(node.attrs["perm"]) == (1, 0):
+        return node.inputs[0], True
+    return value, False
+
+
+def _pieces(operand: Value, k_axis: int, uses) -> list[tuple[Value, bool]]:
+    """An operand of a product as pieces along its K axis (1 for the left operand, 0 for
+    the right), each as `_transposed` gives it: a concat along K read only by the
+    product (one made by `_sum_of_products`, or the user's) gives its pieces."""
+    source, transposed = _transposed(operand)
+    node = source.node
+    axis = 1 - k_axis if transposed else k_axis
+    if (node is not None and node.op is CONCAT and node.attrs["axis"] == axis and uses(source) <= 1
+            and (not transposed or uses(operand) <= 1)):
+        return [(piece, True) for piece in node.inputs] if transposed else [_transposed(p) for p in node.inputs]
+    return [(source, transposed)]
+
+
+def _joined(pieces: list[tuple[Value, bool]], k_axis: int, location, new_nodes: list) -> Value:
+    """The operand made of `pieces` along K: the transposes' sources concatenated and the
+    result transposed when every piece is a transpose (NumPy's BLAS and the generated
+    GEMM read a transposed operand in place), else the pieces themselves."""
+    def node(op, inputs, attrs, rule):
+        made = Node(op, tuple(inputs), attrs, rule(*(v.type for v in inputs), **attrs), location)
+        new_nodes.append(made)
+        return made.output(0)
+
+    def transpose(value):
+        return node(PERMUTE, [value], {"perm": (1, 0)}, _permute_rule)
+
+    if all(transposed for _, transposed in pieces):
+        sources = [value for value, _ in pieces]
+        joined = sources[0] if len(sources) == 1 else node(CONCAT, sources, {"axis": 1 - k_axis}, _concat_rule)
+        return transpose(joined)
+    values = [transpose(value) if transposed else value for value, transposed in pieces]
+    return node(CONCAT, values, {"axis": k_axis}, _concat_rule)
+
+
+def _sum_of_products(inputs, attrs, uses):
+    """a1 @ b1 + a2 @ b2 -> [a1 a2] @ [b1; b2] for 2-D products whose K is small against M
+    and N (K * (M + N) <= M * N: copying the operands moves less than adding the
+    products), each read only by the sum. A weight's gradient in a loop over time (an
+    RNN's recurrent weight: one thin product per step) then becomes one GEMM over every
+    step's K instead of a product per step and a sum of full-size matrices; a chain of
+    such sums folds into one product (a term that is such a product gives its pieces).
+    Equal in exact arithmetic; rounded as one GEMM's sum over K, which any GEMM orders
+    its own way (blocks of K) already."""
+    left, right = inputs
+    terms = []
+    for term in (left, right):
+        node = term.node
+        if node is None or node.op is not MATMUL_PRIM or term.type.ndim != 2 or uses(term) > 1:
+            return None
+        terms.append(node)
+    rows, columns = left.type.shape
+    if rows == 0 or columns == 0:
+        return None
+    a_pieces, b_pieces = [], []
+    for node in terms:
+        a_pieces += _pieces(node.inputs[0], 1, uses)
+        b_pieces += _pieces(node.inputs[1], 0, uses)
+    for value, transposed in a_pieces:
+        depth = value.type.shape[0 if transposed else 1]
+        if depth * (rows + columns) > rows * columns:
+            return None
+    location = terms[0].location
+    new_nodes: list[Node] = []
+    a = _joined(a_pieces, 1, location, new_nodes)
+    b = _joined(b_pieces, 0, location, new_nodes)
+    new_nodes.append(Node(MATMUL_PRIM, (a, b), {}, _matmul_rule(a.type, b.type), location))
+    return new_nodes
+
+
+elementwise.ADD.add_rewrite(_sum_of_products)  # (defined here, beside the matmul it reads)

@@ -362,7 +362,7 @@ def _zeros(typ: TensorType, axis: int, size: int, new_nodes: list, location):
     return zero.output(0)
 
 
-elementwise.ADD.rewrite = _sum_of_pad_slices  # (defined here, beside the primitives it reads)
+elementwise.ADD.add_rewrite(_sum_of_pad_slices)  # (defined here, beside the primitives it reads)
 
 
 def reshape(x, shape):
