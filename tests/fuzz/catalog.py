@@ -351,7 +351,7 @@ OPS = [
     (_lazy("catalog_shape", "convert"), 3),
     (_lazy("catalog_nn", "softmax"), 4), (_lazy("catalog_nn", "layer_norm"), 3),
     (_lazy("catalog_nn", "cross_entropy"), 3), (_lazy("catalog_nn", "mse_loss"), 1),
-    (_lazy("catalog_nn", "linear"), 2), (_lazy("catalog_nn", "creation"), 2),
+    (_lazy("catalog_nn", "linear"), 2), (_lazy("catalog_nn", "recurrence"), 2), (_lazy("catalog_nn", "creation"), 2),
     (_lazy("catalog_autograd", "inplace"), 8), (_lazy("catalog_autograd", "setitem"), 4),
     (_lazy("catalog_autograd", "detach_clone"), 3), (_lazy("catalog_autograd", "no_grad_block"), 2),
     (_lazy("catalog_autograd", "requires_grad_argument"), 2), (_lazy("catalog_autograd", "custom_function"), 3),

@@ -1,6 +1,6 @@
 """Neural-network functions and tensor creation for the op catalogue (`catalog.py`):
-softmax/log_softmax, layer_norm, cross_entropy, mse_loss, linear, and constants made inside
-the program. Weights these need are new arguments of the right shape."""
+softmax/log_softmax, layer_norm, cross_entropy, mse_loss, linear, a recurrent cell unrolled
+over a few steps, and constants made inside the program. Weights these need are new arguments of the right shape."""
 
 from __future__ import annotations
 
@@ -105,6 +105,27 @@ def linear(b) -> bool:
     b.emit(f"{out.name} = {F}.linear({', '.join(args)})", "linear", out)
     if x.ndim == 1:
         b.internal_views.add(out.name)
+    return True
+
+
+def recurrence(b) -> bool:
+    """h <- tanh(h @ W^T + x_t @ U^T) over 2-4 steps (an RNN cell written out, unrolled):
+    each weight's gradient is a sum of one thin product per step, which compiled code
+    joins into one product (`ops/linalg.py`)."""
+    h = b.pick(lambda v: v.static and v.is_float and v.ndim == 2 and 0 not in v.shape)
+    if h is None:
+        return False
+    batch, n = h.shape
+    steps, m = b.rng.randint(2, 4), b.rng.randint(1, 4)
+    w = b.float_input((n, n), dtype=h.dtype, layout="plain" if b.chance(0.7) else None)
+    u = b.float_input((n, m), dtype=h.dtype, layout="plain" if b.chance(0.7) else None)
+    xs = b.float_input((steps, batch, m), dtype=h.dtype)
+    state = h.name
+    for t in range(steps):
+        state = f"torch.tanh({state} @ {w.name}.t() + {xs.name}[{t}] @ {u.name}.t())"
+    requires_grad = h.requires_grad or w.requires_grad or u.requires_grad or xs.requires_grad
+    out = b.result((batch, n), h.dtype, requires_grad, None)
+    b.emit(f"{out.name} = {state}", "recurrence", out)
     return True
 
 
