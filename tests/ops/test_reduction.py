@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+from tracegrad.ops import reduction
 from tracegrad.autograd.gradcheck import gradcheck, gradgradcheck
 
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
@@ -225,6 +226,51 @@ def test_argmax_and_argmin_return_int64_matching_numpy(op, dim):
 def test_argmax_keepdim_keeps_the_axis():
     out = tg.tensor(np.random.standard_normal((3, 4))).argmax(1, keepdim=True)
     assert out.shape == (3, 1)
+
+
+
+def _ties_and_nans():
+    data = np.random.default_rng(3).integers(-2, 3, (5, 6, 4)).astype(np.float32)
+    data[0, 0, 2] = np.nan
+    data[1, 2, :] = np.nan  # (a row of NaNs: the first)
+    data[2, 3, :2] = (0.0, -0.0)  # (equal: the first)
+    return data
+
+
+def _compiled_program_steps(compiled):
+    return next(iter(compiled._programs.values()))._describe()[1]
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("dim, keepdim", [(0, False), (1, True), (2, False), (-1, True)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.bool_])
+def test_compiled_argmax_and_argmin_over_short_axes_run_in_a_kernel_and_equal_numpys(op, dim, keepdim, dtype):
+    data = _ties_and_nans()
+    data = np.nan_to_num(data).astype(dtype) if dtype in (np.int64, np.bool_) else data.astype(dtype)
+    compiled = tg.compile(lambda t: getattr(t.permute(1, 0, 2), op)(dim, keepdim=keepdim))
+    out = compiled(tg.from_numpy(data))
+    want = getattr(np, op)(data.transpose(1, 0, 2), axis=dim)
+    np.testing.assert_array_equal(out.numpy(), np.expand_dims(want, dim) if keepdim else want)
+    assert [kind for kind, _ in _compiled_program_steps(compiled)] == ["llvm"]
+
+
+def test_compiled_argmax_over_a_long_axis_runs_as_numpy():
+    data = np.random.default_rng(4).standard_normal((3, reduction.MAX_UNROLLED_ARG + 1))
+    compiled = tg.compile(lambda t: t.argmax(1))
+    np.testing.assert_array_equal(compiled(tg.from_numpy(data)).numpy(), data.argmax(1))
+    assert ("numpy", "argmax") in _compiled_program_steps(compiled)
+
+
+def test_compiled_max_along_a_short_axis_sends_the_gradient_to_the_first_maximum():
+    data = np.array([[1.0, 3.0, 3.0, 0.0], [np.nan, 2.0, np.nan, 5.0], [-1.0, -1.0, -1.0, -1.0]])
+
+    def step(x):
+        values, indices = x.max(1)
+        return values, indices, tg.autograd.grad((values * tg.tensor([1.0, 2.0, 3.0])).nansum(), [x])[0]
+
+    x = tg.from_numpy(data).requires_grad_()
+    for got, want in zip(tg.compile(step)(x), step(x)):
+        np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
 
 
 # --- var / std -----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from tracegrad.ir import types
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops.dispatch import bind
-from tracegrad.ir.primitive import REDUCTION, Primitive, Reduction
+from tracegrad.ir.primitive import OTHER, REDUCTION, Primitive, Reduction
 
 
 def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdim: bool) -> tuple[int, ...]:
@@ -122,8 +122,43 @@ def _arg_impl(fn):
     return impl
 
 
-ARGMAX = Primitive("argmax", shape_rule=_arg_rule("argmax"), impl=_arg_impl(np.argmax), kind=REDUCTION)
-ARGMIN = Primitive("argmin", shape_rule=_arg_rule("argmin"), impl=_arg_impl(np.argmin), kind=REDUCTION)
+# Compiled, an argmax/argmin over an axis of at most this many entries is one expression
+# per result (the entries compared in turn); over a longer one it runs as NumPy.
+MAX_UNROLLED_ARG = 16
+
+
+def _arg_lower(op: str):
+    """The index of the first entry that is `op` (> for argmax, < for argmin) every other,
+    NaN counting as beyond every number (NumPy's: the first NaN wins)."""
+    def lower(b, read, index, in_types, out_type, axis, keepdim):
+        position = list(index)
+        if not keepdim:
+            position.insert(axis, None)
+        floating = in_types[0].dtype.is_floating
+        position[axis] = b.index_const(0)
+        best, best_index = read(0, position), b.index_const(0)
+        for k in range(1, in_types[0].shape[axis]):
+            position[axis] = b.index_const(k)
+            value = read(0, position)
+            better = b.compare(op, value, best)
+            if floating:
+                better = b.ir.or_(better, b.ir.and_(b.is_nan(value), b.ir.not_(b.is_nan(best))))
+            best_index = b.select(better, b.index_const(k), best_index)
+            best = b.select(better, value, best)
+        return best_index
+    return lower
+
+
+def _arg_lowers(node) -> bool:
+    return 0 < node.inputs[0].type.shape[node.attrs["axis"]] <= MAX_UNROLLED_ARG
+
+
+# (Kind OTHER, not REDUCTION: compiled, each result is an expression of its own index,
+# `lower_indexed`, not a fold of a reduction loop.)
+ARGMAX = Primitive("argmax", shape_rule=_arg_rule("argmax"), impl=_arg_impl(np.argmax), kind=OTHER,
+                   lower_indexed=_arg_lower(">"), lowers=_arg_lowers)
+ARGMIN = Primitive("argmin", shape_rule=_arg_rule("argmin"), impl=_arg_impl(np.argmin), kind=OTHER,
+                   lower_indexed=_arg_lower("<"), lowers=_arg_lowers)
 
 
 def sum_(x, axes, keepdim=False):
