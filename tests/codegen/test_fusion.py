@@ -123,3 +123,23 @@ def test_transposed_graph_output_is_written_by_the_kernel_in_its_own_layout():
     (step,) = plan(graph)
     assert isinstance(step, FusedKernel)
     assert step.results == graph.outputs
+
+
+def _input_gradient_of_a_convolution(pre_activation, columns):
+    # A convolution's input gradient: col2im sums the windows' entries channels-last; the
+    # program goes on channels-first (the ReLU before the convolution).
+    image = tg.ops.window.col2im(columns, (6, 5), (3, 3), (1, 1), (1, 1)).permute(0, 3, 1, 2)
+    return _relu_backward(pre_activation, image)
+
+
+def test_col2im_read_channels_first_is_summed_in_its_own_layout_first():
+    program = _check_equal_to_eager(_input_gradient_of_a_convolution, _tensor(2, 4, 6, 5), _tensor(2, 4, 3, 3, 3, 4))
+    assert _kernel_result_shapes(program) == [(2, 6, 5, 4), (2, 4, 6, 5)]
+    assert "col2im" in program.steps[0].label and "col2im" not in program.steps[1].label
+
+
+def test_col2im_read_in_its_own_layout_is_summed_where_it_is_read():
+    def fn(pre_activation, columns):
+        return _relu_backward(pre_activation, tg.ops.window.col2im(columns, (6, 5), (3, 3), (1, 1), (1, 1)))
+    program = _check_equal_to_eager(fn, _tensor(2, 6, 5, 4), _tensor(2, 4, 3, 3, 3, 4))
+    assert _kernel_result_shapes(program) == [(2, 6, 5, 4)]

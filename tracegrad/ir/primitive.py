@@ -28,7 +28,8 @@ class Primitive:
     __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output", "saved_for", "saves_by_needs",
                  "kind", "num_outputs", "backward_name", "lower", "index_map", "reduction",
                  "simplify", "rewrite", "constant", "aligned", "lower_indexed", "lowers",
-                 "index_checks", "view_strides", "view_may_copy", "write_back", "api", "effect", "__dict__")
+                 "index_checks", "view_strides", "view_may_copy", "write_back", "api", "effect", "carried_dim",
+                 "__dict__")
 
     # False for a custom Function's primitive (its backward is user code, its node holds the
     # call's ctx): never cached or replayed. (A class default: read per node per backward.)
@@ -44,7 +45,8 @@ class Primitive:
                  rewrite: Callable | None = None, constant: Callable | None = None, aligned: Callable | None = None,
                  lower_indexed: Callable | None = None, lowers: Callable | None = None,
                  index_checks: Callable | None = None, view_strides: Callable | None = None,
-                 view_may_copy: bool = False, write_back: Callable | None = None, effect: bool = False):
+                 view_may_copy: bool = False, write_back: Callable | None = None, effect: bool = False,
+                 carried_dim: Callable | None = None):
         if name in REGISTRY:
             raise ValueError(f"primitive {name!r} is defined twice")
         self.name = name
@@ -89,6 +91,12 @@ class Primitive:
         self.lower_indexed = lower_indexed
         self.lowers = lowers
         self.index_checks = index_checks
+        # Layout (codegen.fusion): `carried_dim(in_type, out_type, dim, **attrs)` of an op
+        # of one input read at other elements than the current one (a view, im2col): the
+        # dim of its result along which its input's dim `dim` advances one element per
+        # step, or None. The fusion planner reads it to keep an expensive indexed result
+        # from being computed in a transposed order.
+        self.carried_dim = carried_dim
         # A movement op eager execution runs as a NumPy view: `view_strides(in_type,
         # in_strides, **attrs)` gives the view's strides in elements, or None where NumPy
         # copies (ops.layout tells a traced tensor's layout from it).

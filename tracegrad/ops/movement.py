@@ -47,6 +47,14 @@ def _unit_reshape_map(source, target):
     return [next(wide) if n != 1 else None for n in source]
 
 
+def _reshape_carried_dim(x: TensorType, out: TensorType, dim: int) -> int | None:
+    """A reshape keeps row-major order: the source's last dim advances with the result's
+    last dim of more than one element."""
+    if dim != x.ndim - 1 or x.shape[dim] == 1:
+        return None
+    return next((d for d in reversed(range(out.ndim)) if out.shape[d] > 1), None)
+
+
 def _reshape_rule(x: TensorType, shape):
     if _numel(shape) != x.numel:
         raise RuntimeError(f"reshape: shape {list(shape)} is invalid for input of size {x.numel} "
@@ -61,7 +69,8 @@ RESHAPE = Primitive("reshape", shape_rule=_reshape_rule, kind=MOVEMENT,
                 simplify=lambda inputs, attrs: _view_of_view(inputs[0], RESHAPE, attrs['shape']),
                 aligned=lambda src, dst: _unit_reshape_map(src.shape, dst.shape),
                 view_strides=lambda x, strides, shape: reshape_strides(x.shape, strides, tuple(shape)),
-                view_may_copy=True, write_back=lambda new, source, shape: reshape(new, source.shape))
+                view_may_copy=True, write_back=lambda new, source, shape: reshape(new, source.shape),
+                carried_dim=lambda x, out, dim, shape: _reshape_carried_dim(x, out, dim))
 
 
 def _permute_rule(x: TensorType, perm):
@@ -126,7 +135,8 @@ PERMUTE = Primitive("permute", shape_rule=_permute_rule, kind=MOVEMENT, vjp=_per
                     simplify=_permute_simplify, rewrite=_transpose_of_matmul,
                 index_map=lambda b, index, src, dst, perm: [index[perm.index(d)] for d in range(len(perm))],
                 view_strides=lambda x, strides, perm: [strides[p] for p in perm],
-                write_back=lambda new, source, perm: permute(new, [perm.index(d) for d in range(len(perm))]))
+                write_back=lambda new, source, perm: permute(new, [perm.index(d) for d in range(len(perm))]),
+                carried_dim=lambda x, out, dim, perm: list(perm).index(dim))
 
 
 def _expand_rule(x: TensorType, shape):
@@ -165,7 +175,8 @@ EXPAND = Primitive("expand", shape_rule=_expand_rule, kind=MOVEMENT, vjp=_expand
                                           for d, (s, t) in enumerate(zip(src.shape, dst.shape))],
                 view_strides=lambda x, strides, shape: [0 if s == 1 and t != 1 else stride
                                                         for s, t, stride in zip(x.shape, shape, strides)],
-                write_back=_expand_write_back)
+                write_back=_expand_write_back,
+                carried_dim=lambda x, out, dim, shape: dim if x.shape[dim] == out.shape[dim] else None)
 
 
 def _slice_rule(x: TensorType, starts, stops, steps):
@@ -196,7 +207,8 @@ SLICE = Primitive("slice", shape_rule=_slice_rule, kind=MOVEMENT,
                 index_map=lambda b, index, src, dst, starts, stops, steps: [
                       b.affine(i, start, step) for i, start, step in zip(index, starts, steps)],
                 view_strides=lambda x, strides, starts, stops, steps: [s * k for s, k in zip(strides, steps)],
-                write_back=_slice_write_back)
+                write_back=_slice_write_back,
+                carried_dim=lambda x, out, dim, starts, stops, steps: dim if steps[dim] == 1 else None)
 
 
 def _pad_slice_rule(x: TensorType, shape, starts, stops, steps):

@@ -132,11 +132,11 @@ def _col2im_lower(b, read, index, in_types, out_type, size, kernel, stride, dila
 
 
 IM2COL = Primitive("im2col", shape_rule=_im2col_rule, impl=_im2col_impl, kind=OTHER,
-                   lower_indexed=_im2col_lower,
+                   lower_indexed=_im2col_lower, carried_dim=lambda x, out, dim, **attrs: {0: 0, 3: 5}.get(dim),
                    vjp=lambda ctx, g: (col2im(g, ctx.in_types[0].shape[1:3], **ctx.attrs),))
 
 COL2IM = Primitive("col2im", shape_rule=_col2im_rule, impl=_col2im_impl, kind=OTHER,
-                   lower_indexed=_col2im_lower,
+                   lower_indexed=_col2im_lower, carried_dim=lambda x, out, dim, **attrs: {0: 0, 5: 3}.get(dim),
                    lowers=lambda node: node.attrs["kernel"][0] * node.attrs["kernel"][1] <= MAX_UNROLLED_OFFSETS,
                    vjp=lambda ctx, g: (im2col(g, ctx.attrs["kernel"], ctx.attrs["stride"], ctx.attrs["dilation"]),))
 
