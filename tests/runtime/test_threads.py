@@ -103,16 +103,20 @@ def test_split_results_do_not_depend_on_thread_timing(split):
             np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("elements", [99, 100, 101, 127, 128, 129])
+@pytest.mark.parametrize("elements", [40, 49, 70, 99, 100, 101, 127, 128, 129])
 def test_sizes_around_the_threshold(split, elements):
+    # A kernel's size is its elements, or an eighth of the bytes it reads and writes when
+    # more: the float64 map below moves 16 bytes per element (size 2 x elements). (Its
+    # chunks start every 64 elements: from 50 to 64 elements it has one chunk to give.)
     split(2, min_elements=100)
     (x,) = _arrays((elements,), dtype=np.float64)
-    compiled = tg.compile(lambda x: ((x * 2.0).exp() + 1.0, x.sin().sum(), x.sum()))
+    compiled = tg.compile(lambda x: ((x * 2.0).exp() + 1.0, x.sin().sum() + x.sum()))
     got = [o.numpy() for o in compiled(tg.from_numpy(x))]
     np.testing.assert_allclose(got[0], np.exp(x * 2.0) + 1.0, rtol=1e-12)
-    np.testing.assert_allclose(got[2], x.sum(), rtol=1e-12)
-    counts = [step.chunk_count() for step in _kernels(compiled)]
-    assert all(count == 1 for count in counts) if elements < 100 else all(count > 1 for count in counts)
+    np.testing.assert_allclose(got[1], np.sin(x).sum() + x.sum(), rtol=1e-12)
+    sizes = sorted((step.size, step.chunk_count()) for step in _kernels(compiled))
+    assert sizes[-1][0] == 2 * elements  # (the map, its sums folded into its loop)
+    assert all((count > 1) == (size >= 100) for size, count in sizes)
 
 
 def test_one_thread_runs_every_kernel_in_one_call(split):

@@ -497,9 +497,16 @@ class KernelStep:
         self._module = None
         self.extent = outer_extent(kernel)
         self.elements = int(np.prod(kernel.domain))
+        # What decides splitting: its elements, or an eighth of the bytes it reads and
+        # writes when more (as many as an a -> b float32 loop's elements). A kernel over
+        # few elements that each read many (max pooling's argmax: 4 window entries, each
+        # recomputed from a convolution's output read channels-first) is worth two threads.
+        moved = sum(value.type.numel * value.type.dtype.itemsize for value in kernel.leaves + kernel.results
+                    if value.type.shape)
+        self.size = max(self.elements, moved // 8)
         # Below the size worth splitting over threads, a kernel always runs whole: it is
         # built with constant loop bounds (see build_llvm) and never split later.
-        self.whole = self.elements < threads.MIN_PARALLEL_ELEMENTS
+        self.whole = self.size < threads.MIN_PARALLEL_ELEMENTS
         small = self.elements <= SMALL_KERNEL_ELEMENTS
         self.code, self.symbol, self.from_disk, self.description = kernel_key.compile_described(
             kernel, "whole kernel" if self.whole else "kernel", lambda: self.module,
@@ -554,7 +561,7 @@ class KernelStep:
     def chunk_count(self) -> int:
         """How many chunks a call is split into under the current settings (1: one call)."""
         count = threads.NUM_THREADS
-        if count < 2 or self.whole or self.elements < threads.MIN_PARALLEL_ELEMENTS:
+        if count < 2 or self.whole or self.size < threads.MIN_PARALLEL_ELEMENTS:
             return 1
         chunks = min(count * threads.CHUNKS_PER_THREAD, max(count, self.elements // threads.MIN_CHUNK_ELEMENTS))
         if self.folded_elements:  # every chunk but the first fills partial results of its own
