@@ -47,8 +47,10 @@ NC_MAX = 2048
 # (10, 512) with its ReLU mask: 63 -> 57 µs on one thread).
 SHALLOW_K = 32
 # Below this many multiply-adds a second thread costs more (hand-off, duplicated packing)
-# than it saves (a 64x128x128 product: 21 µs on two threads, 17 on one) ...
-TWO_THREAD_MIN_WORK = 1 << 22
+# than it saves (a 64x128x128 product: 21 µs on two threads, 17 on one) ... From 2M it
+# saves: an LSTM step's (20, 200) @ (200, 800) (3.2M, W8's recurrent products, 140 per
+# step) took 91 µs on one thread and 55 on two, (32, 256) @ (256, 256) (2.1M) 75 and 60-72.
+TWO_THREAD_MIN_WORK = 1 << 21
 # ... unless C has this many elements: then writing C (and an epilogue reading and writing
 # as much again) is bound by one core's memory bandwidth, and two cores have twice that.
 # W4's (256, 10) @ (10, 512) with its ReLU-mask epilogue, in the step: 53 -> 44 µs on a
