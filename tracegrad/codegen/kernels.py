@@ -501,8 +501,10 @@ class KernelStep:
         # writes when more (as many as an a -> b float32 loop's elements). A kernel over
         # few elements that each read many (max pooling's argmax: 4 window entries, each
         # recomputed from a convolution's output read channels-first) is worth two threads.
-        moved = sum(value.type.numel * value.type.dtype.itemsize for value in kernel.leaves + kernel.results
-                    if value.type.shape)
+        # A buffer is counted up to 16 elements per element of the loop: one much bigger is
+        # read in part (cross entropy's gather of one logit per row).
+        moved = sum(min(value.type.numel, 16 * self.elements) * value.type.dtype.itemsize
+                    for value in kernel.leaves + kernel.results if value.type.shape)
         self.size = max(self.elements, moved // 8)
         # Below the size worth splitting over threads, a kernel always runs whole: it is
         # built with constant loop bounds (see build_llvm) and never split later.
