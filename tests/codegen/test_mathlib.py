@@ -261,3 +261,15 @@ def test_compiled_sin_and_cos_fuse_into_one_llvm_kernel():
     kernels = [k for graph in report.graphs for k in graph.kernels]
     assert len(kernels) == 1 and kernels[0].is_llvm
     np.testing.assert_allclose(report.result.numpy(), f(x).numpy(), rtol=1e-14)
+
+
+def test_float32_erf_within_4_ulp_on_a_dense_grid_across_its_pieces():
+    # erf of float32 is two polynomials and an exp in float32 (`mathlib._erf32`): every
+    # float32 around the switch at |x| = 1 and the clamp at 4, and a dense grid between.
+    around = np.concatenate([v + s * np.arange(-2000, 2001, dtype=np.float32) * np.spacing(v)
+                             for v in (np.float32(1.0), np.float32(4.0)) for s in (1, -1)])
+    x = np.concatenate([np.linspace(-4.5, 4.5, 1_000_001, dtype=np.float32), around.astype(np.float32)])
+    got = _compiled("erf")(tg.from_numpy(x)).numpy()
+    errors = _ulp_error(got, _erf_reference(x).astype(np.float32), np.float32)
+    worst = int(np.argmax(errors))
+    assert errors[worst] <= MAX_ULP, f"erf({x[worst]!r}) = {got[worst]!r}: {errors[worst]} ulp"
