@@ -213,3 +213,22 @@ def test_setitem_gradient_flows_to_the_written_value_and_the_kept_elements():
     (x * tg.tensor(np.array([1.0, 2.0, 3.0, 4.0]))).sum().backward()
     np.testing.assert_array_equal(value.grad.numpy(), [2.0, 3.0])
     np.testing.assert_array_equal(base.grad.numpy(), [1.0, 0.0, 0.0, 4.0])
+
+
+@pytest.mark.parametrize("repeats", ["few", "more_than_the_rounds"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_index_add_of_rows_equals_numpys_add_at_to_the_bit(dtype, repeats):
+    # Rows added at repeated indices (an embedding's gradient) are summed in order of
+    # appearance, as np.add.at sums them: same bits, -0.0 and infinities included.
+    from tracegrad.ops import indexing
+    rng = np.random.default_rng(7)
+    count = 3 * indexing.MAX_ADD_ROUNDS if repeats == "more_than_the_rounds" else 24
+    index = rng.integers(-5, 5, (count // 4, 4)) if repeats == "few" else np.zeros((count // 4, 4), np.int64)
+    src = (rng.standard_normal((count // 4, 4, 3)) * 1e3).astype(dtype)
+    if dtype != np.int64:
+        src[rng.random(src.shape) < 0.2] = -0.0
+        src[0, 0, 0] = np.inf
+    want = np.zeros((5, 3), dtype)
+    np.add.at(want, (index,), src)
+    got = indexing.index_add((5, 3), tg.from_numpy(src), [tg.from_numpy(index)], 0).numpy()
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))

@@ -203,9 +203,43 @@ def _index_add_rule(src: TensorType, *indices: TensorType, shape, axis):
 def _index_add_impl(src, *indices, shape, axis):
     for offset, index in enumerate(indices):  # (index_put's write, when nothing read first)
         check_bounds("index", index, shape[axis + offset], axis + offset, negative=True)
+    if axis == 0 and len(indices) == 1 and len(shape) > 1 and src.dtype.kind in "fiuc" and src.size > 1 \
+            and src.size // max(indices[0].size, 1) > 1:
+        return _index_add_rows(src, indices[0], shape)
     out = np.zeros(shape, dtype=src.dtype)
     np.add.at(out, _index_key(axis, indices), src)
     return out
+
+
+# `_index_add_rows` adds one occurrence of every index at a time: up to this many rounds.
+MAX_ADD_ROUNDS = 32
+
+
+def _index_add_rows(src, index, shape):
+    """np.add.at(zeros(shape), index, src) along axis 0 for rows of several elements (an
+    embedding's gradient) in rounds: round k adds every index's k-th occurrence at once
+    (one fancy-indexed add without repeats), so each row's terms are summed in order of
+    appearance from 0, as add.at sums them, and the result is the same to the bit, at a
+    fraction of add.at's per-element cost (W7's (512, 128) rows into 65: 600 -> 120 µs).
+    An index repeated more than MAX_ADD_ROUNDS times goes to add.at."""
+    flat = index.reshape(-1)
+    flat = np.where(flat < 0, flat + shape[0], flat)
+    rows = src.reshape(len(flat), -1)
+    order = np.argsort(flat, kind="stable")
+    targets = flat[order]
+    first = np.concatenate(([True], targets[1:] != targets[:-1]))
+    starts = np.flatnonzero(first)
+    occurrence = np.arange(len(flat)) - np.repeat(starts, np.diff(np.append(starts, len(flat))))
+    out = np.zeros((shape[0], rows.shape[1]), dtype=src.dtype)
+    if occurrence.max(initial=0) >= MAX_ADD_ROUNDS:
+        np.add.at(out, flat, rows)
+        return out.reshape(shape)
+    by_round = np.argsort(occurrence, kind="stable")
+    bounds = np.searchsorted(occurrence[by_round], np.arange(occurrence.max(initial=0) + 2))
+    for begin, end in zip(bounds[:-1], bounds[1:]):
+        picked = order[by_round[begin:end]]
+        out[flat[picked]] += rows[picked]
+    return out.reshape(shape)
 
 
 INDEX_ADD = Primitive("index_add", shape_rule=_index_add_rule, impl=_index_add_impl, kind=OTHER,
