@@ -8,6 +8,8 @@ transpose (summing repeated indices).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tracegrad.ir import types
@@ -203,8 +205,7 @@ def _index_add_rule(src: TensorType, *indices: TensorType, shape, axis):
 def _index_add_impl(src, *indices, shape, axis):
     for offset, index in enumerate(indices):  # (index_put's write, when nothing read first)
         check_bounds("index", index, shape[axis + offset], axis + offset, negative=True)
-    if axis == 0 and len(indices) == 1 and len(shape) > 1 and src.dtype.kind in "fiuc" and src.size > 1 \
-            and src.size // max(indices[0].size, 1) > 1:
+    if axis == 0 and len(indices) == 1 and src.dtype.kind in "fiuc" and math.prod(shape[1:]) > 1:
         return _index_add_rows(src, indices[0], shape)
     out = np.zeros(shape, dtype=src.dtype)
     np.add.at(out, _index_key(axis, indices), src)
@@ -220,7 +221,7 @@ def _index_add_rows(src, index, shape):
     embedding's gradient) in rounds: round k adds every index's k-th occurrence at once
     (one fancy-indexed add without repeats), so each row's terms are summed in order of
     appearance from 0, as add.at sums them, and the result is the same to the bit, at a
-    fraction of add.at's per-element cost (W7's (512, 128) rows into 65: 600 -> 120 µs).
+    fraction of add.at's per-element cost (W7's (512, 128) rows into 65: 600 -> 150 µs).
     An index repeated more than MAX_ADD_ROUNDS times goes to add.at."""
     flat = index.reshape(-1)
     flat = np.where(flat < 0, flat + shape[0], flat)
