@@ -205,7 +205,8 @@ def _index_add_rule(src: TensorType, *indices: TensorType, shape, axis):
 def _index_add_impl(src, *indices, shape, axis):
     for offset, index in enumerate(indices):  # (index_put's write, when nothing read first)
         check_bounds("index", index, shape[axis + offset], axis + offset, negative=True)
-    if axis == 0 and len(indices) == 1 and src.dtype.kind in "fiuc" and math.prod(shape[1:]) > 1:
+    if axis == 0 and len(indices) == 1 and indices[0].size and src.dtype.kind in "fiuc" \
+            and math.prod(shape[1:]) > 1:
         return _index_add_rows(src, indices[0], shape)
     out = np.zeros(shape, dtype=src.dtype)
     np.add.at(out, _index_key(axis, indices), src)
