@@ -143,3 +143,43 @@ def test_col2im_read_in_its_own_layout_is_summed_where_it_is_read():
         return _relu_backward(pre_activation, tg.ops.window.col2im(columns, (6, 5), (3, 3), (1, 1), (1, 1)))
     program = _check_equal_to_eager(fn, _tensor(2, 6, 5, 4), _tensor(2, 4, 3, 3, 3, 4))
     assert _kernel_result_shapes(program) == [(2, 6, 5, 4)]
+
+
+def _kernels(program) -> list:
+    return [step for step in program.steps if hasattr(step, "kernel")]
+
+
+def _many_updates(*tensors):
+    half = len(tensors) // 2
+    return tuple(p - 0.1 * g * g.abs() + 0.01 * p.tanh() for p, g in zip(tensors[:half], tensors[half:]))
+
+
+def test_many_independent_updates_are_merged_into_loops_of_bounded_size():
+    # (An optimizer's update of many parameters of one shape: merged into one loop, the
+    # kernel grew with the model and LLVM's compile time faster than that.)
+    from tracegrad.codegen import fusion
+
+    for shape in ((16,), (4, 8)):
+        parameters = [_tensor(*shape) for _ in range(40)]
+        gradients = [_tensor(*shape) for _ in range(40)]
+        program = _check_equal_to_eager(_many_updates, *parameters, *gradients)
+        kernels = _kernels(program)
+        assert len(kernels) > 1
+        assert all(step.kernel.size <= fusion.MAX_LOOP_SIZE for step in kernels)
+        # Loops of the same updates are the same code: compiled once.
+        assert len({step.symbol for step in kernels}) < len(kernels)
+
+
+def _residual_stream(x, *branches):
+    for a in branches:
+        x = x + x.sum(1, keepdim=True) * a  # x is read by the reduction and by the next block
+    return x
+
+
+def test_residual_stream_read_by_several_kernels_is_computed_once_per_block():
+    # Recomputed in each reader, block l's input would be computed again from every
+    # earlier block's buffers: work quadratic in the depth (99 nodes here, not 48).
+    branches = [_tensor(6, 5) for _ in range(12)]
+    program = _check_equal_to_eager(_residual_stream, _tensor(6, 5), *branches)
+    computed = sum(len(step.kernel.nodes) for step in _kernels(program))
+    assert computed <= 4 * len(branches)

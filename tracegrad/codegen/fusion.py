@@ -105,6 +105,11 @@ class FusedKernel:
         from the current iteration: only if it reads it at the loop's current element."""
         return value in loop.outputs and value not in self.remapped and value.type.shape == loop.domain
 
+    @property
+    def size(self) -> int:
+        """How much code the kernel's loop body is: its computed nodes, loads and stores."""
+        return len(self.nodes) + len(self.leaves) + len(self.results)
+
     def absorb(self, other: FusedKernel) -> None:
         computed_here = set(self.results)
         self.outputs += other.outputs
@@ -148,6 +153,12 @@ class Unfused:
 # An elementwise value read by several kernels is recomputed in each of them (memory
 # traffic costs more than arithmetic here) unless its expression grows beyond this many ops.
 RECOMPUTE_LIMIT = 48
+# ... or unless it reads more than this many buffers (scalars not counted): recomputed,
+# it would read them all again in every reader. A transformer's residual stream is such a
+# value (x + a1 + m1 + a2 + ...: each block's input is the sum of every earlier block's
+# outputs); recomputed, block l's kernels read l buffers and differ from block to block,
+# so a 12-block step compiled 95 kernels instead of 58 (cold first call 5.9 -> 4.2 s).
+RECOMPUTE_READS = 3
 
 
 def materialized_values(graph: Graph) -> set[Value]:
@@ -159,6 +170,7 @@ def materialized_values(graph: Graph) -> set[Value]:
     result: set[Value] = set(graph.inputs) | set(graph.outputs)
     result |= _sources_of_numpy_views(graph, consumers)
     size: dict[Value, int] = {}
+    reads: dict[Value, frozenset] = {}
     for node in graph.nodes:
         if lowerable(node):
             # Index operands get buffers so they can be bounds-checked before the kernel.
@@ -174,7 +186,13 @@ def materialized_values(graph: Graph) -> set[Value]:
                 result.add(value)
                 continue
             size[value] = 1 + sum(size.get(v, 0) for v in node.inputs if v not in result)
-            if len({id(u) for u in users}) > 1 and size[value] > RECOMPUTE_LIMIT:
+            found = frozenset().union(*(({v} if v.type.numel > 1 else set()) if v in result
+                                        else reads.get(v, frozenset()) for v in node.inputs))
+            # (Only whether there are more than RECOMPUTE_READS matters: a long chain
+            # with one reader per link keeps small sets.)
+            reads[value] = found if len(found) <= RECOMPUTE_READS else frozenset(list(found)[:RECOMPUTE_READS + 1])
+            if len({id(u) for u in users}) > 1 and (size[value] > RECOMPUTE_LIMIT
+                                                     or len(reads[value]) > RECOMPUTE_READS):
                 result.add(value)
     return result
 
@@ -230,6 +248,14 @@ def _is_lowerable_view(value: Value) -> bool:
 
 # How far back a kernel looks for an earlier kernel over the same domain to join.
 MERGE_WINDOW = 12
+# The most code (`FusedKernel.size`) one loop gathers from kernels merged into it
+# (`merge_loops`, `group_rows`). LLVM's time grows faster than a function's size: in a
+# 12-block GPT step, AdamW's updates of the 74 parameters of shape [128] merged into one
+# kernel (296 outputs, 818 reads) took 2.5 s to compile, 1,000 times a one-parameter
+# update's time. Capped, the merged updates come in runs of the same few parameters whose
+# kernels are the same code, compiled once (that step's cold first call: 9.7 -> 5.9 s,
+# its later calls unchanged). A kernel already bigger alone is left whole.
+MAX_LOOP_SIZE = 200
 
 
 def plan(graph: Graph) -> list:
@@ -362,7 +388,7 @@ def group_rows(steps: list) -> list:
         joins = members and members[0].domain == step.domain and all(
             v in readable and _reads_only_its_row(step, v, outer)
             for v in step.leaves if any(v in m.results for m in members))
-        if not joins:
+        if not joins or sum(m.size for m in members) + step.size > MAX_LOOP_SIZE:
             close()
         members.append(step)
         readable.update(step.outputs)
@@ -398,7 +424,7 @@ def merge_loops(steps: list) -> list:
             for position in range(len(merged) - 1, max(-1, len(merged) - 1 - MERGE_WINDOW), -1):
                 loop = merged[position]
                 if not (isinstance(loop, FusedKernel) and loop.reduction is None
-                        and loop.domain == part.domain):
+                        and loop.domain == part.domain and loop.size + part.size <= MAX_LOOP_SIZE):
                     continue
                 own = [v for v in part.leaves if made_by.get(v) is loop]
                 if not all(part.reads_in_loop(v, loop) for v in own):
