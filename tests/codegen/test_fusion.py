@@ -154,20 +154,38 @@ def _many_updates(*tensors):
     return tuple(p - 0.1 * g * g.abs() + 0.01 * p.tanh() for p, g in zip(tensors[:half], tensors[half:]))
 
 
-def test_many_independent_updates_are_merged_into_loops_of_bounded_size():
-    # (An optimizer's update of many parameters of one shape: merged into one loop, the
-    # kernel grew with the model and LLVM's compile time faster than that.)
+def _many_reads_of_one_tensor(x, *tensors):
+    return tuple(p - 0.1 * x * p.tanh() + x.abs() for p in tensors)
+
+
+def test_kernels_sharing_a_buffer_are_merged_into_loops_of_bounded_size():
+    # (Merged into one loop, the kernel would grow with the number of outputs, and LLVM's
+    # compile time faster than that.)
     from tracegrad.codegen import fusion
 
     for shape in ((16,), (4, 8)):
-        parameters = [_tensor(*shape) for _ in range(40)]
-        gradients = [_tensor(*shape) for _ in range(40)]
-        program = _check_equal_to_eager(_many_updates, *parameters, *gradients)
+        program = _check_equal_to_eager(_many_reads_of_one_tensor, *[_tensor(*shape) for _ in range(41)])
         kernels = _kernels(program)
-        assert len(kernels) > 1
+        assert 1 < len(kernels) < 40
         assert all(step.kernel.size <= fusion.MAX_LOOP_SIZE for step in kernels)
-        # Loops of the same updates are the same code: compiled once.
-        assert len({step.symbol for step in kernels}) < len(kernels)
+
+
+def test_independent_updates_of_small_tensors_are_separate_kernels_compiled_once():
+    # (An optimizer's update of many parameters: one kernel per parameter, the same code.)
+    for shape in ((16,), (4, 8)):
+        tensors = [_tensor(*shape) for _ in range(2 * 12)]
+        kernels = _kernels(_check_equal_to_eager(_many_updates, *tensors))
+        assert len(kernels) == 12
+        assert len({step.symbol for step in kernels}) == 1
+
+
+def test_independent_kernels_over_a_big_domain_share_one_loop(monkeypatch):
+    from tracegrad.codegen import fusion
+
+    monkeypatch.setattr(fusion, "SEPARATE_BELOW", 32)
+    for shape in ((32,), (4, 8)):
+        tensors = [_tensor(*shape) for _ in range(2 * 3)]
+        assert len(_kernels(_check_equal_to_eager(_many_updates, *tensors))) == 1
 
 
 def _residual_stream(x, *branches):
