@@ -210,3 +210,40 @@ def test_gradients_of_taken_composites_match_central_differences():
     inputs = [tg.tensor(rng.standard_normal(s), requires_grad=True) for s in [(3, 5), (4, 5), (4,), (4,)]]
     for _ in range(3):  # the second and third calls take the composites in one step
         assert tg.autograd.gradcheck(compiled, inputs)
+
+
+def test_a_composite_after_a_write_to_another_tensor_is_taken(jumps):
+    # (An optimizer's update of one parameter after it wrote the one before.)
+    def fn(x, w, state):
+        state.mul_(0.5)
+        return F.linear(x, w)
+
+    compiled = tg.compile(fn)
+    rng = np.random.default_rng(8)
+    x, w = tg.tensor(rng.standard_normal((2, 3))), tg.tensor(rng.standard_normal((4, 3)))
+    state, expected_state = tg.ones(3, dtype=tg.float64), np.ones(3)
+    for _ in range(3):
+        np.testing.assert_allclose(compiled(x, w, state).numpy(), x.numpy() @ w.numpy().T, rtol=1e-12)
+        expected_state *= 0.5
+    np.testing.assert_allclose(state.numpy(), expected_state, rtol=0)
+    assert jumps == ["linear"] * 2
+
+
+def test_a_composite_reading_a_written_tensor_or_its_view_is_followed_op_by_op(jumps):
+    rng = np.random.default_rng(9)
+    x = tg.tensor(rng.standard_normal((2, 3)))
+    weights = {"eager": tg.tensor(rng.standard_normal((4, 3)))}
+    weights["compiled"] = weights["eager"].clone()
+    views = {name: w[:2] for name, w in weights.items()}  # real views, made before the calls
+
+    def step(name):  # captured tensors, not arguments: written, their values are the write's
+        w = weights[name]
+        w.mul_(2.0)
+        return F.linear(x, w), F.gelu(views[name])
+
+    compiled = tg.compile(lambda: step("compiled"))
+    for _ in range(3):
+        for got, want in zip(compiled(), step("eager")):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(weights["compiled"].numpy(), weights["eager"].numpy(), rtol=0)
+    assert jumps == []

@@ -527,8 +527,9 @@ def _zero_(self):
 
 def _copy_(self, src):
     def compute():
-        source = src if isinstance(src, Tensor) else Tensor(src)
-        source = F.broadcast_to(ew.convert(source, self.dtype), self.shape)
+        source = ew.convert(src if isinstance(src, Tensor) else Tensor(src), self.dtype)
+        if source.shape != self.shape:  # (a view of the same shape would only cost an op)
+            source = F.broadcast_to(source, self.shape)
         return ew.copy(source)  # (a new value of its own: `fresh`)
     return _apply_inplace(self, "copy_", compute, fresh=True, replaces=True)
 

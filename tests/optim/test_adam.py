@@ -1,6 +1,8 @@
 """`optim.Adam` and `optim.AdamW`: PyTorch's update rules (bias correction, AMSGrad, L2 and
 decoupled weight decay, maximize), step by step against a NumPy reference and torch."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -178,3 +180,79 @@ def test_training_an_mlp_matches_torch(name, options):
         theirs_opt.step()
     for ours, theirs in zip(model.parameters(), reference.parameters(), strict=True):
         np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def _in_place_adam_step(p, grad, state, lr, betas, eps, weight_decay, amsgrad, maximize, decoupled):
+    """PyTorch's single-tensor update, written with in-place ops as PyTorch writes it."""
+    beta1, beta2 = betas
+    grad = -grad if maximize else grad
+    state["step"] += 1
+    step = state["step"]
+    if weight_decay != 0:
+        if decoupled:
+            p.mul_(1 - lr * weight_decay)
+        else:
+            grad = grad.add(p, alpha=weight_decay)
+    state["exp_avg"].mul_(beta1).add_(grad, alpha=1 - beta1)
+    state["exp_avg_sq"].mul_(beta2).add_(grad * grad, alpha=1 - beta2)
+    second = state["exp_avg_sq"]
+    if amsgrad:
+        second = state["max_exp_avg_sq"].copy_(tg.maximum(state["max_exp_avg_sq"], second))
+    denom = second.sqrt().div(math.sqrt(1 - beta2 ** step)).add(eps)
+    p.add_(state["exp_avg"] / denom, alpha=-(lr / (1 - beta1 ** step)))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("options", [dict(), dict(weight_decay=0.1, amsgrad=True),
+                                     dict(weight_decay=0.05, maximize=True), dict(decoupled=True, weight_decay=0.1)])
+def test_updates_are_bitwise_those_of_pytorchs_in_place_operations(options, compiled):
+    # (`_adam_values` computes new values written over the old: the same operations in the
+    # same order, so the same float32 roundings.)
+    decoupled = options.pop("decoupled", False)
+    settings = dict(lr=0.01, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False)
+    settings.update(options)
+    rng = np.random.default_rng(3)
+    start = rng.standard_normal((5, 7)).astype(np.float32)
+    grads = [rng.standard_normal((5, 7)).astype(np.float32) for _ in range(4)]
+    p = tg.tensor(start.copy(), requires_grad=True)
+    optimizer = (optim.AdamW if decoupled else optim.Adam)([p], **settings)
+    step = tg.compile(optimizer.step) if compiled else optimizer.step
+    q = tg.tensor(start.copy())
+    state = {"step": 0, "exp_avg": tg.zeros(5, 7), "exp_avg_sq": tg.zeros(5, 7), "max_exp_avg_sq": tg.zeros(5, 7)}
+    for grad in grads:
+        p.grad = tg.tensor(grad)
+        step()
+        _in_place_adam_step(q, tg.tensor(grad), state, decoupled=decoupled, **settings)
+        np.testing.assert_array_equal(p.detach().numpy(), q.numpy())
+        np.testing.assert_array_equal(optimizer.state[p]["exp_avg_sq"].numpy(), state["exp_avg_sq"].numpy())
+
+
+def test_a_followed_compiled_step_takes_each_parameters_update_whole(monkeypatch):
+    from tracegrad.jit import composite as compile_composite
+
+    taken = []
+    take = compile_composite._take
+
+    def spy(replay, tracer, record, tensors):
+        taken.append(record.function.__name__)
+        return take(replay, tracer, record, tensors)
+
+    monkeypatch.setattr(compile_composite, "_take", spy)
+    tg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    optimizer = optim.AdamW(model.parameters(), lr=0.01)
+    scheduler = optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)  # lr changes every step
+
+    def train(x):
+        optimizer.zero_grad()
+        loss = model(x).square().sum()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    compiled = tg.compile(train)
+    for _ in range(4):
+        compiled(tg.randn(5, 3))
+        scheduler.step()
+    assert compiled.cache_info().graphs <= 2  # (the state appears in the first call)
+    assert taken.count("_adam_values") >= 2 * 4  # two followed calls at least, four parameters

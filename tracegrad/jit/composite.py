@@ -34,6 +34,7 @@ from tracegrad.grad_mode import MODE
 from tracegrad.functional._util import _new_scalar_tensor
 from tracegrad.ops.dispatch import _share_storage, traced_view
 from tracegrad.ir.primitive import MOVEMENT
+from tracegrad.ir.structural_key import owner
 from tracegrad.tensor import Tensor, lazy_tensor
 
 _new_object = object.__new__
@@ -120,6 +121,30 @@ def _constant_key(item):
     return None
 
 
+def _reads_written_memory(tracer, tensors: list) -> bool:
+    """Whether a real tensor argument may read memory the call wrote before: it was
+    written (its value in the trace is an override), or it is not captured yet and views a
+    buffer a captured tensor views (capturing it may give it a written tensor's elements,
+    `jit.alias`). Such a call is followed op by op; other writes earlier in the call do
+    not matter to a composite, which reads only its arguments (an optimizer's update of
+    one parameter after it wrote the one before)."""
+    overrides = tracer.overrides
+    if not overrides:
+        return False
+    memory = tracer.memory
+    captured = tracer.captured
+    for t in tensors:
+        if t._data is None:
+            continue
+        if id(t) in overrides:
+            return True
+        if memory is not None and id(t) not in captured:
+            array = t._data
+            if id(array if array.base is None else owner(array)) in memory.groups:
+                return True
+    return False
+
+
 def _flags(t: Tensor) -> tuple[bool, bool, bool, bool]:
     """What of a tensor argument the recorded nodes depend on besides its value: lazy or
     real, requires grad, a leaf, a view."""
@@ -136,7 +161,8 @@ def record(tracer, function, args: tuple, kwargs: dict):
     """Run `function`; note it in `tracer.composites` if it qualifies and the trace is a
     full one when it returns (a call following a recording may diverge inside it)."""
     key, tensors = call_key(args, kwargs)
-    if key is None or tracer.overrides or MODE.inference or any(t._inference or t._volatile for t in tensors):
+    if (key is None or MODE.inference or any(t._inference or t._volatile for t in tensors)
+            or _reads_written_memory(tracer, tensors)):
         return function(*args, **kwargs)
     replay = tracer.replay
     if replay is not None:
@@ -148,8 +174,8 @@ def record(tracer, function, args: tuple, kwargs: dict):
     flags = tuple(_flags(t) for t in tensors)
     before = [t._value if t._data is None else tracer.lookup(t) for t in tensors]
     result = function(*args, **kwargs)
-    if (tracer.replay is None and not tracer.overrides and _trace_state(tracer) == state
-            and len(tracer.graph.nodes) - start >= MIN_NODES):
+    if (tracer.replay is None and _trace_state(tracer) == state and len(tracer.graph.nodes) - start >= MIN_NODES
+            and not _reads_written_memory(tracer, tensors)):
         composite = _describe(tracer, function, key, tensors, flags, before, grad_enabled, start,
                               inputs_before, result)
         if composite is not None:
@@ -259,7 +285,9 @@ def jump(replay, tracer, function, args: tuple, kwargs: dict):
         return None
     key, tensors = call_key(args, kwargs)
     mode = MODE
-    if key != record.key or mode.grad_enabled != record.grad_enabled or mode.inference or tracer.overrides:
+    if key != record.key or mode.grad_enabled != record.grad_enabled or mode.inference:
+        return None
+    if tracer.overrides and _reads_written_memory(tracer, tensors):
         return None
     captured = tracer.captured
     for t, (lazy, requires_grad, leaf, view), value in zip(tensors, record.flags, record.arguments):

@@ -2,8 +2,9 @@
 form) with bias correction, optional AMSGrad, L2 or decoupled weight decay.
 
 The step counter is a Python int in `state[p]["step"]`; the bias corrections computed from
-it are Python floats that reach the tensors as operands, so inside `tg.compile` they are
-runtime scalars and a new step does not recompile."""
+it are Python floats that reach the tensors as 0-d tensors, so inside `tg.compile` they are
+runtime scalars and a new step does not recompile. A parameter's update is one composite,
+`_adam_values` (new values, then written over the old ones)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Any
 
 from tracegrad import functional as F
 from tracegrad.creation import zeros_like
+from tracegrad.functional._util import scalar_tensor
+from tracegrad.functional.eager_fusion import fused
 from tracegrad.grad_mode import no_grad
 from tracegrad.optim.optimizer import Optimizer, ParamsT, state_number
 
@@ -55,7 +58,6 @@ class Adam(Optimizer):
 
     def _update(self, p, group: dict[str, Any]) -> None:
         lr, (beta1, beta2), weight_decay = group["lr"], group["betas"], group["weight_decay"]
-        grad = -p.grad if group["maximize"] else p.grad
         state = self._state_of(p)
         if not state:
             state["step"] = 0
@@ -65,22 +67,49 @@ class Adam(Optimizer):
                 state["max_exp_avg_sq"] = zeros_like(p)
         state["step"] = state_number(state["step"]) + 1  # (a 0-d tensor in a state dict from PyTorch)
         step = state["step"]
-        if weight_decay != 0:
-            if group["decoupled_weight_decay"]:
-                p.mul_(1 - lr * weight_decay)
-            else:
-                grad = grad.add(p, alpha=weight_decay)
-        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-        exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-        exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
-        if group["amsgrad"]:
-            second_moment = state["max_exp_avg_sq"].copy_(F.maximum(state["max_exp_avg_sq"], exp_avg_sq))
-        else:
-            second_moment = exp_avg_sq
-        step_size = lr / (1 - beta1 ** step)
-        bias_correction2_sqrt = math.sqrt(1 - beta2 ** step)
-        denom = second_moment.sqrt().div(bias_correction2_sqrt).add(group["eps"])
-        p.add_(exp_avg / denom, alpha=-step_size)
+        # What changes from step to step (the bias corrections, a scheduled lr) enters the
+        # composite as 0-d tensors of the parameter's dtype, as a Python float operand
+        # would, so that its call is the same every step (`_adam_values`).
+        dtype = p.dtype
+        decay = scalar_tensor(1 - lr * weight_decay, dtype) if weight_decay != 0 and group["decoupled_weight_decay"] \
+            else None
+        amsgrad = group["amsgrad"]
+        new = _adam_values(p, p.grad, state["exp_avg"], state["exp_avg_sq"],
+                           state["max_exp_avg_sq"] if amsgrad else None, decay,
+                           scalar_tensor(-(lr / (1 - beta1 ** step)), dtype),
+                           scalar_tensor(math.sqrt(1 - beta2 ** step), dtype),
+                           beta1, beta2, group["eps"], 0.0 if group["decoupled_weight_decay"] else weight_decay,
+                           group["maximize"])
+        p.copy_(new[0])
+        state["exp_avg"].copy_(new[1])
+        state["exp_avg_sq"].copy_(new[2])
+        if amsgrad:
+            state["max_exp_avg_sq"].copy_(new[3])
+
+
+@fused
+def _adam_values(p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, decay, neg_step_size, bias_correction2_sqrt,
+                 beta1: float, beta2: float, eps: float, weight_decay: float, maximize: bool) -> tuple:
+    """One Adam update of a parameter, as new values (the parameter, the moments and, with
+    AMSGrad, the moments' maximum) that `_update` writes over the old ones: PyTorch's
+    operations in PyTorch's order, so the values are its in-place update's. A composite
+    (`@fused`): a compiled step following an earlier one takes it whole instead of following
+    its dozen primitives (W7's AdamW: 28 parameters per step), and eager parameters of many
+    elements are updated by one fused program."""
+    if maximize:
+        grad = -grad
+    if decay is not None:
+        p = p * decay
+    elif weight_decay != 0:
+        grad = grad.add(p, alpha=weight_decay)
+    exp_avg = exp_avg.mul(beta1).add(grad, alpha=1 - beta1)
+    exp_avg_sq = exp_avg_sq.mul(beta2).add(grad * grad, alpha=1 - beta2)
+    second_moment = exp_avg_sq
+    if max_exp_avg_sq is not None:
+        second_moment = max_exp_avg_sq = F.maximum(max_exp_avg_sq, exp_avg_sq)
+    denom = second_moment.sqrt().div(bias_correction2_sqrt).add(eps)
+    p = p + (exp_avg / denom) * neg_step_size
+    return (p, exp_avg, exp_avg_sq) if max_exp_avg_sq is None else (p, exp_avg, exp_avg_sq, max_exp_avg_sq)
 
 
 class AdamW(Adam):
