@@ -177,45 +177,6 @@ def test_a_followed_compiled_call_takes_each_time_step_whole(kind, monkeypatch):
     assert steps == [f"_{kind.lower()}_step"] * (2 * 5 * 2)  # 2 followed calls, 5 steps, 2 layers
 
 
-@pytest.mark.parametrize("kind", ["RNN", "LSTM", "GRU"])
-def test_eager_time_steps_run_fused_give_op_by_op_values_and_gradients(kind, monkeypatch):
-    from tracegrad.autograd.lru import RecencyCache
-    from tracegrad.functional import eager_fusion
-    from tracegrad.runtime.program_cache import PROGRAMS
-
-    monkeypatch.delenv("TRACEGRAD_EAGER_COMPILE", raising=False)
-    monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 0)  # fused whatever the size ...
-    monkeypatch.setattr(eager_fusion, "FUSE_AFTER", 1)  # ... from the first sighting
-    monkeypatch.setattr(eager_fusion, "_seen", RecencyCache(eager_fusion.CAPACITY))
-    monkeypatch.setattr(eager_fusion, "_programs", PROGRAMS.user("eager fusion", eager_fusion.RECIPE))
-    fused = []
-    run_fused = eager_fusion._run_fused
-
-    def spy(composite, args, kwargs):
-        result = run_fused(composite, args, kwargs)
-        fused.append((composite.__name__, result is not None))
-        return result
-
-    monkeypatch.setattr(eager_fusion, "_run_fused", spy)
-    tg.manual_seed(0)
-    model = getattr(nn, kind)(3, 4, num_layers=2).double()
-    x = _randn(5, 2, 3, requires_grad=False)
-
-    def forward_and_grads():
-        model.zero_grad()
-        out, _ = model(x)
-        (out * out).sum().backward()
-        return out.detach().numpy(), [p.grad.numpy().copy() for p in model.parameters()]
-
-    fused_out, fused_grads = forward_and_grads()
-    assert fused.count((f"_{kind.lower()}_step", True)) == 5 * 2  # 5 steps, 2 layers
-    monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 1 << 62)
-    plain_out, plain_grads = forward_and_grads()
-    np.testing.assert_allclose(fused_out, plain_out, rtol=1e-12, atol=1e-14)
-    for ours, theirs in zip(fused_grads, plain_grads):
-        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-14)
-
-
 # --- PyTorch's parameters, shapes and initialization --------------------------------------------
 
 def test_parameter_names_and_shapes_follow_pytorch():
