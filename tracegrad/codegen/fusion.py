@@ -172,8 +172,9 @@ def materialized_values(graph: Graph) -> set[Value]:
     result |= _sources_of_numpy_views(graph, consumers)
     size: dict[Value, int] = {}
     reads: dict[Value, frozenset] = {}
+    lowers = {id(node): lowerable(node) for node in graph.nodes}  # (asked again per reader below)
     for node in graph.nodes:
-        if lowerable(node):
+        if lowers[id(node)]:
             # Index operands get buffers so they can be bounds-checked before the kernel.
             result.update(_index_operands(node))
             if _transposed_read_of_indexed(node):
@@ -182,8 +183,8 @@ def materialized_values(graph: Graph) -> set[Value]:
         for index in range(len(node.out_types)):
             value = node.output(index)
             users = consumers.get(value, [])
-            if (value in result or not lowerable(node) or node.op.kind == REDUCTION
-                    or len(node.out_types) > 1 or not users or not all(lowerable(u) for u in users)):
+            if (value in result or not lowers[id(node)] or node.op.kind == REDUCTION
+                    or len(node.out_types) > 1 or not users or not all(lowers[id(u)] for u in users)):
                 result.add(value)
                 continue
             size[value] = 1 + sum(size.get(v, 0) for v in node.inputs if v not in result)
@@ -303,8 +304,12 @@ def hoist_row_partners(steps: list) -> list:
     loss kernel computes after the rows; the count's kernel needs only the labels.) Each
     kernel is considered once, in the original order, so the reordering terminates."""
     steps = list(steps)
+    index = {id(s): i for i, s in enumerate(steps)}  # (kept up to date below)
+    # (As sets once: a set meeting a set reuses the hashes its entries keep.)
+    reads = {id(s): frozenset(_reads(s)) for s in steps}
+    writes = {id(s): frozenset(_writes(s)) for s in steps}
     for partner in [s for s in steps if _row_member(s)]:
-        k = next(i for i, s in enumerate(steps) if s is partner)
+        k = index[id(partner)]
         j = k - 1
         while j >= 0 and not (_row_member(steps[j]) and steps[j].domain == partner.domain):
             j -= 1
@@ -314,22 +319,24 @@ def hoist_row_partners(steps: list) -> list:
         while start > 0 and _row_member(steps[start - 1]) and steps[start - 1].domain == partner.domain:
             start -= 1
         run, between = steps[start:j + 1], steps[j + 1:k]
-        wanted = set(_reads(partner))
+        wanted = set(reads[id(partner)])
         needed: list = []
         for step in reversed(between):
-            if wanted.intersection(_writes(step)):
+            if not wanted.isdisjoint(writes[id(step)]):
                 needed.insert(0, step)
-                wanted.update(_reads(step))
-        after_run = {v for step in run for v in _writes(step)}
+                wanted.update(reads[id(step)])
+        after_run = set().union(*(writes[id(step)] for step in run))
         waits_for_run: set[int] = set()
         for step in between:
-            if after_run.intersection(_reads(step)):
+            if not after_run.isdisjoint(reads[id(step)]):
                 waits_for_run.add(id(step))
-                after_run.update(_writes(step))
+                after_run.update(writes[id(step)])
         if any(id(step) in waits_for_run for step in needed):
             continue
         moved = {id(step) for step in needed}
         steps[start:k + 1] = needed + run + [partner] + [s for s in between if id(s) not in moved]
+        for i in range(start, k + 1):
+            index[id(steps[i])] = i
     return steps
 
 
@@ -441,8 +448,10 @@ def merge_loops(steps: list) -> list:
         part = step.as_loop_part() if isinstance(step, FusedKernel) else None
         home = None
         if part is not None:
-            position_of = {id(s): i for i, s in enumerate(merged)}
-            for position in range(len(merged) - 1, max(-1, len(merged) - 1 - MERGE_WINDOW), -1):
+            # Positions of the steps in the window; any other step is before all of them.
+            first = max(0, len(merged) - MERGE_WINDOW)
+            position_of = {id(s): i for i, s in enumerate(merged[first:], first)}
+            for position in range(len(merged) - 1, first - 1, -1):
                 loop = merged[position]
                 if not (isinstance(loop, FusedKernel) and loop.reduction is None
                         and loop.domain == part.domain and loop.size + part.size <= MAX_LOOP_SIZE):
@@ -452,7 +461,7 @@ def merge_loops(steps: list) -> list:
                 own = [v for v in part.leaves if made_by.get(v) is loop]
                 if not all(part.reads_in_loop(v, loop) for v in own):
                     continue
-                if all(made_by.get(v) is None or made_by[v] is loop or position_of[id(made_by[v])] < position
+                if all(made_by.get(v) is None or made_by[v] is loop or position_of.get(id(made_by[v]), -1) < position
                        for v in part.leaves):
                     home = loop
                     break
