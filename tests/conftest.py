@@ -1,4 +1,5 @@
-"""Shared test settings: deterministic seeds."""
+"""Shared test settings: deterministic seeds, a private kernel cache; the `composite_jumps`
+fixture."""
 
 import atexit
 import os
@@ -59,3 +60,20 @@ def poisoned_kernel_outputs(monkeypatch):
     """Kernel output buffers start as garbage (see `_PoisonedNumpy`)."""
     from tracegrad.codegen import kernels
     monkeypatch.setattr(kernels, "np", _PoisonedNumpy())
+
+
+@pytest.fixture
+def composite_jumps(monkeypatch):
+    """The composite functions a followed compiled call took in one step
+    (`tracegrad.jit.composite`), by name, in order."""
+    from tracegrad.jit import composite as compile_composite
+
+    taken = []
+    take = compile_composite._take
+
+    def spy(replay, tracer, record, tensors):
+        taken.append(record.function.__name__)
+        return take(replay, tracer, record, tensors)
+
+    monkeypatch.setattr(compile_composite, "_take", spy)
+    return taken

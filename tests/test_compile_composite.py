@@ -7,7 +7,6 @@ import pytest
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
-from tracegrad.jit import composite as compile_composite
 from tracegrad.functional._util import composite
 
 GLOBAL = {"tensor": tg.tensor(np.arange(3.0))}
@@ -24,17 +23,9 @@ def _reads_a_global(a):
 
 
 @pytest.fixture
-def jumps(monkeypatch):
-    """The composite functions taken in one step, in order."""
-    taken = []
-    take = compile_composite._take
-
-    def spy(replay, tracer, record, tensors):
-        taken.append(record.function.__name__)
-        return take(replay, tracer, record, tensors)
-
-    monkeypatch.setattr(compile_composite, "_take", spy)
-    return taken
+def jumps(composite_jumps):
+    """The composite functions taken in one step, in order (`conftest.composite_jumps`)."""
+    return composite_jumps
 
 
 def _mlp_step(x, labels, w1, b1, w2, b2):

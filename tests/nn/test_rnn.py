@@ -151,17 +151,7 @@ def test_a_compiled_training_step_of_an_lstm_updates_its_weights_as_eager():
 
 
 @pytest.mark.parametrize("kind", ["RNN", "LSTM", "GRU"])
-def test_a_followed_compiled_call_takes_each_time_step_whole(kind, monkeypatch):
-    from tracegrad.jit import composite as compile_composite
-
-    taken = []
-    take = compile_composite._take
-
-    def spy(replay, tracer, record, tensors):
-        taken.append(record.function.__name__)
-        return take(replay, tracer, record, tensors)
-
-    monkeypatch.setattr(compile_composite, "_take", spy)
+def test_a_followed_compiled_call_takes_each_time_step_whole(kind, composite_jumps):
     tg.manual_seed(0)
     model = getattr(nn, kind)(3, 4, num_layers=2).double()
 
@@ -173,7 +163,7 @@ def test_a_followed_compiled_call_takes_each_time_step_whole(kind, monkeypatch):
     for i in range(3):
         x = _randn(5, 2, 3, seed=i, requires_grad=False)
         np.testing.assert_allclose(compiled(x).item(), step(x).item(), rtol=1e-12)
-    steps = [name for name in taken if name.endswith("_step")]
+    steps = [name for name in composite_jumps if name.endswith("_step")]
     assert steps == [f"_{kind.lower()}_step"] * (2 * 5 * 2)  # 2 followed calls, 5 steps, 2 layers
 
 

@@ -227,17 +227,7 @@ def test_updates_are_bitwise_those_of_pytorchs_in_place_operations(options, comp
         np.testing.assert_array_equal(optimizer.state[p]["exp_avg_sq"].numpy(), state["exp_avg_sq"].numpy())
 
 
-def test_a_followed_compiled_step_takes_each_parameters_update_whole(monkeypatch):
-    from tracegrad.jit import composite as compile_composite
-
-    taken = []
-    take = compile_composite._take
-
-    def spy(replay, tracer, record, tensors):
-        taken.append(record.function.__name__)
-        return take(replay, tracer, record, tensors)
-
-    monkeypatch.setattr(compile_composite, "_take", spy)
+def test_a_followed_compiled_step_takes_each_parameters_update_whole(composite_jumps):
     tg.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
     optimizer = optim.AdamW(model.parameters(), lr=0.01)
@@ -255,4 +245,4 @@ def test_a_followed_compiled_step_takes_each_parameters_update_whole(monkeypatch
         compiled(tg.randn(5, 3))
         scheduler.step()
     assert compiled.cache_info().graphs <= 2  # (the state appears in the first call)
-    assert taken.count("_adam_values") >= 2 * 4  # two followed calls at least, four parameters
+    assert composite_jumps.count("_adam_values") >= 2 * 4  # two followed calls at least, four parameters
