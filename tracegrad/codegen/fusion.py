@@ -2,10 +2,12 @@
 
 A value is *materialized* (gets a buffer) when it is a graph input or output, is produced
 or consumed by an op the code generator cannot lower, is a reduction's result, or is read
-by several kernels and too big to recompute. Every other value is inlined where it is
-read, so chains of elementwise ops, broadcasts and views become one loop, a reduction
-absorbs the elementwise ops that produce its input, and a backward kernel recomputes the
-forward values it needs instead of reading them back from memory.
+by several kernels and too big to recompute (or reading too many buffers). Every other
+value is inlined where it is read, so chains of elementwise ops, broadcasts and views
+become one loop, a reduction absorbs the elementwise ops that produce its input, and a
+backward kernel recomputes the forward values it needs instead of reading them back from
+memory. Kernels over one domain then merge into loops, within limits that keep kernels
+small and alike (`MAX_LOOP_SIZE`, `SEPARATE_BELOW`): identical kernels compile once.
 
 A view read by a NumPy step (`permute(dY)` as a matmul operand) is not written by a
 kernel in the view's layout: its source gets the buffer, in its own layout, and NumPy
