@@ -131,11 +131,15 @@ def fuse_epilogues(steps: list, graph: Graph) -> list:
     if not fused:
         return steps
     dropped = set(fused.values())
+    outputs = set(graph.outputs)
+    readers: dict[Value, list[int]] = {}  # value -> the positions of the steps reading it
+    for position, step in enumerate(steps):
+        for value in _reads(step):
+            readers.setdefault(value, []).append(position)
     items = {}
     for home, position in fused.items():
         node = steps[home].node
-        others = [s for p, s in enumerate(steps) if p not in (home, position)]
-        keep = node.output(0) in graph.outputs or any(node.output(0) in _reads(s) for s in others)
+        keep = node.output(0) in outputs or any(p not in (home, position) for p in readers.get(node.output(0), ()))
         item = items[home] = MatmulEpilogue(node, steps[position], keep)
         if not keep:
             _write_over_product(item, graph)
@@ -145,8 +149,8 @@ def fuse_epilogues(steps: list, graph: Graph) -> list:
             # concat, a movement op of several inputs, stays a step of its own.)
             view_node = steps[view].node if view is not None and isinstance(steps[view], Unfused) else None
             if (view_node is not None and view_node.op.kind == MOVEMENT and len(view_node.inputs) == 1
-                    and value not in graph.outputs and node.inputs.count(value) == 1
-                    and not any(value in _reads(s) for p, s in enumerate(steps) if p not in (home, view))):
+                    and value not in outputs and node.inputs.count(value) == 1
+                    and all(p in (home, view) for p in readers.get(value, ()))):
                 item.operand_views[operand] = steps[view].node
                 dropped.add(view)
     return [items.get(position, step) for position, step in enumerate(steps) if position not in dropped]
