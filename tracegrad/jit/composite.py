@@ -174,8 +174,9 @@ def record(tracer, function, args: tuple, kwargs: dict):
     flags = tuple(_flags(t) for t in tensors)
     before = [t._value if t._data is None else tracer.lookup(t) for t in tensors]
     result = function(*args, **kwargs)
-    if (tracer.replay is None and _trace_state(tracer) == state and len(tracer.graph.nodes) - start >= MIN_NODES
-            and not _reads_written_memory(tracer, tensors)):
+    # (A write inside changes the state; without one, capturing an argument inside cannot
+    # give it written memory that `_reads_written_memory` did not see before the call.)
+    if tracer.replay is None and _trace_state(tracer) == state and len(tracer.graph.nodes) - start >= MIN_NODES:
         composite = _describe(tracer, function, key, tensors, flags, before, grad_enabled, start,
                               inputs_before, result)
         if composite is not None:
@@ -287,7 +288,7 @@ def jump(replay, tracer, function, args: tuple, kwargs: dict):
     mode = MODE
     if key != record.key or mode.grad_enabled != record.grad_enabled or mode.inference:
         return None
-    if tracer.overrides and _reads_written_memory(tracer, tensors):
+    if _reads_written_memory(tracer, tensors):
         return None
     captured = tracer.captured
     for t, (lazy, requires_grad, leaf, view), value in zip(tensors, record.flags, record.arguments):
