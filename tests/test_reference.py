@@ -230,7 +230,7 @@ def test_interpreting_backends_run_no_llvm_kernel_and_give_eager_results(monkeyp
         w_compiled = tg.tensor(w, requires_grad=True)
         loss, y = compiled(tg.tensor(x), w_compiled)
         for got, expected in zip((loss.detach().numpy(), y.detach().numpy(), w_compiled.grad.numpy()), want):
-            np.testing.assert_allclose(got, expected, rtol=1e-6)
+            np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)  # (eager log_softmax: another formula)
     assert calls == []
     assert compiled.cache_info().kernels == 0
 

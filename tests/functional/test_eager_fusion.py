@@ -37,6 +37,11 @@ COMPOSITES = {  # name -> (function of (x, weight, bias, labels), whether weight
 }
 
 
+# Op by op these are one primitive each (`ops/neural.py`), fused the composite's nodes: the
+# same values and gradients, another grad_fn.
+ONE_OP = {"softmax", "log_softmax", "cross_entropy"}
+
+
 def _inputs(dtype):
     rng = np.random.default_rng(0)
     return (tg.tensor(rng.standard_normal((4, 5)) * 2, dtype=dtype, requires_grad=True),
@@ -63,7 +68,8 @@ def test_fused_composite_matches_op_by_op(name, dtype, monkeypatch):
     tol = dict(rtol=1e-12, atol=1e-14) if dtype is tg.float64 else dict(rtol=2e-5, atol=1e-6)
     np.testing.assert_allclose(fused_out.detach().numpy(), plain_out.detach().numpy(), **tol)
     assert fused_out.dtype is plain_out.dtype
-    assert fused_out.grad_fn.name() == plain_out.grad_fn.name()
+    if name not in ONE_OP:
+        assert fused_out.grad_fn.name() == plain_out.grad_fn.name()
     for ours, theirs in zip(fused_grads, plain_grads):
         assert (ours is None) == (theirs is None)
         if ours is not None:

@@ -34,7 +34,9 @@ def _numerical_jacobian(fn, inputs, index, output_index, eps):
             minus = _outputs(fn, inputs)[output_index]._data.astype(np.float64).reshape(-1).copy()
             array[index] = original
             columns.append((plus - minus) / (2 * eps))
-    return np.stack(columns, axis=1) if columns else np.zeros((0, 0))
+        if not columns:  # an empty input: a Jacobian of no columns, one row per output element
+            return np.zeros((_outputs(fn, inputs)[output_index].numel(), 0))
+    return np.stack(columns, axis=1)
 
 
 def _analytical_jacobian(fn, inputs, index, output_index):

@@ -18,6 +18,7 @@ from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops import indexing
 from tracegrad.ops import movement as mv
+from tracegrad.ops import neural as neural_ops
 from tracegrad.tensor import Tensor
 from tracegrad.functional import arith
 from tracegrad.functional import reduce as reductions  # (`reduce` is an argument of the losses)
@@ -124,6 +125,8 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_a
     if weight is not None and weight.shape != (classes,):
         raise RuntimeError(f"weight tensor should be defined either for all {classes} classes or no "
                            f"classes but got weight tensor of shape: {list(weight.shape)}")
+    if weight is None and input.ndim == 2 and neural_ops.eager_nll_loss(input):
+        return neural_ops.nll_loss(input, target, ignore_index, reduction)  # (eager: one op)
     # Classes last: (N, d1, ..., C), so the target picks along the last dim.
     scores = mv.permute(input, (0,) + tuple(range(2, input.ndim)) + (1,)) if batched else input
     valid = ew.ne(target, ew.full_like(target, ignore_index))

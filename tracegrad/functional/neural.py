@@ -10,8 +10,10 @@ import numpy as np
 
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
+from tracegrad.grad_mode import MODE
 from tracegrad.ops import indexing
 from tracegrad.ops import movement as mv
+from tracegrad.ops import neural as neural_ops
 from tracegrad.ops import reduction as red
 from tracegrad.tensor import Tensor
 from tracegrad.functional import arith, reduce
@@ -43,10 +45,20 @@ def _shifted(input: Tensor, axes: tuple[int, ...]) -> Tensor:
     return ew.sub(input, mv.expand(shift, input.shape))
 
 
+def _one_op(x: Tensor, axes: tuple[int, ...]) -> bool:
+    """Whether eager softmax/log_softmax of `x` runs as one primitive (`ops/neural.py`):
+    outside traces (which record the composite, for the compiler to fuse), over one
+    non-empty dim of a float32/float64 tensor."""
+    return (MODE.tracer is None and len(axes) == 1 and x._type.dtype in neural_ops.DTYPES
+            and x._type.shape[axes[0]] != 0)
+
+
 @fused
 def softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
     x = _float(input if dtype is None else ew.convert(input, dtype))
     axes = _softmax_axes("softmax", x, dim)
+    if _one_op(x, axes):
+        return neural_ops.softmax(x, axes[0])
     e = ew.exp(_shifted(x, axes))
     return ew.div(e, mv.expand(red.sum_(e, axes, keepdim=True), x.shape))
 
@@ -55,6 +67,8 @@ def softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
 def log_softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
     x = _float(input if dtype is None else ew.convert(input, dtype))
     axes = _softmax_axes("log_softmax", x, dim)
+    if _one_op(x, axes):
+        return neural_ops.log_softmax(x, axes[0])
     shifted = _shifted(x, axes)
     total = ew.log(red.sum_(ew.exp(shifted), axes, keepdim=True))
     return ew.sub(shifted, mv.expand(total, x.shape))
@@ -125,6 +139,13 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         raise RuntimeError(f"linear: mat1 and mat2 shapes cannot be multiplied ({list(input.shape)} "
                            f"and weight {list(weight.shape)}): expected input's last dim "
                            f"{input.shape[-1] if input.ndim else None} to equal weight.shape[1]")
+    if (MODE.tracer is None and input.ndim >= 2 and weight.ndim == 2 and input._type.dtype in neural_ops.DTYPES
+            and weight._type.dtype is input._type.dtype
+            and (bias is None or (bias._type.dtype is input._type.dtype and bias.shape == weight.shape[:1]))):
+        if input.ndim == 2:
+            return neural_ops.linear(input, weight, bias)  # (eager: one op, as PyTorch's addmm)
+        rows = mv.reshape(input, (math.prod(input.shape[:-1]), input.shape[-1]))
+        return mv.reshape(neural_ops.linear(rows, weight, bias), input.shape[:-1] + weight.shape[:1])
     out = matmul(input, mv.permute(weight, (1, 0)) if weight.ndim == 2 else weight)
     return arith.add(out, bias) if bias is not None else out
 
@@ -164,6 +185,10 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, ignore_index: int 
         raise ValueError(f"cross_entropy: Expected input batch_size ({logits.shape[0]}) to match "
                          f"target batch_size ({labels.shape[0] if labels.ndim else 0}).")
     logp = log_softmax(logits, 1)
+    if neural_ops.eager_nll_loss(logp) and reduction in ("mean", "sum", "none"):
+        # (eager: log_softmax and nll_loss, one op each)
+        losses = neural_ops.nll_loss(logp, labels, ignore_index, reduction, "cross_entropy")
+        return mv.reshape(losses, ()) if not batched and reduction == "none" else losses
     valid = ew.ne(labels, ew.full_like(labels, ignore_index))
     safe_labels = ew.where(valid, labels, ew.full_like(labels, 0))
     # A label outside [0, C) that is not ignore_index raises PyTorch's "Target -3 is out of

@@ -25,7 +25,8 @@ REGISTRY: dict[str, Primitive] = {}
 class Primitive:
     """One op. `vjp(ctx, *output_grads)` returns one gradient (or None) per input."""
 
-    __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output", "saved_for", "saves_by_needs",
+    __slots__ = ("name", "shape_rule", "impl", "vjp", "saves_inputs", "saves_output", "saves_copies", "saved_for",
+                 "saves_by_needs",
                  "kind", "num_outputs", "backward_name", "lower", "index_map", "reduction",
                  "simplify", "rewrite", "constant", "aligned", "lower_indexed", "lowers",
                  "index_checks", "view_strides", "view_may_copy", "write_back", "api", "effect", "carried_dim",
@@ -37,7 +38,7 @@ class Primitive:
 
     def __init__(self, name: str, *, shape_rule: Callable[..., tuple[TensorType, ...]],
                  impl: Callable, vjp: Callable | None = None,
-                 saves_inputs: tuple[int, ...] = (), saves_output: bool = False,
+                 saves_inputs: tuple[int, ...] = (), saves_output: bool = False, saves_copies: bool = False,
                  saved_for: dict[int | str, tuple[int, ...]] | None = None,
                  kind: str = OTHER, api: str | None = None, num_outputs: int = 1, backward_name: str | None = None,
                  lower: Callable | None = None, index_map: Callable | None = None,
@@ -55,6 +56,11 @@ class Primitive:
         self.vjp = vjp
         self.saves_inputs = saves_inputs
         self.saves_output = saves_output
+        # What it saves is kept as copies nobody else sees (`SavedTensor.keep_private`): an
+        # in-place update of an input or the result then neither fails the backward nor
+        # changes it, as for the composite of other primitives the op also is
+        # (ops/neural.py), whose saved tensors are intermediates.
+        self.saves_copies = saves_copies
         # Which inputs' gradients read each saved value (input index, or "out" for the
         # output); a value not listed is read by every gradient. A value is saved only when
         # one of its readers needs grad, as PyTorch does (`a * 3` keeps nothing of `a`, so an

@@ -44,6 +44,16 @@ class SavedTensor:
         self.value = None if output_index is not None else (
             tensor._autograd_value() if tensor._requires_grad else None)
 
+    def keep_private(self) -> None:
+        """Hold a copy of the tensor's values, with a version of its own: later in-place
+        updates of the tensor reach neither the copy nor the version check. (A traced tensor
+        is kept as it is: a trace follows its in-place updates itself.)"""
+        if self.data is not None:
+            from tracegrad.tensor import VersionCounter
+            self.data = self.data.copy()
+            self.counter = VersionCounter()
+            self.version = 0
+
     def unpack(self, node: Node):
         from tracegrad.tensor import Tensor
         self.check_version(node)  # a traced tensor too: an in-place op inside a trace bumps it
