@@ -45,7 +45,7 @@ def _expand_key(key, ndim):
         else:
             items.append(item)
     consumed = sum(1 if not (isinstance(i, Tensor) and i.dtype is types.bool_) else i.ndim
-                   for i in items if i is not None and i is not Ellipsis)
+                   for i in items if i is not None and i is not Ellipsis and i is not True and i is not False)
     if sum(1 for i in items if i is Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     if consumed > ndim:
@@ -70,9 +70,11 @@ class _Plan:
         advanced = []           # (position in out_shape, index tensor)
         dim = 0
         for item in _expand_key(key, x.ndim):
-            if item is None:
+            if item is None or item is True:  # (True: a new dim of size 1, as NumPy's)
                 out_shape.append(1)
                 continue
+            if item is False:
+                raise IndexError("index: a False key (an empty new dim) is not supported; use x[None][:0]")
             if isinstance(item, Tensor) and item.dtype is types.bool_:
                 for offset, size in enumerate(item.shape):
                     if shape[dim + offset] != size:
@@ -154,10 +156,26 @@ class _Plan:
 
 
 def getitem(x: Tensor, key) -> Tensor:
+    if key.__class__ is int and x._type.shape:  # `x[i]`, the common key (a time step): no plan
+        return _select(x, key)
     plan = _Plan(x, key)
     if not plan.steps:
         return mv.bind_alias(x)
     return plan.read(x)
+
+
+def _select(x: Tensor, index: int) -> Tensor:
+    """`x[index]`, the steps `_Plan` makes for an int key: a slice of dim 0 (none when it
+    has one entry) and a reshape dropping it."""
+    shape = x._type.shape
+    size = shape[0]
+    if not -size <= index < size:
+        raise IndexError(f"index {index} is out of bounds for dimension 0 with size {size}")
+    index %= size
+    if size != 1:
+        ndim = len(shape)
+        x = mv.slice_(x, (index,) + (0,) * (ndim - 1), (index + 1,) + shape[1:], (1,) * ndim)
+    return mv.reshape(x, shape[1:])
 
 
 def index_put(x: Tensor, key, value) -> Tensor:
