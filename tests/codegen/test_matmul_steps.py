@@ -51,15 +51,16 @@ def test_the_choice_is_measured_once_per_signature_when_asked(monkeypatch):
     assert set(matmul_steps.choices().values()) <= {NUMPY, GENERATED}
 
 
-def test_by_default_every_2d_product_runs_generated(monkeypatch):
+def test_by_default_products_above_numpy_max_work_run_generated_and_small_ones_numpy(monkeypatch):
     monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
     monkeypatch.setattr(matmul_steps, "_choices", {})
     monkeypatch.setattr(matmul_steps, "_measure", lambda *args: pytest.fail("measured without being asked"))
     compiled = tg.compile(lambda a, b, c: ((a @ b) @ c).sum())
-    a, b, c = tg.randn(64, 48), tg.randn(48, 40), tg.randn(40, 10)
+    a, b, c = tg.randn(64, 48), tg.randn(48, 100), tg.randn(100, 10)  # 307,200 and 64,000 multiply-adds
     np.testing.assert_allclose(compiled(a, b, c).item(), ((a.numpy() @ b.numpy()) @ c.numpy()).sum(), rtol=1e-4)
-    assert matmul_steps.choices() == {((64, 48), 40, np.dtype(np.float32), "row", "row"): GENERATED,
-                                     ((64, 40), 10, np.dtype(np.float32), "row", "row"): GENERATED}
+    assert matmul_steps.choices() == {((64, 48), 100, np.dtype(np.float32), "row", "row"): GENERATED}
+    assert matmul_steps.choose(c.numpy()[:64].T, c.numpy(), np.empty((10, 10), np.float32)) == NUMPY
+    assert 64 * 48 * 100 > matmul_steps.NUMPY_MAX_WORK >= 64 * 100 * 10
 
 
 def test_transposed_operands_are_another_signature(monkeypatch):
@@ -104,6 +105,7 @@ def test_a_kernel_not_compiled_yet_waits_for_the_steps_third_run(monkeypatch, tm
     monkeypatch.setattr(gemm, "matmul", lambda *args, **kwargs: used.append(1) or original(*args, **kwargs))
     # (a step bound to its operands' geometry runs the generated kernel without `matmul`)
     monkeypatch.setattr(gemm.BoundProduct, "run", lambda *args: used.append(1) or original_bound(*args))
+    monkeypatch.setattr(matmul_steps, "NUMPY_MAX_WORK", 0)  # (a small product, which would run NumPy)
     compiled = tg.compile(lambda a, b: a @ b)
     a, b = tg.ones(40, 48), tg.ones(48, 36)
     for expected in (0, 0, 1, 2):

@@ -3,7 +3,7 @@ the generated GEMM (`codegen/gemm.py`).
 
 Which one runs is decided per signature (M, K, N, dtype, and whether each operand is
 row-major, transposed or neither). By default the generated kernel runs every 2-D float
-product. Measured on the 2-core AVX-512 host (`benchmarks/gemm_probe.py`, W4): on a quiet
+product of more than NUMPY_MAX_WORK multiply-adds, NumPy the small ones. Measured on the 2-core AVX-512 host (`benchmarks/gemm_probe.py`, W4): on a quiet
 machine it matches or beats this NumPy's OpenBLAS (which runs Haswell kernels on Zen 5)
 on the W4 shapes, and on narrow ones (N = 10) its unpacked kernels (`gemm_narrow.py`) run
 in 20-30 µs against OpenBLAS's 25-35 µs when OpenBLAS stays on one thread;
@@ -52,6 +52,11 @@ COMPILE_AFTER = 2  # runs of a step through NumPy before its generated kernel is
 NUMPY, GENERATED, MEASURE = "numpy", "generated", "measure"
 
 EAGER_MIN_WORK = 1 << 20  # multiply-adds from which an eager product may use the GEMM
+# Up to this many multiply-adds a compiled product runs through NumPy: OpenBLAS keeps such
+# a product on one thread (its threshold: 65536 * 4), so no thread of it waits for a busy
+# core, and its fixed cost is a few µs where the generated GEMM's packing and blocking take
+# 8-16 µs (W10's (1, 185) @ (185, 128): 2-3 µs against 8; (16, 128, 128): 5.6 against 15).
+NUMPY_MAX_WORK = 1 << 18
 # A step is bound (again) to the geometry it gets after this many misses in a row, at most
 # MAX_BINDS times (a step whose arrays change geometry all the time runs the general path).
 REBIND_AFTER_MISSES = 2
@@ -100,6 +105,8 @@ def choose(a: np.ndarray, b: np.ndarray, out: np.ndarray, mode: str | None = "")
         mode = _mode()
     if mode in (NUMPY, GENERATED):
         return mode
+    if mode != MEASURE and a.shape[0] * a.shape[1] * b.shape[1] <= NUMPY_MAX_WORK:
+        return NUMPY
     signature = (a.shape, b.shape[1], a.dtype, _layout(a), _layout(b))
     choice = _choices.get(signature)
     if choice is None:
