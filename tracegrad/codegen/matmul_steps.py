@@ -3,13 +3,14 @@ the generated GEMM (`codegen/gemm.py`).
 
 Which one runs is decided per signature (M, K, N, dtype, and whether each operand is
 row-major, transposed or neither). By default the generated kernel runs every 2-D float
-product of more than NUMPY_MAX_WORK multiply-adds, NumPy the small ones. Measured on the 2-core AVX-512 host (`benchmarks/gemm_probe.py`, W4): on a quiet
-machine it matches or beats this NumPy's OpenBLAS (which runs Haswell kernels on Zen 5)
-on the W4 shapes, and on narrow ones (N = 10) its unpacked kernels (`gemm_narrow.py`) run
-in 20-30 µs against OpenBLAS's 25-35 µs when OpenBLAS stays on one thread;
-with one core busy elsewhere, OpenBLAS's threads wait for that core on every call (a
-(256,512)@(512,10) product took 7-16 ms; the W4 step 35.9 ms against 6.9 ms generated),
-while the generated kernel's second thread only takes chunks when it gets to run.
+product of more than NUMPY_MAX_WORK multiply-adds, NumPy the small ones. Measured on the
+2-core AVX-512 host (`benchmarks/gemm_probe.py`, W4): on a quiet machine it matches or
+beats this NumPy's OpenBLAS (which runs Haswell kernels on Zen 5) on the W4 shapes, and on
+narrow ones (N = 10) its unpacked kernels (`gemm_narrow.py`) run in 20-30 µs against
+OpenBLAS's 25-35 µs when OpenBLAS stays on one thread; with one core busy elsewhere,
+OpenBLAS's threads wait for that core on every call (a (256,512)@(512,10) product took
+7-16 ms; the W4 step 35.9 ms against 6.9 ms generated), while the generated kernel's
+second thread only takes chunks when it gets to run.
 
 A product whose generated kernel is neither in memory nor in the disk cache runs through
 NumPy for the step's first `COMPILE_AFTER` runs and compiles it then (~0.3 s per kernel:
