@@ -419,7 +419,7 @@ def _eager_view(trace, base: Tensor, chain: list[Node]) -> bool:
 def _overlaid(current: Tensor, source: Tensor, positions: np.ndarray, hit: np.ndarray | None) -> Tensor:
     """`current` with the elements `hit` (None: all) taken from `source` at `positions`
     (indices into the flattened `source`, one per element of `current`)."""
-    if hit is None and positions.size == source._type.numel and _in_order(positions):
+    if positions is SAME_ELEMENTS or (hit is None and positions.size == source._type.numel and _in_order(positions)):
         # The same memory viewed in the same order. (Not a view of `source` that goes
         # stale when `source` is updated: the value `source` holds now.)
         return _unviewed(shape.reshape(source, current.shape))
@@ -443,10 +443,16 @@ def _constant(array: np.ndarray) -> Tensor:
     return Tensor._make(array, TensorType(array.shape, types.from_numpy(array.dtype)))
 
 
-def _positions(reader: np.ndarray, written: np.ndarray) -> tuple[np.ndarray, np.ndarray | None] | None:
+# `_positions` of a tensor viewing the written memory alike: element k is element k (no
+# array of positions to make and compare, 24k elements per parameter in W10's SGD).
+SAME_ELEMENTS = "same elements"
+
+
+def _positions(reader: np.ndarray, written: np.ndarray) -> tuple[np.ndarray | str, np.ndarray | None] | None:
     """Where the elements of `reader` lie in `written`, by address: per element of
-    `reader`, the index into the flattened `written` of the element at the same address,
-    and whether there is one (None: for every element); None when they share no element."""
+    `reader`, the index into the flattened `written` of the element at the same address
+    (or SAME_ELEMENTS), and whether there is one (None: for every element); None when they
+    share no element."""
     if not reader.size or not written.size or not _bounds_meet(reader, written):
         return None
     if (reader.shape == written.shape and reader.strides == written.strides and reader.dtype == written.dtype
@@ -454,7 +460,7 @@ def _positions(reader: np.ndarray, written: np.ndarray) -> tuple[np.ndarray, np.
             and not _self_overlapping(written)):
         # One memory viewed alike (`p` and `p.data`, as every optimizer step of the
         # programs written before optimizers writes): element k is element k.
-        return np.arange(reader.size, dtype=np.int64).reshape(reader.shape), None
+        return SAME_ELEMENTS, None
     itemsize = written.itemsize
     if reader.dtype != written.dtype or _misaligned(reader, itemsize) != _misaligned(written, itemsize) or any(
             s % itemsize for s in (*reader.strides, *written.strides)):
