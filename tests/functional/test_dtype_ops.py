@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+from tracegrad.autograd.lru import RecencyCache
 from tracegrad.autograd import backward_cache
 from tracegrad.runtime.program_cache import PROGRAMS
 from tracegrad.functional import eager_fusion
@@ -215,6 +216,7 @@ def test_eager_fusion_leaves_unlowered_dtypes_to_the_op_by_op_path(dtype, monkey
     monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 1)
     monkeypatch.setattr(eager_fusion, "SINGLE_OP_FACTOR", 1)
     monkeypatch.setattr(eager_fusion, "_programs", PROGRAMS.user("eager fusion", eager_fusion.RECIPE))
+    monkeypatch.setattr(eager_fusion, "_op_programs", RecencyCache(eager_fusion.CAPACITY))
     x = _tensor(dtype)
     for _ in range(eager_fusion.FUSE_AFTER + 2):
         tg.softmax(x if x.dtype.is_floating else x.float(), 1)

@@ -20,6 +20,7 @@ def _fuse_everything(monkeypatch):
     monkeypatch.setattr(eager_fusion, "FUSE_AFTER", 1)
     monkeypatch.setattr(eager_fusion, "_seen", RecencyCache(eager_fusion.CAPACITY))
     monkeypatch.setattr(eager_fusion, "_programs", PROGRAMS.user("eager fusion", eager_fusion.RECIPE))
+    monkeypatch.setattr(eager_fusion, "_op_programs", RecencyCache(eager_fusion.CAPACITY))
 
 
 def _op_by_op(monkeypatch):

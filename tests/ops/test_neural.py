@@ -338,3 +338,126 @@ def test_nll_loss_saves_a_copy_of_its_targets_and_not_its_input():
     want = np.zeros((3, 4))
     want[[0, 1, 2], [0, 3, 1]] = -1 / 3
     np.testing.assert_allclose(logp.grad.numpy(), want)
+
+
+# normalized dims, weight, bias
+NORMS = {"affine": (1, True, True), "weight_only": (1, True, False), "bias_only": (1, False, True),
+         "plain_two_dims": (2, False, False), "affine_two_dims": (2, True, True)}
+
+
+def _norm_args(case, shape=(3, 4, 5), seed=0):
+    normalized, weight, bias = NORMS[case]
+    x = _leaf(shape, seed)
+    w = _leaf(shape[len(shape) - normalized:], seed + 1) if weight else None
+    b = _leaf(shape[len(shape) - normalized:], seed + 2) if bias else None
+    return x, w, b, shape[len(shape) - normalized:]
+
+
+@pytest.mark.parametrize("case", NORMS)
+def test_layer_norm_is_one_op_with_the_composites_values(case):
+    x, w, b, normalized = _norm_args(case)
+    out = F.layer_norm(x, normalized, w, b)
+    assert out.grad_fn.name() == "NativeLayerNormBackward"
+    want = _composite(F.layer_norm, x, normalized, w, b)
+    np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), rtol=1e-12, atol=1e-13)
+    params = [t for t in (x, w, b) if t is not None]
+    grads = tg.autograd.grad((out * out.detach().sin()).sum(), params)
+    want_grads = tg.autograd.grad((want * want.detach().sin()).sum(), params)
+    for got, expected in zip(grads, want_grads):
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("case", NORMS)
+def test_layer_norm_gradients(case, check):
+    x, w, b, normalized = _norm_args(case)
+    params = tuple(t for t in (w, b) if t is not None)
+    weight, bias = NORMS[case][1:]
+
+    def fn(x, *params):
+        return F.layer_norm(x, normalized, params[0] if weight else None, params[-1] if bias else None)
+    assert check(fn, (x, *params))
+    assert check(lambda x: F.layer_norm(x, (1,)), (_leaf((4, 1)),))  # one element per row
+    assert check(lambda x: F.layer_norm(x.t(), (3,)), (_leaf((3, 2)),))  # a transposed view
+
+
+def test_layer_norm_saves_a_copy_of_its_input_and_its_weight_itself():
+    x, w, b, normalized = _norm_args("affine")
+    h = x * 1.0
+    out = F.layer_norm(h, normalized, w, b)
+    with tg.no_grad():
+        h.mul_(3.0)  # the composite saves only values computed from the input: fine
+    (grad,) = tg.autograd.grad(out.sum() + (out * out).sum(), [x])
+    (want,) = tg.autograd.grad(F.layer_norm(x * 1.0, normalized, w, b).sum()
+                               + (F.layer_norm(x * 1.0, normalized, w, b) ** 2).sum(), [x])
+    np.testing.assert_allclose(grad.numpy(), want.numpy(), rtol=1e-10, atol=1e-12)
+    out = F.layer_norm(x, normalized, w, b)
+    with tg.no_grad():
+        w.mul_(2.0)  # the weight is read by the input's gradient: refused, as by the composite
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+GELUS = ["none", "tanh"]
+
+
+@pytest.mark.parametrize("approximate", GELUS)
+def test_gelu_is_one_op_with_the_composites_values(approximate):
+    x = _leaf((3, 7))
+    out = F.gelu(x, approximate=approximate)
+    assert out.grad_fn.name() == "GeluBackward"
+    want = _composite(lambda t: F.gelu(t, approximate=approximate), x)
+    np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), rtol=1e-12, atol=1e-14)
+    (grad,) = tg.autograd.grad((out * out).sum(), [x])
+    (want_grad,) = tg.autograd.grad((want * want).sum(), [x])
+    np.testing.assert_allclose(grad.numpy(), want_grad.numpy(), rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("approximate", GELUS)
+def test_gelu_gradients(approximate, check):
+    assert check(lambda x: F.gelu(x, approximate=approximate), (_leaf((2, 5)),))
+    assert check(lambda x: F.gelu(x.t()[1:], approximate=approximate), (_leaf((4, 3)),))
+    assert check(lambda x: F.gelu(x, approximate=approximate), (_leaf((0, 3)),))
+
+
+def test_gelu_input_modified_in_place_before_backward_is_refused_as_by_the_composite():
+    h = _leaf((3, 4)) * 1.0
+    out = F.gelu(h)
+    with tg.no_grad():
+        h.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+ONE_OPS = {"layer_norm": lambda x: F.layer_norm(x, x.shape[-1:]), "gelu": F.gelu,
+           "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "softmax": lambda x: F.softmax(x, -1),
+           "log_softmax": lambda x: F.log_softmax(x, 1)}
+
+
+@pytest.mark.parametrize("dtype", [tg.float64, tg.float32])
+@pytest.mark.parametrize("name", ONE_OPS)
+def test_on_large_arrays_the_op_runs_one_program_of_its_composite_with_numpys_values(name, dtype, monkeypatch):
+    from tracegrad.autograd.lru import RecencyCache
+    from tracegrad.runtime.program_cache import PROGRAMS
+    monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 4)  # (the fixture's op-by-op threshold, lowered again)
+    monkeypatch.setattr(eager_fusion, "_seen", RecencyCache(eager_fusion.CAPACITY))
+    monkeypatch.setattr(eager_fusion, "_op_programs", RecencyCache(eager_fusion.CAPACITY))
+    monkeypatch.setattr(eager_fusion, "_programs", PROGRAMS.user("eager fusion", eager_fusion.RECIPE))
+    fn = ONE_OPS[name]
+    base = _leaf((6, 5), 4, dtype)
+    tol = dict(rtol=1e-12, atol=1e-13) if dtype is tg.float64 else dict(rtol=2e-5, atol=1e-6)
+    for x in (base, base.t().contiguous().t()):  # row-major, then column-major: two programs
+        results = [fn(x) for _ in range(eager_fusion.FUSE_AFTER + 1)]  # NumPy, then the program
+        for result in results[1:]:
+            np.testing.assert_allclose(result.detach().numpy(), results[0].detach().numpy(), **tol)
+            assert result.detach().numpy().flags.owndata
+            assert not np.shares_memory(result.detach().numpy(), x.detach().numpy())
+        (grad,) = tg.autograd.grad(results[-1].sum(), [base])
+        (want,) = tg.autograd.grad(results[0].sum(), [base])
+        np.testing.assert_allclose(grad.numpy(), want.numpy(), **tol)
+    assert len(eager_fusion._op_programs) == 2 and len(eager_fusion._programs) >= 1
+    monkeypatch.setenv("TRACEGRAD_EAGER_COMPILE", "0")
+    monkeypatch.setattr(eager_fusion, "_op_programs", RecencyCache(eager_fusion.CAPACITY))
+    fn(base)
+    assert len(eager_fusion._op_programs) == 0  # switched off: NumPy

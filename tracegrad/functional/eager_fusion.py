@@ -4,6 +4,10 @@ kernels instead of one NumPy pass (and one temporary) per primitive. Arithmetic
 (`add`, `sub`, `mul` with their broadcast) is fused the same way from a larger size,
 where the gain is the kernel's threads (NumPy's elementwise loops use one core).
 
+(The composites that are also one-op primitives, `ops/neural.py`, are not fused here:
+eager execution records the one op, and `_compiled_op` is its implementation on large
+arrays, one program of the composite registered with `decomposes`.)
+
 The composite is still recorded exactly as op-by-op eager execution records it: it runs
 under a `FusionTrace`, so `bind` makes the same nodes, wired to the arguments' autograd
 identities, with the same saved tensors, and computes nothing. One program then computes
@@ -304,3 +308,85 @@ def _build(graph: Graph):
         return build_program(optimize(graph))
     except Exception:  # noqa: BLE001 - a graph the code generator rejects runs op by op
         return None
+
+
+# --- one-op primitives on large arrays (ops/neural.py) ---------------------------------------
+
+# Op name -> its composite, as a function of the op's arguments (arrays as tensors) and
+# attributes: what a one-op primitive's compiled implementation runs (`decomposes`).
+_DECOMPOSITIONS: dict = {}
+# (op, arrays' shapes, strides and dtypes, attributes) -> (program, sources) or False.
+_op_programs = RecencyCache(CAPACITY)
+
+
+def decomposes(name: str, composite) -> None:
+    """Register `composite` as the program that computes op `name` on large arrays."""
+    _DECOMPOSITIONS[name] = composite
+
+
+def _compiled_op(prim, arrays: tuple, attrs: dict):
+    """Op `prim` of `ops/neural.py` on `arrays` by one program of its composite, from the
+    FUSE_AFTER-th call with arrays of one geometry when the largest has MIN_ELEMENTS; None
+    (NumPy runs it) otherwise. Unlike a fused composite, nothing is recorded here: the op
+    is one node, and this is its implementation."""
+    composite = _DECOMPOSITIONS.get(prim.name)
+    if composite is None:
+        return None
+    largest = 0
+    for array in arrays:
+        largest = max(largest, array.size)
+    if largest < MIN_ELEMENTS or not reference.eager_compile():
+        return None
+    key = (prim.name, tuple([(a.shape, a.strides, a.dtype) for a in arrays]), tuple(sorted(attrs.items())))
+    if not _sighted_enough(key):
+        return None
+    entry = _op_programs.get(key)
+    if entry is None:
+        entry = _op_program(composite, arrays, attrs)
+        _op_programs.put(key, entry)
+    if entry is False:
+        return None
+    program, sources = entry
+    (out,) = program.run([arrays[s] if s.__class__ is int else s for s in sources])
+    if not out.flags.owndata or any(out is a for a in arrays):
+        out = np.array(out, copy=True)  # a simplification returned an input or a view
+    return out
+
+
+def _op_program(composite, arrays: tuple, attrs: dict):
+    """(program, sources) computing `composite(*arrays, **attrs)`: per program input, the
+    index of the array it is, or a constant array the composite made; False when the
+    composite does not make one program."""
+    from tracegrad.grad_mode import no_grad
+    from tracegrad.ir.types import TensorType, from_numpy
+
+    tensors = [Tensor._make(a, TensorType(a.shape, from_numpy(a.dtype))) for a in arrays]
+    trace = FusionTrace(composite.__name__)
+    try:
+        with no_grad(), trace:
+            result = composite(*tensors, **attrs)
+    except _NotFusable:
+        return False
+    node = result._value.node if result._data is None else None
+    if node is None or node.op.kind == MOVEMENT:
+        return False
+    given = {value: tensor._data for tensor, value in trace.read.values()}
+    graph, inputs = _program_graph(trace, [result._value], given)
+    program = _program(graph, inputs)
+    if program is None:
+        return False
+    sources: list = []
+    for array in inputs:
+        index = next((i for i, a in enumerate(arrays) if array is a), None)
+        if index is None and any(np.shares_memory(array, a) for a in arrays):
+            return False  # (an argument's view, not the argument: not a constant)
+        sources.append(array if index is None else index)
+    return program, sources
+
+
+def _install() -> None:
+    from tracegrad.ops import neural
+    neural.set_compiled_impl(_compiled_op)
+
+
+_install()

@@ -18,6 +18,7 @@ from tracegrad.ops import reduction as red
 from tracegrad.tensor import Tensor
 from tracegrad.functional import arith, reduce
 from tracegrad.functional._util import composite, normalize_dim, scalar_tensor
+from tracegrad.functional import eager_fusion
 from tracegrad.functional.eager_fusion import fused
 from tracegrad.functional.linalg import matmul
 from tracegrad.functional.arith import relu  # noqa: F401  (re-exported)
@@ -53,7 +54,7 @@ def _one_op(x: Tensor, axes: tuple[int, ...]) -> bool:
             and x._type.shape[axes[0]] != 0)
 
 
-@fused
+@composite
 def softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
     x = _float(input if dtype is None else ew.convert(input, dtype))
     axes = _softmax_axes("softmax", x, dim)
@@ -63,7 +64,7 @@ def softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
     return ew.div(e, mv.expand(red.sum_(e, axes, keepdim=True), x.shape))
 
 
-@fused
+@composite
 def log_softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
     x = _float(input if dtype is None else ew.convert(input, dtype))
     axes = _softmax_axes("log_softmax", x, dim)
@@ -74,12 +75,14 @@ def log_softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
     return ew.sub(shifted, mv.expand(total, x.shape))
 
 
-@fused
+@composite
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     # Written to save few full-size tensors for backward: constants are 0-d, and the tanh
     # form uses 0.5 * (1 + tanh(z)) = sigmoid(2 z), so it saves x*x, the polynomial and
     # the sigmoid (and has no cancellation in 1 + tanh for negative x).
     x = input
+    if MODE.tracer is None and x._type.dtype in neural_ops.DTYPES and approximate in ("none", "tanh"):
+        return neural_ops.gelu(x, approximate)  # (eager: one op)
     if approximate == "none":
         half = _constant(x, 0.5)
         inner = ew.erf(ew.mul(x, _constant(x, 1.0 / math.sqrt(2.0))))
@@ -109,7 +112,7 @@ def tanh(input: Tensor) -> Tensor:
     return arith.tanh(input)
 
 
-@fused
+@composite
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     if isinstance(normalized_shape, int):
@@ -120,6 +123,9 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
         raise RuntimeError(f"layer_norm: Given normalized_shape={list(normalized_shape)}, expected "
                            f"input with shape [*, {', '.join(map(str, normalized_shape))}], but got "
                            f"input of size {list(input.shape)}")
+    if (MODE.tracer is None and input._type.dtype in neural_ops.DTYPES and k
+            and all(p is None or p._type.dtype is input._type.dtype for p in (weight, bias))):
+        return neural_ops.layer_norm(input, weight, bias, k, eps)  # (eager: one op)
     axes = tuple(range(input.ndim - k, input.ndim))
     mean = reduce.mean(input, axes, keepdim=True)
     centered = ew.sub(input, mv.expand(mean, input.shape))
@@ -218,3 +224,26 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     keep = arith.ge(rand(input.shape, dtype=input.dtype), p)
     scale = scalar_tensor(1.0 / (1.0 - p), input.dtype)
     return arith.mul(ew.mul(input, ew.convert(keep, input.dtype)), scale)
+
+
+def _layer_norm_of_op(x: Tensor, *params: Tensor, normalized: int, eps: float, weight: bool, bias: bool) -> Tensor:
+    return layer_norm(x, x.shape[x.ndim - normalized:], params[0] if weight else None, params[-1] if bias else None,
+                      eps)
+
+
+def _gelu_of_op(x: Tensor, approximate: str) -> Tensor:
+    return gelu(x, approximate)
+
+
+def _softmax_of_op(x: Tensor, axis: int) -> Tensor:
+    return softmax(x, axis)
+
+
+def _log_softmax_of_op(x: Tensor, axis: int) -> Tensor:
+    return log_softmax(x, axis)
+
+
+# The one-op primitives' programs on large arrays are these composites (eager_fusion).
+for _name, _composite in (("layer_norm", _layer_norm_of_op), ("gelu", _gelu_of_op), ("softmax", _softmax_of_op),
+                          ("log_softmax", _log_softmax_of_op)):
+    eager_fusion.decomposes(_name, _composite)

@@ -38,7 +38,7 @@ class Primitive:
 
     def __init__(self, name: str, *, shape_rule: Callable[..., tuple[TensorType, ...]],
                  impl: Callable, vjp: Callable | None = None,
-                 saves_inputs: tuple[int, ...] = (), saves_output: bool = False, saves_copies: bool = False,
+                 saves_inputs: tuple[int, ...] = (), saves_output: bool = False, saves_copies: tuple = (),
                  saved_for: dict[int | str, tuple[int, ...]] | None = None,
                  kind: str = OTHER, api: str | None = None, num_outputs: int = 1, backward_name: str | None = None,
                  lower: Callable | None = None, index_map: Callable | None = None,
@@ -56,10 +56,11 @@ class Primitive:
         self.vjp = vjp
         self.saves_inputs = saves_inputs
         self.saves_output = saves_output
-        # What it saves is kept as copies nobody else sees (`SavedTensor.keep_private`): an
-        # in-place update of an input or the result then neither fails the backward nor
-        # changes it, as for the composite of other primitives the op also is
-        # (ops/neural.py), whose saved tensors are intermediates.
+        # Which of what it saves (input indices, "out" for the output) are kept as copies
+        # nobody else sees (`SavedTensor.keep_private`): an in-place update of that input or
+        # of the result then neither fails the backward nor changes it, as for the composite
+        # of other primitives the op also is (ops/neural.py), which saves intermediates
+        # computed from them instead.
         self.saves_copies = saves_copies
         # Which inputs' gradients read each saved value (input index, or "out" for the
         # output); a value not listed is read by every gradient. A value is saved only when

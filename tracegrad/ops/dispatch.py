@@ -71,10 +71,10 @@ def _record(prim: Primitive, node: Node, inputs: tuple, outputs: tuple) -> None:
             saved[i] = SavedTensor(inputs[i])
     if saves_output:  # after marking: a saved output must stay differentiable
         saved.append(SavedTensor(outputs[0], output_index=0))
-    if prim.saves_copies:
-        for entry in saved:
-            if entry is not None:
-                entry.keep_private()
+    for slot in prim.saves_copies:
+        position = n_inputs if slot == "out" else slot
+        if position < len(saved) and saved[position] is not None:
+            saved[position].keep_private()
     # A node that saved nothing has nothing to free: it can be run backward again.
     node.saved = tuple(saved) if saved.count(None) != n_inputs + saves_output else None
 

@@ -1,5 +1,5 @@
 """Primitives eager execution runs as one op where PyTorch does: `linear`, `softmax`,
-`log_softmax`, `nll_loss` (also the tail of `cross_entropy`).
+`log_softmax`, `nll_loss` (also the tail of `cross_entropy`), `layer_norm`, `gelu`.
 
 Each is also a composite of other primitives (`tracegrad.functional.neural`), and traces
 record that composite: the compiler fuses its pieces with their neighbours and
@@ -15,22 +15,28 @@ of their own (`saves_copies`): the composites save intermediates nobody else see
 in-place update of the result or the targets does not fail their backward, and eager
 must not fail where compiled code runs (PyTorch refuses that backward).
 
-None has code generation: only eager graphs hold them (a compiled program that meets one,
-in the backward of a graph recorded eagerly, runs its NumPy implementation).
+None has code generation of its own: only eager graphs hold them (a compiled program that
+meets one, in the backward of a graph recorded eagerly, runs its implementation). On
+large arrays the implementation of softmax, log_softmax, layer_norm and gelu is one
+compiled program of the composite (`set_compiled_impl`: eager fusion's, built after a
+shape's second call), with NumPy's before that and on small arrays.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from tracegrad.grad_mode import MODE
 from tracegrad.ir import types
-from tracegrad.ir.primitive import OTHER, Primitive
+from tracegrad.ir.primitive import OTHER, REGISTRY, Primitive
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops import indexing
 from tracegrad.ops import linalg
 from tracegrad.ops import movement as mv
+from tracegrad.ops import numpy_special
 from tracegrad.ops import reduction as red
 from tracegrad.ops.dispatch import bind
 from tracegrad.ops.fp_errors import quiet
@@ -38,6 +44,31 @@ from tracegrad.ops.fp_errors import quiet
 # The dtypes these primitives take; the functional layer binds them for no other (float16
 # and bfloat16 sums accumulate in float32, which the composite's own nodes do).
 DTYPES = (types.float32, types.float64)
+
+
+# The code generator's implementation for large arrays (`functional/eager_fusion.py`
+# installs it: this table knows no compiler): `run(prim, arrays, attrs)` gives the op's
+# result computed by one compiled program of its composite, or None (then NumPy runs it).
+_compiled_impl = None
+
+
+def set_compiled_impl(run) -> None:
+    global _compiled_impl
+    _compiled_impl = run
+
+
+def _with_compiled(prim_name: str, numpy_impl):
+    """The implementation of op `prim_name`: the compiled one where it answers, else
+    `numpy_impl` (with NumPy's floating-point warnings off)."""
+    quiet_fn = quiet(lambda arrays, attrs: numpy_impl(*arrays, **attrs))
+
+    def impl(*arrays, **attrs):
+        if _compiled_impl is not None:
+            result = _compiled_impl(REGISTRY[prim_name], arrays, attrs)
+            if result is not None:
+                return result
+        return quiet_fn(arrays, attrs)
+    return impl
 
 
 def _softmax_rule(name: str):
@@ -87,10 +118,10 @@ def quiet_keywords(fn):
     return lambda *arrays, **attrs: quiet_fn(arrays, attrs)
 
 
-LOG_SOFTMAX = Primitive("log_softmax", shape_rule=_softmax_rule("log_softmax"), impl=quiet_keywords(_log_softmax_impl),
-                        kind=OTHER, saves_output=True, saves_copies=True, vjp=_log_softmax_vjp)
-SOFTMAX = Primitive("softmax", shape_rule=_softmax_rule("softmax"), impl=quiet_keywords(_softmax_impl), kind=OTHER,
-                    saves_output=True, saves_copies=True, vjp=_softmax_vjp)
+LOG_SOFTMAX = Primitive("log_softmax", shape_rule=_softmax_rule("log_softmax"), impl=_with_compiled("log_softmax", _log_softmax_impl),
+                        kind=OTHER, saves_output=True, saves_copies=("out",), vjp=_log_softmax_vjp)
+SOFTMAX = Primitive("softmax", shape_rule=_softmax_rule("softmax"), impl=_with_compiled("softmax", _softmax_impl), kind=OTHER,
+                    saves_output=True, saves_copies=("out",), vjp=_softmax_vjp)
 
 
 def log_softmax(x, axis: int):
@@ -201,7 +232,7 @@ def _nll_loss_vjp(ctx, g):
 # The negative log-likelihood of (N, C) log-probabilities at class indices (N,), the tail of
 # nll_loss and cross_entropy (`target_of` names which: its out-of-range label error).
 NLL_LOSS = Primitive("nll_loss", shape_rule=_nll_loss_rule, impl=quiet_keywords(_nll_loss_impl), kind=OTHER,
-                     saves_inputs=(1,), saves_copies=True, vjp=_nll_loss_vjp, backward_name="NllLossBackward")
+                     saves_inputs=(1,), saves_copies=(1,), vjp=_nll_loss_vjp, backward_name="NllLossBackward")
 
 
 def eager_nll_loss(x) -> bool:
@@ -214,3 +245,126 @@ def eager_nll_loss(x) -> bool:
 def nll_loss(x, target, ignore_index: int, reduction: str, target_of: str = "nll_loss"):
     return bind(NLL_LOSS, (x, target), {"ignore_index": ignore_index, "reduction": reduction,
                                         "target_of": target_of})
+
+
+def _norm_axes(ndim: int, normalized: int) -> tuple[int, ...]:
+    return tuple(range(ndim - normalized, ndim))
+
+
+def _layer_norm_rule(x: TensorType, *params: TensorType, normalized: int, eps: float, weight: bool, bias: bool):
+    shape = x.shape[x.ndim - normalized:]
+    if (x.dtype not in DTYPES or not 0 < normalized <= x.ndim or len(params) != weight + bias
+            or any(p.shape != shape or p.dtype is not x.dtype for p in params)):
+        raise RuntimeError(f"layer_norm: expected a float32 or float64 input and weight and bias of its last "
+                           f"{normalized} dims' shape and its dtype; got {x} and {', '.join(map(str, params))}")
+    return (x,)
+
+
+def _layer_norm_impl(x, *params, normalized, eps, weight, bias):
+    # As the composite (`functional.neural.layer_norm`): the mean, the centered values,
+    # their mean square, 1 / sqrt(variance + eps), then the weight and the bias.
+    axes = _norm_axes(x.ndim, normalized)
+    count = x.dtype.type(math.prod(x.shape[x.ndim - normalized:]))
+    centered = x - np.sum(x, axis=axes, keepdims=True, dtype=x.dtype) / count
+    variance = np.sum(centered * centered, axis=axes, keepdims=True, dtype=x.dtype) / count
+    out = centered * (x.dtype.type(1) / np.sqrt(variance + x.dtype.type(eps)))
+    if weight:
+        out = out * params[0]
+    if bias:
+        out = out + params[-1]
+    return out
+
+
+def _layer_norm_vjp(ctx, g):
+    # PyTorch's formula, the statistics recomputed from the saved input: with
+    # xhat = (x - mean) * rstd and gw = g * weight, over the normalized dims,
+    # dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)).
+    attrs = ctx.attrs
+    x = ctx.inputs[0]
+    typ = ctx.in_types[0]
+    axes = _norm_axes(typ.ndim, attrs["normalized"])
+    count = ew.full((), float(math.prod(typ.shape[typ.ndim - attrs["normalized"]:])), typ.dtype)
+
+    def mean(t):
+        return mv.expand(ew.div(red.sum_(t, axes, keepdim=True), count), typ.shape)
+
+    centered = ew.sub(x, mean(x))
+    rstd = ew.div(ew.full((), 1.0, typ.dtype),
+                  ew.sqrt(ew.add(mean(ew.mul(centered, centered)), ew.full((), attrs["eps"], typ.dtype))))
+    xhat = ew.mul(centered, rstd)
+    batch = tuple(range(typ.ndim - attrs["normalized"]))
+    needs = ctx.needs_input_grad
+    grads = [None] * len(needs)
+    if needs[0]:
+        gw = g
+        if attrs["weight"]:
+            weight = ctx.inputs[1]
+            gw = ew.mul(g, mv.expand(mv.reshape(weight, (1,) * (typ.ndim - weight.ndim) + weight.shape), typ.shape))
+        grads[0] = ew.mul(rstd, ew.sub(ew.sub(gw, mean(gw)), ew.mul(xhat, mean(ew.mul(gw, xhat)))))
+    if attrs["weight"] and needs[1]:
+        grads[1] = red.sum_(ew.mul(g, xhat), batch)
+    if attrs["bias"] and needs[-1]:
+        grads[-1] = red.sum_(g, batch)
+    return tuple(grads)
+
+
+# The input is saved as a copy (the composite saves only values computed from it); the
+# weight as itself, read by the input's gradient (the composite's product saves it, as a
+# view of it, when the input needs grad).
+LAYER_NORM = Primitive("layer_norm", shape_rule=_layer_norm_rule, impl=_with_compiled("layer_norm", _layer_norm_impl),
+                       kind=OTHER, saves_inputs=(0, 1), saved_for={1: (0,)}, saves_copies=(0,),
+                       vjp=_layer_norm_vjp, backward_name="NativeLayerNormBackward")
+
+
+def layer_norm(x, weight, bias, normalized: int, eps: float):
+    params = tuple(p for p in (weight, bias) if p is not None)
+    return bind(LAYER_NORM, (x, *params), {"normalized": normalized, "eps": eps, "weight": weight is not None,
+                                            "bias": bias is not None})
+
+
+_SQRT_HALF = 1.0 / math.sqrt(2.0)
+_TANH_SCALE = 2.0 * math.sqrt(2.0 / math.pi)  # (0.5 (1 + tanh z) = sigmoid(2 z))
+_TANH_CUBIC = _TANH_SCALE * 0.044715
+
+
+def _gelu_rule(x: TensorType, approximate: str):
+    if x.dtype not in DTYPES or approximate not in ("none", "tanh"):
+        raise RuntimeError(f"gelu: expected a float32 or float64 tensor and approximate 'none' or 'tanh'; got {x} "
+                           f"and {approximate!r}")
+    return (x,)
+
+
+def _gelu_impl(x, approximate):
+    # As the composite (`functional.neural.gelu`): x (0.5 + 0.5 erf(x / sqrt 2)), or
+    # x sigmoid(x (s + s 0.044715 x^2)) for the tanh form.
+    t = x.dtype.type
+    if approximate == "none":
+        return x * (t(0.5) + t(0.5) * numpy_special.erf(x * t(_SQRT_HALF)))
+    z = x * (t(_TANH_SCALE) + t(_TANH_CUBIC) * (x * x))
+    return x * (t(1) / (t(1) + np.exp(-z)))
+
+
+def _gelu_vjp(ctx, g):
+    x = ctx.inputs[0]
+    dtype = ctx.in_types[0].dtype
+
+    def c(value):
+        return ew.full((), value, dtype)
+    if ctx.attrs["approximate"] == "none":  # Phi(x) + x phi(x)
+        cdf = ew.add(c(0.5), ew.mul(c(0.5), ew.erf(ew.mul(x, c(_SQRT_HALF)))))
+        pdf = ew.mul(c(1.0 / math.sqrt(2.0 * math.pi)), ew.exp(ew.mul(c(-0.5), ew.mul(x, x))))
+        return (ew.mul(g, ew.add(cdf, ew.mul(x, pdf))),)
+    square = ew.mul(x, x)
+    s = ew.sigmoid(ew.mul(x, ew.add(c(_TANH_SCALE), ew.mul(c(_TANH_CUBIC), square))))
+    inner = ew.add(c(_TANH_SCALE), ew.mul(c(3.0 * _TANH_CUBIC), square))  # d(x poly)/dx
+    slope = ew.add(s, ew.mul(ew.mul(x, ew.mul(s, ew.sub(c(1.0), s))), inner))
+    return (ew.mul(g, slope),)
+
+
+# The input is saved as itself (the composite's last product saves it).
+GELU = Primitive("gelu", shape_rule=_gelu_rule, impl=_with_compiled("gelu", _gelu_impl), kind=OTHER,
+                 saves_inputs=(0,), vjp=_gelu_vjp)
+
+
+def gelu(x, approximate: str):
+    return bind(GELU, (x,), {"approximate": approximate})

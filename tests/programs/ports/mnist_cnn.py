@@ -23,7 +23,9 @@ import tracegrad.utils.data
 from tracegrad.optim.lr_scheduler import StepLR
 
 STEPS = 12
-COMPILED_RTOL = 1e-4
+# Eager runs log_softmax and nll_loss as one op each with PyTorch's formulas, compiled code
+# their fused composites: float32 rounding apart, which 12 Adadelta steps grow to 1.3e-4.
+COMPILED_RTOL = 3e-4
 TORCH_RTOL = 1e-3
 
 
