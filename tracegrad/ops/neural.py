@@ -118,9 +118,11 @@ def quiet_keywords(fn):
     return lambda *arrays, **attrs: quiet_fn(arrays, attrs)
 
 
-LOG_SOFTMAX = Primitive("log_softmax", shape_rule=_softmax_rule("log_softmax"), impl=_with_compiled("log_softmax", _log_softmax_impl),
+LOG_SOFTMAX = Primitive("log_softmax", shape_rule=_softmax_rule("log_softmax"),
+                        impl=_with_compiled("log_softmax", _log_softmax_impl),
                         kind=OTHER, saves_output=True, saves_copies=("out",), vjp=_log_softmax_vjp)
-SOFTMAX = Primitive("softmax", shape_rule=_softmax_rule("softmax"), impl=_with_compiled("softmax", _softmax_impl), kind=OTHER,
+SOFTMAX = Primitive("softmax", shape_rule=_softmax_rule("softmax"), impl=_with_compiled("softmax", _softmax_impl),
+                    kind=OTHER,
                     saves_output=True, saves_copies=("out",), vjp=_softmax_vjp)
 
 
