@@ -438,6 +438,8 @@ def _apply_traced_inplace(self: Tensor, result: Tensor, name: str, fresh: bool =
     self._version_counter.value += 1  # (traced views taken before now are stale: their version)
     if result._requires_grad:
         self._version_counter.history += 1  # as in eager: views taken before now have a stale grad_fn
+        if self._retains_grad:  # (as in eager: retain_grad follows the tensor to its new value)
+            self._move_retained_grad(result._grad_fn, result._value)
         self._grad_fn = result._grad_fn
         self._value = result._value
         self._requires_grad = True

@@ -120,16 +120,18 @@ def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:
     axes = normalize_dims("logsumexp", dim, input.ndim)
     if not input.dtype.is_floating:
         input = ew.convert(input, types.default_float)
+    # (The result is the last op's own tensor, never a view of an intermediate, as PyTorch's
+    # is: a view's in-place update would reach that intermediate, not the result.)
     if 0 in [input.shape[a] for a in axes]:  # no max to shift by: log(0) = -inf, as PyTorch
-        result = ew.log(red.sum_(ew.exp(input), axes, keepdim=True))
-        return result if keepdim else mv.reshape(result, red.reduced_shape(input.shape, axes, False))
+        return ew.log(red.sum_(ew.exp(input), axes, keepdim))
     # Shift by the (constant) max for stability; an all -inf row shifts by 0.
     shift = red.amax(input.detach(), axes, keepdim=True)
     shift = ew.where(arith.isinf(shift), ew.full_like(shift, 0.0), shift)
     shifted = ew.sub(input, mv.expand(shift, input.shape))
-    total = ew.log(red.sum_(ew.exp(shifted), axes, keepdim=True))
-    result = ew.add(total, shift)
-    return result if keepdim else mv.reshape(result, red.reduced_shape(input.shape, axes, False))
+    total = ew.log(red.sum_(ew.exp(shifted), axes, keepdim=keepdim))
+    if not keepdim:
+        shift = mv.reshape(shift, total.shape)
+    return ew.add(total, shift)
 
 
 def _truth(input: Tensor) -> Tensor:
