@@ -246,3 +246,37 @@ def test_a_followed_compiled_step_takes_each_parameters_update_whole(composite_j
         scheduler.step()
     assert compiled.cache_info().graphs <= 2  # (the state appears in the first call)
     assert composite_jumps.count("_adam_values") >= 2 * 4  # two followed calls at least, four parameters
+
+
+def test_an_eager_step_is_one_op_per_parameter(monkeypatch):
+    from tracegrad.ops import adam as adam_op
+    bound = []
+    monkeypatch.setattr(adam_op, "bind", lambda prim, inputs, attrs: bound.append(prim.name) or _bind(prim, inputs,
+                                                                                                      attrs))
+    model = nn.Linear(3, 2)
+    for options, name in ((dict(), "adam_update"), (dict(amsgrad=True, weight_decay=0.1), "amsgrad_update")):
+        bound.clear()
+        optimizer = optim.AdamW(model.parameters(), lr=0.01, **options)
+        model(tg.randn(4, 3)).sum().backward()
+        optimizer.step()
+        assert bound == [name, name]  # the weight and the bias
+
+
+def _bind(prim, inputs, attrs):
+    from tracegrad.ops.dispatch import bind
+    return bind(prim, inputs, attrs)
+
+
+def test_a_half_precision_parameter_takes_the_composite():
+    p = tg.zeros(3, dtype=tg.float16, requires_grad=True)
+    p.grad = tg.ones(3, dtype=tg.float16)
+    optim.Adam([p], lr=0.1).step()
+    np.testing.assert_allclose(p.detach().float().numpy(), np.full(3, -0.1), rtol=1e-3)
+
+
+def test_the_update_op_names_itself_and_the_types_on_bad_input():
+    from tracegrad.ops import adam as adam_op
+    p = tg.zeros(3)
+    with pytest.raises(RuntimeError, match=r"adam_update: expected a float32 or float64 parameter"):
+        adam_op.adam_update(p, tg.zeros(4), tg.zeros(3), tg.zeros(3), None, None, tg.tensor(1.0), tg.tensor(1.0),
+                            0.9, 0.99, 1e-8, 0.0, False)

@@ -15,7 +15,8 @@ from typing import Any
 from tracegrad import functional as F
 from tracegrad.creation import zeros_like
 from tracegrad.functional._util import composite, scalar_tensor
-from tracegrad.grad_mode import no_grad
+from tracegrad.grad_mode import MODE, no_grad
+from tracegrad.ops import adam as adam_op
 from tracegrad.optim.optimizer import Optimizer, ParamsT, state_number
 
 
@@ -95,7 +96,12 @@ def _adam_values(p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, decay, neg_step_s
     compiled step following an earlier one takes it whole instead of following its dozen
     primitives (W7's AdamW, 28 parameters: 2.24 -> 1.45 ms per step). (Not `@fused`: eagerly,
     fusing W7's four parameters of 64K elements cost more per call than it saved, 3.4 ->
-    4.8 ms per step; op by op, the copies cost ~0.3 ms.)"""
+    4.8 ms per step; op by op, the copies cost ~0.3 ms.) An eager step under no_grad binds
+    the one op `ops.adam.adam_update` instead, the same operations with NumPy."""
+    if (MODE.tracer is None and not MODE.grad_enabled and p._type.dtype in adam_op.DTYPES
+            and grad._type == p._type):
+        return adam_op.adam_update(p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, decay, neg_step_size,
+                                   bias_correction2_sqrt, beta1, beta2, eps, weight_decay, maximize)
     if maximize:
         grad = -grad
     if decay is not None:
