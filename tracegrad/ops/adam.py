@@ -16,7 +16,7 @@ from tracegrad.ir import types
 from tracegrad.ir.primitive import OTHER, Primitive
 from tracegrad.ir.types import TensorType
 from tracegrad.ops.dispatch import bind
-from tracegrad.ops.fp_errors import quiet
+from tracegrad.ops.fp_errors import quiet_keywords
 
 DTYPES = (types.float32, types.float64)
 
@@ -55,12 +55,7 @@ def _adam_impl(p, grad, exp_avg, exp_avg_sq, *rest, beta1, beta2, eps, weight_de
     return (p, exp_avg, exp_avg_sq) if not amsgrad else (p, exp_avg, exp_avg_sq, max_exp_avg_sq)
 
 
-def _impl(*arrays, **attrs):
-    return _quiet_impl(arrays, attrs)
-
-
-_quiet_impl = quiet(lambda arrays, attrs: _adam_impl(*arrays, **attrs))
-
+_impl = quiet_keywords(_adam_impl)
 ADAM_UPDATE = Primitive("adam_update", shape_rule=_adam_rule, impl=_impl, kind=OTHER, num_outputs=3)
 AMSGRAD_UPDATE = Primitive("amsgrad_update", shape_rule=_adam_rule, impl=_impl, kind=OTHER, num_outputs=4)
 

@@ -8,12 +8,14 @@ records (a shape rule, a node, saved tensors: about 3 µs), and log_softmax is t
 them; bound as one of these primitives it is one node, whose NumPy implementation does
 the composite's arithmetic in the composite's order (the same values) and whose gradient
 rule is PyTorch's formula written with primitives (so the backward cache compiles it and
-`create_graph` differentiates it again). What each saves is what PyTorch saves: softmax
-and log_softmax their output, linear its input and weight as the other's gradient needs,
-nll_loss its targets. But softmax's output and nll_loss's targets are saved as copies
-of their own (`saves_copies`): the composites save intermediates nobody else sees, so an
-in-place update of the result or the targets does not fail their backward, and eager
-must not fail where compiled code runs (PyTorch refuses that backward).
+`create_graph` differentiates it again). What each saves is what its gradient reads, and
+an in-place update of an argument or the result fails its backward exactly where it
+fails the composite's (compiled code runs the composite: eager must not fail where it
+does not, nor pass where it fails): a value the composite saves itself is saved as
+itself (linear's input and weight, layer_norm's weight, gelu's input); one it saves only
+intermediates computed from is saved as a copy of its own (`saves_copies`: softmax's and
+log_softmax's output, nll_loss's targets, layer_norm's input), where PyTorch, saving the
+value itself, refuses such a backward.
 
 None has code generation of its own: only eager graphs hold them (a compiled program that
 meets one, in the backward of a graph recorded eagerly, runs its implementation). On
@@ -39,7 +41,7 @@ from tracegrad.ops import movement as mv
 from tracegrad.ops import numpy_special
 from tracegrad.ops import reduction as red
 from tracegrad.ops.dispatch import bind
-from tracegrad.ops.fp_errors import quiet
+from tracegrad.ops.fp_errors import quiet_keywords
 
 # The dtypes these primitives take; the functional layer binds them for no other (float16
 # and bfloat16 sums accumulate in float32, which the composite's own nodes do).
@@ -60,14 +62,14 @@ def set_compiled_impl(run) -> None:
 def _with_compiled(prim_name: str, numpy_impl):
     """The implementation of op `prim_name`: the compiled one where it answers, else
     `numpy_impl` (with NumPy's floating-point warnings off)."""
-    quiet_fn = quiet(lambda arrays, attrs: numpy_impl(*arrays, **attrs))
+    quiet_impl = quiet_keywords(numpy_impl)
 
     def impl(*arrays, **attrs):
         if _compiled_impl is not None:
             result = _compiled_impl(REGISTRY[prim_name], arrays, attrs)
             if result is not None:
                 return result
-        return quiet_fn(arrays, attrs)
+        return quiet_impl(*arrays, **attrs)
     return impl
 
 
@@ -112,18 +114,11 @@ def _softmax_vjp(ctx, g):
     return (ew.mul(out, ew.sub(g, _row_sum(ew.mul(g, out), ctx.attrs["axis"]))),)
 
 
-def quiet_keywords(fn):
-    """`fn` with NumPy's floating-point warnings off, taking its attributes by keyword."""
-    quiet_fn = quiet(lambda arrays, attrs: fn(*arrays, **attrs))
-    return lambda *arrays, **attrs: quiet_fn(arrays, attrs)
-
-
 LOG_SOFTMAX = Primitive("log_softmax", shape_rule=_softmax_rule("log_softmax"),
                         impl=_with_compiled("log_softmax", _log_softmax_impl),
                         kind=OTHER, saves_output=True, saves_copies=("out",), vjp=_log_softmax_vjp)
 SOFTMAX = Primitive("softmax", shape_rule=_softmax_rule("softmax"), impl=_with_compiled("softmax", _softmax_impl),
-                    kind=OTHER,
-                    saves_output=True, saves_copies=("out",), vjp=_softmax_vjp)
+                    kind=OTHER, saves_output=True, saves_copies=("out",), vjp=_softmax_vjp)
 
 
 def log_softmax(x, axis: int):
