@@ -123,3 +123,62 @@ def test_matches_torch(norm_type):
                                          rel=1e-12)
     for p, t in zip(ours, theirs):
         np.testing.assert_allclose(p.grad.numpy(), t.grad.numpy(), rtol=1e-12)
+
+
+def _grads_of(shapes, dtype=tg.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    params = [tg.zeros(*shape, dtype=dtype, requires_grad=True) for shape in shapes]
+    for p in params:
+        p.grad = tg.tensor(rng.standard_normal(p.shape) * 3, dtype=dtype)
+    return params
+
+
+SHAPES = [(4, 5), (5,), (1, 1), (0, 3), (7, 2, 3)]
+
+
+@pytest.mark.parametrize("dtype", [tg.float32, tg.float64])
+def test_eager_clipping_takes_the_norms_in_one_op_with_the_composites_values(dtype, monkeypatch):
+    from tracegrad.ops import grad_norms
+    bound = []
+    original = grad_norms.vector_norms
+    monkeypatch.setattr(grad_norms, "vector_norms", lambda ts: bound.append(len(ts)) or original(ts))
+    fast = _grads_of(SHAPES, dtype)
+    total = nn.utils.clip_grad_norm_(fast, max_norm=1.0)
+    assert bound == [len(SHAPES)]
+    slow = _grads_of(SHAPES, dtype)
+    with tg.enable_grad():  # (with grad: the composite of per-tensor ops)
+        want_total = nn.utils.get_total_norm([p.grad for p in slow])
+    assert bound == [len(SHAPES)]
+    np.testing.assert_array_equal(total.numpy(), want_total.detach().numpy())
+    with tg.no_grad():
+        coef = (1.0 / (want_total.detach() + 1e-6)).clamp(max=1.0)
+        for p in slow:
+            p.grad.mul_(coef)
+    for got, want in zip(fast, slow):
+        np.testing.assert_array_equal(got.grad.numpy(), want.grad.numpy())
+
+
+def test_compiled_clipping_equals_eager():
+    def step(params):
+        return nn.utils.clip_grad_norm_(params, max_norm=2.0)
+    compiled = tg.compile(step)
+    for seed in range(2):
+        eager_params, compiled_params = _grads_of(SHAPES, seed=seed), _grads_of(SHAPES, seed=seed)
+        np.testing.assert_allclose(compiled(compiled_params).numpy(), step(eager_params).numpy(), rtol=1e-6)
+        for got, want in zip(compiled_params, eager_params):
+            np.testing.assert_allclose(got.grad.numpy(), want.grad.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_mixed_dtypes_and_other_norms_take_the_composite():
+    params = _grads_of([(3,)], tg.float32) + _grads_of([(2,)], tg.float64)
+    total = nn.utils.clip_grad_norm_(params, max_norm=100.0)
+    want = np.sqrt(sum(float((p.grad.numpy().astype(np.float64) ** 2).sum()) for p in params))
+    np.testing.assert_allclose(total.item(), want, rtol=1e-6)
+    inf_total = nn.utils.clip_grad_norm_(_grads_of(SHAPES), max_norm=100.0, norm_type="inf")
+    assert inf_total.item() == max(float(np.abs(p.grad.numpy()).max(initial=0)) for p in _grads_of(SHAPES))
+
+
+def test_the_norms_op_names_itself_and_the_types_on_bad_input():
+    from tracegrad.ops import grad_norms
+    with pytest.raises(RuntimeError, match="vector_norms: expected one or more float32 or float64 tensors"):
+        grad_norms.vector_norms([tg.zeros(2), tg.zeros(2, dtype=tg.float64)])

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 
 from tracegrad import functional as F
 from tracegrad.creation import tensor
-from tracegrad.grad_mode import no_grad
+from tracegrad.grad_mode import MODE, no_grad
+from tracegrad.ops import grad_norms
 from tracegrad.tensor import Tensor
 
 TensorOrTensors = Tensor | Iterable[Tensor]
@@ -50,8 +51,13 @@ def get_total_norm(tensors: TensorOrTensors, norm_type: float = 2.0, error_if_no
     norm_type = float(norm_type)
     if not tensors:
         return tensor(0.0)
-    norms = [_vector_norm(t, norm_type) for t in tensors]
-    total = _vector_norm(F.stack(norms), norm_type)
+    if (norm_type == 2 and MODE.tracer is None and not MODE.grad_enabled
+            and all(t._type.dtype is tensors[0]._type.dtype for t in tensors)
+            and tensors[0]._type.dtype in grad_norms.DTYPES):
+        norms = grad_norms.vector_norms(tensors)  # (eager: one op for all of them)
+    else:
+        norms = F.stack([_vector_norm(t, norm_type) for t in tensors])
+    total = _vector_norm(norms, norm_type)
     if error_if_nonfinite and bool((total.isnan() | total.isinf()).item()):
         raise RuntimeError(
             f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so it "
