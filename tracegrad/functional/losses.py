@@ -125,7 +125,7 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_a
     if weight is not None and weight.shape != (classes,):
         raise RuntimeError(f"weight tensor should be defined either for all {classes} classes or no "
                            f"classes but got weight tensor of shape: {list(weight.shape)}")
-    if weight is None and input.ndim == 2 and neural_ops.eager_nll_loss(input):
+    if weight is None and input.ndim == 2 and neural_ops.one_op(input):
         return neural_ops.nll_loss(input, target, ignore_index, reduction)  # (eager: one op)
     # Classes last: (N, d1, ..., C), so the target picks along the last dim.
     scores = mv.permute(input, (0,) + tuple(range(2, input.ndim)) + (1,)) if batched else input

@@ -10,7 +10,6 @@ import numpy as np
 
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
-from tracegrad.grad_mode import MODE
 from tracegrad.ops import indexing
 from tracegrad.ops import movement as mv
 from tracegrad.ops import neural as neural_ops
@@ -48,10 +47,8 @@ def _shifted(input: Tensor, axes: tuple[int, ...]) -> Tensor:
 
 def _one_op(x: Tensor, axes: tuple[int, ...]) -> bool:
     """Whether eager softmax/log_softmax of `x` runs as one primitive (`ops/neural.py`):
-    outside traces (which record the composite, for the compiler to fuse), over one
-    non-empty dim of a float32/float64 tensor."""
-    return (MODE.tracer is None and len(axes) == 1 and x._type.dtype in neural_ops.DTYPES
-            and x._type.shape[axes[0]] != 0)
+    over one non-empty dim."""
+    return len(axes) == 1 and x._type.shape[axes[0]] != 0 and neural_ops.one_op(x)
 
 
 @composite
@@ -81,7 +78,7 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     # form uses 0.5 * (1 + tanh(z)) = sigmoid(2 z), so it saves x*x, the polynomial and
     # the sigmoid (and has no cancellation in 1 + tanh for negative x).
     x = input
-    if MODE.tracer is None and x._type.dtype in neural_ops.DTYPES and approximate in ("none", "tanh"):
+    if approximate in ("none", "tanh") and neural_ops.one_op(x):
         return neural_ops.gelu(x, approximate)  # (eager: one op)
     if approximate == "none":
         half = _constant(x, 0.5)
@@ -123,8 +120,7 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
         raise RuntimeError(f"layer_norm: Given normalized_shape={list(normalized_shape)}, expected "
                            f"input with shape [*, {', '.join(map(str, normalized_shape))}], but got "
                            f"input of size {list(input.shape)}")
-    if (MODE.tracer is None and input._type.dtype in neural_ops.DTYPES and k
-            and all(p is None or p._type.dtype is input._type.dtype for p in (weight, bias))):
+    if k and neural_ops.one_op(input, weight, bias):
         return neural_ops.layer_norm(input, weight, bias, k, eps)  # (eager: one op)
     axes = tuple(range(input.ndim - k, input.ndim))
     mean = reduce.mean(input, axes, keepdim=True)
@@ -145,9 +141,8 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         raise RuntimeError(f"linear: mat1 and mat2 shapes cannot be multiplied ({list(input.shape)} "
                            f"and weight {list(weight.shape)}): expected input's last dim "
                            f"{input.shape[-1] if input.ndim else None} to equal weight.shape[1]")
-    if (MODE.tracer is None and input.ndim >= 2 and weight.ndim == 2 and input._type.dtype in neural_ops.DTYPES
-            and weight._type.dtype is input._type.dtype
-            and (bias is None or (bias._type.dtype is input._type.dtype and bias.shape == weight.shape[:1]))):
+    if (input.ndim >= 2 and weight.ndim == 2 and (bias is None or bias.shape == weight.shape[:1])
+            and neural_ops.one_op(input, weight, bias)):
         if input.ndim == 2:
             return neural_ops.linear(input, weight, bias)  # (eager: one op, as PyTorch's addmm)
         rows = mv.reshape(input, (math.prod(input.shape[:-1]), input.shape[-1]))
@@ -191,7 +186,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, ignore_index: int 
         raise ValueError(f"cross_entropy: Expected input batch_size ({logits.shape[0]}) to match "
                          f"target batch_size ({labels.shape[0] if labels.ndim else 0}).")
     logp = log_softmax(logits, 1)
-    if neural_ops.eager_nll_loss(logp) and reduction in ("mean", "sum", "none"):
+    if reduction in ("mean", "sum", "none") and neural_ops.one_op(logp):
         # (eager: log_softmax and nll_loss, one op each)
         losses = neural_ops.nll_loss(logp, labels, ignore_index, reduction, "cross_entropy")
         return mv.reshape(losses, ()) if not batched and reduction == "none" else losses
@@ -231,10 +226,6 @@ def _layer_norm_of_op(x: Tensor, *params: Tensor, normalized: int, eps: float, w
                       eps)
 
 
-def _gelu_of_op(x: Tensor, approximate: str) -> Tensor:
-    return gelu(x, approximate)
-
-
 def _softmax_of_op(x: Tensor, axis: int) -> Tensor:
     return softmax(x, axis)
 
@@ -244,6 +235,6 @@ def _log_softmax_of_op(x: Tensor, axis: int) -> Tensor:
 
 
 # The one-op primitives' programs on large arrays are these composites (eager_fusion).
-for _name, _composite in (("layer_norm", _layer_norm_of_op), ("gelu", _gelu_of_op), ("softmax", _softmax_of_op),
+for _name, _composite in (("layer_norm", _layer_norm_of_op), ("gelu", gelu), ("softmax", _softmax_of_op),
                           ("log_softmax", _log_softmax_of_op)):
     eager_fusion.decomposes(_name, _composite)

@@ -54,6 +54,16 @@ DTYPES = (types.float32, types.float64)
 _compiled_impl = None
 
 
+def one_op(*tensors) -> bool:
+    """Whether the functional layer binds one of these ops for `tensors` (None entries
+    skipped): in eager execution (traces record the composite, for the compiler to fuse),
+    on tensors of one dtype, float32 or float64. (Each caller adds its op's own conditions.)"""
+    if MODE.tracer is not None:
+        return False
+    dtype = tensors[0]._type.dtype
+    return dtype in DTYPES and all(t is None or t._type.dtype is dtype for t in tensors[1:])
+
+
 def set_compiled_impl(run) -> None:
     global _compiled_impl
     _compiled_impl = run
@@ -230,13 +240,6 @@ def _nll_loss_vjp(ctx, g):
 # nll_loss and cross_entropy (`target_of` names which: its out-of-range label error).
 NLL_LOSS = Primitive("nll_loss", shape_rule=_nll_loss_rule, impl=quiet_keywords(_nll_loss_impl), kind=OTHER,
                      saves_inputs=(1,), saves_copies=(1,), vjp=_nll_loss_vjp, backward_name="NllLossBackward")
-
-
-def eager_nll_loss(x) -> bool:
-    """Whether the loss of log-probabilities `x` (N, C) runs as the one op `nll_loss`: in
-    eager execution (traces record the composite, for the compiler to fuse) of float32 or
-    float64."""
-    return MODE.tracer is None and x._type.dtype in DTYPES
 
 
 def nll_loss(x, target, ignore_index: int, reduction: str, target_of: str = "nll_loss"):
