@@ -737,3 +737,38 @@ def test_view_taken_before_a_write_with_grad_of_its_base_raises_as_eager():
 
     _assert_compiled_matches_eager_with_grads(
         read_after_write, lambda: ((w := tg.ones(2, 3, requires_grad=True),), (w,)))
+
+
+def test_parameter_read_after_an_update_through_its_data_alias_has_the_new_value_and_its_leaf_grad():
+    # The char-RNN tutorial's update, `p.data.add_(p.grad.data, alpha=-lr)`: the write to the
+    # detached alias is read by the parameter itself (the same memory, viewed alike), which
+    # then holds the update's value, and a later op reading the parameter sends its
+    # gradient to the parameter's `.grad`, as in eager execution.
+    rng = np.random.default_rng(4)
+    start = [rng.standard_normal((3, 2)), rng.standard_normal(3)]
+
+    def make_step(params):
+        def step(x):
+            loss = ((x @ params[0].T + params[1]) ** 2).sum()
+            loss.backward()
+            for p in params:
+                p.data.add_(p.grad.data, alpha=-0.05)
+                p.grad = None
+            after = (params[0] * params[0]).sum() + params[1].sum()
+            after.backward()
+            return loss.item(), after
+        return step
+
+    params = [tg.tensor(a, requires_grad=True) for a in start]
+    twins = [tg.tensor(a, requires_grad=True) for a in start]
+    compiled, eager = tg.compile(make_step(params)), make_step(twins)
+    for _ in range(4):
+        x = tg.tensor(rng.standard_normal((4, 2)))
+        (loss, after), (want_loss, want_after) = compiled(x), eager(x)
+        assert loss == pytest.approx(want_loss, rel=1e-12)
+        np.testing.assert_allclose(after.detach().numpy(), want_after.detach().numpy(), rtol=1e-12)
+        for p, t in zip(params, twins):
+            np.testing.assert_allclose(p.detach().numpy(), t.detach().numpy(), rtol=1e-12)
+            np.testing.assert_allclose(p.grad.numpy(), t.grad.numpy(), rtol=1e-12)
+            assert p.requires_grad and p.grad_fn is None
+            p.grad = t.grad = None

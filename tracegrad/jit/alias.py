@@ -46,6 +46,7 @@ from tracegrad.ops.dispatch import bind
 from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
 from tracegrad.ops.layout import array_strides, keep_layout, value_strides
 from tracegrad.ir.primitive import MOVEMENT
+from tracegrad.runtime.buffers import data_address
 from tracegrad.tensor import MADE_WITHOUT_GRAD, NO_GRAD_VIEW_REBASED_MESSAGE, Tensor, lazy_tensor
 
 class SharedMemory:
@@ -421,14 +422,22 @@ def _overlaid(current: Tensor, source: Tensor, positions: np.ndarray, hit: np.nd
     (indices into the flattened `source`, one per element of `current`)."""
     if positions is SAME_ELEMENTS or (hit is None and positions.size == source._type.numel and _in_order(positions)):
         # The same memory viewed in the same order. (Not a view of `source` that goes
-        # stale when `source` is updated: the value `source` holds now.)
+        # stale when `source` is updated: the value `source` holds now.) Of the same shape
+        # and without history, a traced `source`'s value itself: no reshape node (tracing one per
+        # parameter per step costs more than the copy `leaf_update` makes of a value it
+        # marks, which fuses). With history, a node of its own: its grad_fn, as PyTorch's
+        # regenerated view grad_fn is, and a retained grad that is its own.
+        if source._data is None and source._type.shape == current._type.shape and not source._requires_grad:
+            return _unviewed(source, always=True)
         return _unviewed(shape.reshape(source, current.shape))
     taken = indexing.index(shape.reshape(source, (-1,)), (_constant(positions),), 0)
     return taken if hit is None else arith.where(_constant(hit), taken, current)
 
 
-def _unviewed(tensor: Tensor) -> Tensor:
-    if tensor._base is None:
+def _unviewed(tensor: Tensor, always: bool = False) -> Tensor:
+    """A tensor of `tensor`'s value and history that is no view (`always`: a new tensor
+    even when `tensor` is none)."""
+    if tensor._base is None and not always:
         return tensor
     plain = lazy_tensor(tensor._value, tensor._type, MODE.tracer)
     plain._requires_grad, plain._grad_fn = tensor._requires_grad, tensor._grad_fn
@@ -453,14 +462,16 @@ def _positions(reader: np.ndarray, written: np.ndarray) -> tuple[np.ndarray | st
     `reader`, the index into the flattened `written` of the element at the same address
     (or SAME_ELEMENTS), and whether there is one (None: for every element); None when they
     share no element."""
-    if not reader.size or not written.size or not _bounds_meet(reader, written):
+    if not reader.size or not written.size:
         return None
     if (reader.shape == written.shape and reader.strides == written.strides and reader.dtype == written.dtype
-            and reader.__array_interface__["data"][0] == written.__array_interface__["data"][0]
-            and not _self_overlapping(written)):
+            and data_address(reader) == data_address(written) and not _self_overlapping(written)):
         # One memory viewed alike (`p` and `p.data`, as every optimizer step of the
-        # programs written before optimizers writes): element k is element k.
+        # programs written before optimizers writes): element k is element k. (Checked
+        # first: it is the common case, and the cheapest to tell.)
         return SAME_ELEMENTS, None
+    if not _bounds_meet(reader, written):
+        return None
     itemsize = written.itemsize
     if reader.dtype != written.dtype or _misaligned(reader, itemsize) != _misaligned(written, itemsize) or any(
             s % itemsize for s in (*reader.strides, *written.strides)):
@@ -499,7 +510,7 @@ def _has_repeated_address(array: np.ndarray) -> bool:
 
 def _addresses(array: np.ndarray) -> np.ndarray:
     """The address of each element of `array` (int64, in its shape)."""
-    addresses = np.full(array.shape, array.__array_interface__["data"][0], dtype=np.int64)
+    addresses = np.full(array.shape, data_address(array), dtype=np.int64)
     for axis, (n, stride) in enumerate(zip(array.shape, array.strides)):
         if n > 1 and stride:
             steps = np.arange(n, dtype=np.int64) * stride
@@ -509,7 +520,7 @@ def _addresses(array: np.ndarray) -> np.ndarray:
 
 def _bounds(array: np.ndarray) -> tuple[int, int]:
     """The first byte of `array`'s memory and the byte after its last."""
-    low = high = array.__array_interface__["data"][0]
+    low = high = data_address(array)
     for n, stride in zip(array.shape, array.strides):
         if stride > 0:
             high += (n - 1) * stride
@@ -525,4 +536,4 @@ def _bounds_meet(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _misaligned(array: np.ndarray, itemsize: int) -> int:
-    return array.__array_interface__["data"][0] % itemsize
+    return data_address(array) % itemsize
