@@ -57,6 +57,25 @@ def test_followed_calls_take_linear_and_cross_entropy_in_one_step_with_each_call
     assert compiled.cache_info().misses == 1
 
 
+def test_followed_calls_take_nll_loss_in_one_step_with_its_weights_and_ignored_targets(jumps):
+    # NLLLoss after LogSoftmax (the char-RNN tutorial's loss): one step each, the same
+    # values and gradients as eagerly, a weight and ignore_index included.
+    def step(x, labels, weight):
+        logp = F.log_softmax(x, dim=1)
+        loss = F.nll_loss(logp, labels, weight=weight, ignore_index=1)
+        return (loss, *tg.autograd.grad(loss, [x]))
+
+    compiled = tg.compile(step)
+    rng = np.random.default_rng(9)
+    weight = tg.tensor(rng.uniform(0.5, 2.0, 4))
+    for _ in range(4):
+        x = tg.tensor(rng.standard_normal((5, 4)), requires_grad=True)
+        labels = tg.tensor(rng.integers(0, 4, 5))
+        _assert_same(compiled(x, labels, weight), step(x, labels, weight))
+    assert jumps == ["log_softmax", "nll_loss"] * 3
+    assert compiled.cache_info().misses == 1
+
+
 def test_a_composite_is_not_recorded_with_its_nested_one_shadowed(jumps):
     # log_softmax inside cross_entropy is recorded at the same position: a call that
     # takes cross_entropy with other arguments still takes log_softmax in one step.

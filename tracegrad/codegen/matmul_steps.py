@@ -232,7 +232,9 @@ class MatmulStep(NumpyStep):
             slots[self.outputs[0]] = np.matmul(a, b)
             return
         out = take_buffer(pool, self.out_shape, self.out_dtype)
-        if choose(a, b, out, self.mode) == GENERATED and self._generated_ready(a, b):
+        if self.mode is None and a.shape[0] * a.shape[1] * b.shape[1] <= NUMPY_MAX_WORK:
+            np.matmul(a, b, out=out)  # (`choose`'s answer for a small product, without its checks)
+        elif choose(a, b, out, self.mode) == GENERATED and self._generated_ready(a, b):
             bound = None
             if self._should_bind() and _geometry(a) and _geometry(b):
                 bound = gemm.bind(a, b, out)
@@ -369,7 +371,13 @@ class EpilogueMatmulStep(MatmulStep):
         leaves = [product if source is None else np.ascontiguousarray(slots[self.inputs[source]])
                   for source in self.leaf_sources]
         write_over_leaves(results, leaves, self.donated)
-        if choose(a, b, product, self.mode) == GENERATED and self._generated_ready(a, b):
+        if self.mode is None and a.shape[0] * a.shape[1] * b.shape[1] <= NUMPY_MAX_WORK:
+            # (`choose`'s answer for a small product, without its checks: the common case
+            # of a small model, where this step's fixed cost is most of its time.)
+            pointers = self.pointer_array(*data_addresses(results + leaves))  # alive during the call
+            np.matmul(a, b, out=product)
+            self.tile_function(ctypes.addressof(pointers), 0, self.out_shape[0], 0, self.out_shape[1])
+        elif choose(a, b, product, self.mode) == GENERATED and self._generated_ready(a, b):
             bound = pointers = None
             if self._should_bind():
                 pointers = self.pointer_array(*(data_address(x) for x in results + leaves))
@@ -381,7 +389,7 @@ class EpilogueMatmulStep(MatmulStep):
                 gemm.matmul(a, b, out=product, epilogue=(self.tile_address, ctypes.addressof(pointers)),
                             split_n=self.split_n)
         else:
-            pointers = self.pointer_array(*(data_address(x) for x in results + leaves))  # alive during the call
+            pointers = self.pointer_array(*data_addresses(results + leaves))  # alive during the call
             np.matmul(a, b, out=product)
             self.tile_function(ctypes.addressof(pointers), 0, self.out_shape[0], 0, self.out_shape[1])
         written = ([product] if self.keep_product else []) + results

@@ -21,6 +21,7 @@ from tracegrad.ops import movement as mv
 from tracegrad.ops import neural as neural_ops
 from tracegrad.tensor import Tensor
 from tracegrad.functional import arith
+from tracegrad.functional._util import composite
 from tracegrad.functional import reduce as reductions  # (`reduce` is an argument of the losses)
 from tracegrad.functional.distance import pairwise_distance
 from tracegrad.functional.neural import _reduce_loss
@@ -101,6 +102,7 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: fl
     return _reduce_loss("huber_loss", loss, reduction)
 
 
+@composite  # (a compiled call following a trace takes its ~15 primitives in one step)
 def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None,
              ignore_index: int = -100, reduce=None, reduction: str = "mean") -> Tensor:
     """-weight[t] * input[t] for log-probabilities `input` (N, C, d1, ...), (N, C) or (C,)

@@ -573,9 +573,12 @@ class Replay:
         unsaved, self.unsaved = self.unsaved, {}
         held: dict[int, _Held] = {}
         weakly = functools.partial(_hold_weakly, held)
+        deferred: set[int] = set()  # (each composite's `Deferred` mapped once: its saving nodes share it)
         for node, entry in unsaved.items():
             if len(entry) == 2:  # (the `Deferred` of a composite: shared by its saving nodes)
-                entry[1].map_tensors(weakly)
+                if id(entry[1]) not in deferred:
+                    deferred.add(id(entry[1]))
+                    entry[1].map_tensors(weakly)
             else:
                 unsaved[node] = (node, entry[1], tuple(map(weakly, entry[2])), tuple(map(weakly, entry[3])),
                                  entry[4])
@@ -594,7 +597,9 @@ class Replay:
             if entry is not None:
                 self.saved_made = True
                 if len(entry) == 2:
-                    entry[1].map_tensors(strongly)
+                    if id(entry[1]) in deferred:
+                        deferred.discard(id(entry[1]))
+                        entry[1].map_tensors(strongly)
                     entry = entry[1].entry(node)
                 else:
                     entry = (node, entry[1], tuple(map(strongly, entry[2])), tuple(map(strongly, entry[3])),
