@@ -736,6 +736,91 @@ def test_a_value_python_asks_for_is_followed_when_the_recording_asked_for_the_sa
     assert followed[2:4] == [True, True] and followed[4] is False
 
 
+def _stop_tested_step(inp, rec, momentum):
+    """W11's step in small: iterate h <- tanh(u + h @ rec) until the change is small (an
+    `.item()` per iteration), backpropagate through every iteration, SGD with momentum."""
+    def step(x):
+        u = x @ inp
+        h = tg.zeros_like(u)
+        for _ in range(30):
+            h_next = tg.tanh(u + h @ rec)
+            converged = (h_next - h).abs().max().item() < 1e-3
+            h = h_next
+            if converged:
+                break
+        loss = (h * h).sum()
+        loss.backward()
+        with tg.no_grad():
+            for p, buffer in ((inp, momentum[0]), (rec, momentum[1])):
+                buffer.mul_(0.9).add_(p.grad)
+                p.sub_(0.002 * buffer)  # (small: each batch takes 12 iterations on every call)
+                p.grad = None
+        return h, loss
+    return step
+
+
+def _stop_tested_state(seed):
+    rng = np.random.default_rng(seed)
+    q, _ = np.linalg.qr(rng.standard_normal((4, 4)))
+    return [tg.tensor(rng.standard_normal((3, 4)) * 0.5, requires_grad=True),
+            tg.tensor(0.6 * q, requires_grad=True)], [tg.zeros(3, 4), tg.zeros(4, 4)]
+
+
+def test_a_call_finishes_from_its_realized_values_without_computing_them_again():
+    # The iterations a stop test realized are not run again by the call's last program:
+    # it holds the backward and the updates only (no forward tanh), and every call,
+    # followed or traced, matches eager execution, in-place updates of the parameters and
+    # their momentum buffers (written into their buffers: donated) included.
+    (inp, rec), momentum = _stop_tested_state(5)
+    (inp_e, rec_e), momentum_e = _stop_tested_state(5)
+    compiled = tg.compile(_stop_tested_step(inp, rec, momentum))
+    eager = _stop_tested_step(inp_e, rec_e, momentum_e)
+    rng = np.random.default_rng(6)
+    batches = [tg.tensor(rng.standard_normal((2, 3))) for _ in range(2)]
+    followed = []
+    for call in range(5):
+        x = batches[call % 2]
+        (h, loss), replayed = _followed(compiled, x)
+        followed.append(replayed)
+        want_h, want_loss = eager(x)
+        np.testing.assert_allclose(h.detach().numpy(), want_h.detach().numpy(), rtol=1e-10)
+        np.testing.assert_allclose(loss.detach().numpy(), want_loss.detach().numpy(), rtol=1e-10)
+        for got, want in zip([inp, rec, *momentum], [inp_e, rec_e, *momentum_e]):
+            np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-10)
+        del h, loss  # (results referencing its nodes: the recording is not followed while they live)
+    assert followed == [False, True, True, True, True]
+    final = compiled.explain(batches[0]).graphs[-1].graph
+    ops = [node.op.name for node in final.nodes]
+    assert "tanh" not in ops and ops.count("matmul") >= 2  # (backward products only)
+    assert len(final.inputs) > len(compiled.explain(batches[0]).graphs[0].graph.inputs)
+
+
+def test_a_result_realized_during_the_call_is_returned_beside_the_rest():
+    # `h` was realized by the stop test (its value is a result as it is), the loss is not.
+    w = tg.tensor(np.linspace(-0.4, 0.4, 4).reshape(2, 2), requires_grad=True)
+
+    def step(x):
+        h = tg.tanh(x @ w)
+        if h.sum().item() > 100.0:
+            h = h * 0.0
+        loss = (h * x).sum()
+        return h, loss, loss * 2
+
+    compiled = tg.compile(step)
+    for seed in range(3):
+        x = tg.tensor(np.random.default_rng(seed).standard_normal((3, 2)))
+        got, want = compiled(x), step(x)
+        for g, e in zip(got, want):
+            np.testing.assert_allclose(g.detach().numpy(), e.detach().numpy(), rtol=1e-12)
+        assert all(g.requires_grad for g in got)
+        got[1].backward()
+        grad = w.grad.numpy().copy()
+        w.grad = None
+        want[1].backward()
+        np.testing.assert_allclose(grad, w.grad.numpy(), rtol=1e-12)
+        w.grad = None
+
+
 def test_a_call_whose_results_were_all_realized_does_not_run_its_graph_again(monkeypatch):
     from tracegrad.jit import function as compile_function
 

@@ -406,16 +406,19 @@ class CompileTrace(Tracer):
         self.realization_count += 1
         return array
 
-    def _realization_graph(self, targets: list[Value]) -> tuple[Graph, list[Value], list[np.ndarray], list[Value]]:
+    def _realization_graph(self, targets: list[Value], all_inputs: bool = False
+                           ) -> tuple[Graph, list[Value], list[np.ndarray], list[Value]]:
         """The nodes `targets` need since the values realized before (which enter as
         inputs, so a loop realizing once per iteration runs one iteration each time and
         every iteration hits the same cached graph), the values its inputs stand for (graph
         inputs and values realized before), their arrays, and the outputs of the nodes with
         an effect (collectives) it runs: outputs after the targets, to be realized too, so
-        that nothing runs those nodes again."""
+        that nothing runs those nodes again. `all_inputs`: its inputs begin with every input
+        of the traced graph, in order (the call's own input arrays feed them), and the
+        values and arrays returned are those of the realized values after them only."""
         captured = {id(v): t._data for t, v in self.captured.values()}
-        mapped: dict[Value, Value] = {}
-        inputs: list[Value] = []
+        mapped: dict[Value, Value] = {v: v for v in self.graph.inputs} if all_inputs else {}
+        inputs: list[Value] = list(self.graph.inputs) if all_inputs else []
         sources: list[Value] = []
         arrays: list[np.ndarray] = []
         nodes: list[Node] = []
@@ -450,8 +453,19 @@ class CompileTrace(Tracer):
             stack.append((current, True))
             stack.extend((v, False) for v in reversed(node.inputs))
         effects = [v for v in effects if v not in wanted]
-        graph = Graph(inputs, nodes, [mapped[v] for v in targets + effects], f"{self.graph.name}.realize")
+        name = self.graph.name if all_inputs else f"{self.graph.name}.realize"  # (the rest of the call: its graph)
+        graph = Graph(inputs, nodes, [mapped[v] for v in targets + effects], name)
         return graph, sources, arrays, effects
+
+    def rest_graph(self, outputs: list[Value]) -> tuple[Graph, list[Value]]:
+        """The graph of what `outputs` (none of them realized) still need: the traced
+        graph's inputs, in order, then the values realized during the call that it reads
+        (returned too), which it does not compute again. A loop that realized a value per
+        iteration (a stop test's `.item()`) then runs only its backward and updates at the
+        end, as eager execution does."""
+        graph, sources, _, effects = self._realization_graph(outputs, all_inputs=True)
+        assert not effects  # (a call that realized an effect finishes by `run_from_realized`)
+        return graph, sources
 
     def run_from_realized(self, outputs: list[Value]) -> list[np.ndarray]:
         """The arrays of `outputs`, computed from the values realized so far (for a call
@@ -922,11 +936,27 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
         # step's end): running the graph again would compute each of them twice.
         arrays = [realized[value] for value in outputs]
     elif outputs:
-        graph = Graph(traced.inputs, traced.nodes, outputs, traced.name)
-        key = traced.key(outputs, inputs)
+        call_inputs = inputs
+        sources = made = ()
+        if realized:
+            # The rest of the call from the values its realizations computed, which enter
+            # as inputs after the call's own (a value computed twice would cost twice, and
+            # could differ from the one a stop test saw); values realized already are
+            # results as they are, after the program's.
+            made = [value for value in outputs if value in realized]
+            if made:
+                outputs = [value for value in outputs if value not in realized] + made
+                position = {(id(value.node), value.index): j for j, value in enumerate(outputs)}
+            graph, sources = trace.rest_graph(outputs[:len(outputs) - len(made)])
+            inputs = inputs + [realized[value] for value in sources]
+            key = structural_key(graph, inputs)
+        else:
+            graph = Graph(traced.inputs, traced.nodes, outputs, traced.name)
+            key = traced.key(outputs, inputs)
         if writes:
-            donations = _donations(writes, position, inputs, key[-1])
-            if donations and not index_checks_come_first(traced, outputs, [outputs[j] for j, _ in donations]):
+            donations = _donations(writes, position, inputs, key[-1], len(graph.outputs))
+            if donations and not index_checks_come_first(graph, graph.outputs,
+                                                         [graph.outputs[j] for j, _ in donations]):
                 donations = ()  # (a bounds check failing after a write would leave it done)
             key = key_with_donations(key, donations)
         else:
@@ -935,6 +965,9 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
         if donations:  # (an index out of bounds stops it before its first write)
             index_inputs_checked(program, graph, inputs)
         arrays = _run_program(program, inputs)
+        if made:
+            arrays = arrays + [realized[value] for value in made]
+        inputs = call_inputs
     else:
         arrays = []
     # Per live tensor and per write: its program output, or -(its graph input + 1).
@@ -943,7 +976,7 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
     _deliver(alive, slots, writes, write_slots, arrays, inputs)
     if replay is not None and program is not None:
         replay.recording.finish = (alive_values, [v for _, v in writes], graph, slots, write_slots, position,
-                                   donations, key, program)
+                                   donations, key, program, sources, made)
     # A failed call's written tensors take their new histories too (eager's state at the
     # raise), but the call is never remembered to be followed.
     alive = _rebase(rebased, alive) if rebased else alive
@@ -1056,18 +1089,27 @@ def _finish_followed(trace: CompileTrace, recording, alive: list[Tensor], alive_
     if (last is None or len(last[0]) != len(alive_values) or len(last[1]) != len(writes)
             or not all(map(operator.is_, last[0], alive_values))):
         return False
-    _, written, graph, slots, write_slots, position, donations, key, program = last
+    _, written, graph, slots, write_slots, position, donations, key, program, sources, made = last
     if writes and not all(map(operator.is_, written, [v for _, v in writes])):
         return False
     # A call that followed to the end captured every input in order (`Replay.input`).
-    inputs = [t._data for t, _ in trace.captured.values()]
-    if alias_pattern(inputs) != key[-1] or (writes and _donations(writes, position, inputs, key[-1]) != donations):
+    call_inputs = inputs = [t._data for t, _ in trace.captured.values()]
+    if sources or made:  # (the rest of the call from the values its realizations computed)
+        realized = trace.realized
+        for value in (*sources, *made):
+            if value not in realized:
+                return False
+        inputs = inputs + [realized[value] for value in sources]
+    if alias_pattern(inputs) != key[-1] or (
+            writes and _donations(writes, position, inputs, key[-1], len(graph.outputs)) != donations):
         return False
     # (No `trace.output_tensors`: they name a new graph's outputs, and this is a hit.)
     if donations:
         index_inputs_checked(program, graph, inputs)
     arrays = trace.compiled._run_hit(program, graph, inputs, trace, key)
-    _deliver(alive, slots, writes, write_slots, arrays, inputs)
+    if made:
+        arrays = arrays + [trace.realized[value] for value in made]
+    _deliver(alive, slots, writes, write_slots, arrays, call_inputs)
     return True
 
 
@@ -1102,12 +1144,13 @@ def _donations_in(key: tuple) -> tuple:
     return tuple((entry[1], entry[2]) for entry in key[-2] if entry.__class__ is tuple)
 
 
-def _donations(writes: list, position: dict, inputs: list[np.ndarray], aliasing: tuple) -> tuple:
+def _donations(writes: list, position: dict, inputs: list[np.ndarray], aliasing: tuple, computed: int) -> tuple:
     """(output position, input index) pairs: a written tensor's new value, and the graph
     input holding the tensor's current buffer, which the program may write the value into
     instead of a new buffer (the program decides which it can; see build_program). Only
-    inputs sharing memory with no other input qualify. `position` maps (id of a node,
-    output index) to the output's position."""
+    inputs sharing memory with no other input qualify, and only values among the first
+    `computed` outputs (the program's: the others were realized). `position` maps (id of
+    a node, output index) to the output's position."""
     index_of = {id(array): i for i, array in enumerate(inputs)}
     shared = {i for pair in enumerate(aliasing) if pair[0] != pair[1] for i in pair}
     pairs = []
@@ -1115,7 +1158,7 @@ def _donations(writes: list, position: dict, inputs: list[np.ndarray], aliasing:
         i = index_of.get(id(target._data))
         if i is not None and value.node is not None and i not in shared:
             found = position.get((id(value.node), value.index))
-            if found is not None:
+            if found is not None and found < computed:
                 pairs.append((found, i))
     return tuple(pairs)
 

@@ -292,7 +292,9 @@ class Recording:
         self.histories = any(value.origin is not None for value in graph.inputs)
         # What the last call following it to the end computed and ran (compile._finish):
         # (live values, written values, the graph with its outputs, their slots, the
-        # writes' slots, output positions, donations, key, program).
+        # writes' slots, output positions, donations, key, program, the realized values
+        # the graph reads as inputs after the call's own, the realized values among the
+        # results after the program's: `CompileTrace.rest_graph`).
         self.finish = None
         # Tensors of Python numbers the calls following it made (`Replay.scalar`): input
         # position -> (the number, its 0-d tensor, read-only), reused by the next calls.
