@@ -69,8 +69,8 @@ def test_recompiles_log_gives_the_new_branch_reason(log_stages, capsys):
     compiled(tg.ones(2))
     compiled(-tg.ones(2))
     (line,) = _stderr_lines(capsys)
-    # (node 0 of the call's rest, after its realized condition)
-    assert line.endswith(f": new branch: node 0 is `log` at {THIS_FILE}:{LOG_LINE} where the cached graph "
+    # (of the call's rest: its nodes but the realized condition's `gt`)
+    assert line.endswith(f": new branch: node 1 is `log` at {THIS_FILE}:{LOG_LINE} where the cached graph "
                          f"has `exp` at {THIS_FILE}:{EXP_LINE}")
 
 

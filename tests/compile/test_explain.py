@@ -265,8 +265,8 @@ def test_new_branch_miss_names_the_op_and_line_on_both_sides():
     realize, final = report.cache_events
     assert realize.hit
     assert final.reason.kind == "branch"
-    # (The call's rest after its realized condition: its first node differs.)
-    assert str(final.reason) == (f"new branch: node 0 is `log` at {THIS_FILE}:{LOG_LINE} where the cached "
+    # (The call's rest: its nodes but the realized condition's `gt`.)
+    assert str(final.reason) == (f"new branch: node 1 is `log` at {THIS_FILE}:{LOG_LINE} where the cached "
                                  f"graph has `exp` at {THIS_FILE}:{EXP_LINE}")
 
 

@@ -51,6 +51,12 @@ def _unused_computed_embedding(x, index):
     return x.exp()
 
 
+def _unused_cross_entropy_after_a_realization(logits, labels):
+    scale = logits.sum().item()  # (the call's last program is its rest from here)
+    F.cross_entropy(logits, labels)
+    return logits * scale
+
+
 def _gather_only_a_pass_drops(x, index):
     mask = x.gather(1, index) > 0  # read, but the IR passes drop it: where(c, a, a) is a
     return tg.where(mask, x[:, :1], x[:, :1])
@@ -65,6 +71,8 @@ CASES = {
     "embedding rows computed in the call": (_unused_computed_embedding,
                                             lambda: (tg.ones(3), tg.tensor([[0], [-1]]))),
     "gather the IR passes drop": (_gather_only_a_pass_drops, lambda: (tg.ones(2, 3), tg.tensor([[-1], [0]]))),
+    "cross_entropy after a realization": (_unused_cross_entropy_after_a_realization,
+                                          lambda: (tg.ones(4, 3), tg.tensor([0, -3, 1, 2]))),
 }
 
 
@@ -84,7 +92,8 @@ def test_an_unused_op_with_an_index_out_of_bounds_raises_in_a_followed_call(case
             "cross_entropy label in [-C, -1]": tg.tensor([0, 2, 1, 2]),
             "index computed in the call": tg.tensor([9, 12]),
             "embedding rows computed in the call": tg.tensor([[0], [2]]),
-            "gather the IR passes drop": tg.tensor([[0], [2]])}[case]
+            "gather the IR passes drop": tg.tensor([[0], [2]]),
+            "cross_entropy after a realization": tg.tensor([0, 2, 1, 2])}[case]
     compiled = tg.compile(fn)
     first, bad = arguments()
     for _ in range(2):

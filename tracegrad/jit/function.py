@@ -406,19 +406,16 @@ class CompileTrace(Tracer):
         self.realization_count += 1
         return array
 
-    def _realization_graph(self, targets: list[Value], all_inputs: bool = False
-                           ) -> tuple[Graph, list[Value], list[np.ndarray], list[Value]]:
+    def _realization_graph(self, targets: list[Value]) -> tuple[Graph, list[Value], list[np.ndarray], list[Value]]:
         """The nodes `targets` need since the values realized before (which enter as
         inputs, so a loop realizing once per iteration runs one iteration each time and
         every iteration hits the same cached graph), the values its inputs stand for (graph
         inputs and values realized before), their arrays, and the outputs of the nodes with
         an effect (collectives) it runs: outputs after the targets, to be realized too, so
-        that nothing runs those nodes again. `all_inputs`: its inputs begin with every input
-        of the traced graph, in order (the call's own input arrays feed them), and the
-        values and arrays returned are those of the realized values after them only."""
+        that nothing runs those nodes again."""
         captured = {id(v): t._data for t, v in self.captured.values()}
-        mapped: dict[Value, Value] = {v: v for v in self.graph.inputs} if all_inputs else {}
-        inputs: list[Value] = list(self.graph.inputs) if all_inputs else []
+        mapped: dict[Value, Value] = {}
+        inputs: list[Value] = []
         sources: list[Value] = []
         arrays: list[np.ndarray] = []
         nodes: list[Node] = []
@@ -453,19 +450,42 @@ class CompileTrace(Tracer):
             stack.append((current, True))
             stack.extend((v, False) for v in reversed(node.inputs))
         effects = [v for v in effects if v not in wanted]
-        name = self.graph.name if all_inputs else f"{self.graph.name}.realize"  # (the rest of the call: its graph)
-        graph = Graph(inputs, nodes, [mapped[v] for v in targets + effects], name)
+        graph = Graph(inputs, nodes, [mapped[v] for v in targets + effects], f"{self.graph.name}.realize")
         return graph, sources, arrays, effects
 
     def rest_graph(self, outputs: list[Value]) -> tuple[Graph, list[Value]]:
-        """The graph of what `outputs` (none of them realized) still need: the traced
-        graph's inputs, in order, then the values realized during the call that it reads
-        (returned too), which it does not compute again. A loop that realized a value per
-        iteration (a stop test's `.item()`) then runs only its backward and updates at the
-        end, as eager execution does."""
-        graph, sources, _, effects = self._realization_graph(outputs, all_inputs=True)
-        assert not effects  # (a call that realized an effect finishes by `run_from_realized`)
-        return graph, sources
+        """The traced graph for `outputs` (none of them realized) without what the call's
+        realizations computed: its inputs, in order, then the realized values its nodes read
+        (returned too); every node but those whose outputs were all realized. A loop that
+        realized a value per iteration (a stop test's `.item()`) then runs only its backward
+        and updates at the end, as eager execution does. (Every other node stays, for
+        pruning to drop with its index checks kept, as from the whole graph.)"""
+        realized = self.realized
+        inputs = list(self.graph.inputs)
+        sources: list[Value] = []
+        nodes: list[Node] = []
+        mapped: dict[Value, Value] = {}
+
+        def read(value: Value) -> Value:
+            found = mapped.get(value)
+            if found is None:
+                if value.node is None or value not in realized:
+                    return value  # (a graph input)
+                found = mapped[value] = Value(value.type, name=f"r{len(inputs)}")
+                inputs.append(found)
+                sources.append(value)
+            return found
+
+        for node in self.graph.nodes:
+            count = len(node.out_types)
+            if all(node.output(index) in realized for index in range(count)):
+                continue  # (its readers read its realized outputs)
+            clone = Node(node.op, tuple([read(v) for v in node.inputs]), node.attrs, node.out_types,
+                         node.location)
+            nodes.append(clone)
+            for index in range(count):
+                mapped[node.output(index)] = clone.output(index)
+        return Graph(inputs, nodes, [read(v) for v in outputs], self.graph.name), sources
 
     def run_from_realized(self, outputs: list[Value]) -> list[np.ndarray]:
         """The arrays of `outputs`, computed from the values realized so far (for a call
