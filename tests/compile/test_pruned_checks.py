@@ -163,3 +163,22 @@ def test_an_unused_check_failing_leaves_the_state_as_before_the_call(fail_on, co
         step_e(x_e, good)
     np.testing.assert_allclose(model.weight.detach().numpy(), model_e.weight.detach().numpy(), rtol=1e-12)
     np.testing.assert_allclose(x.numpy(), x_e.numpy(), rtol=1e-12)
+
+
+def test_results_realized_in_the_call_come_after_the_values_an_unused_index_check_reads():
+    # The last program also returns the computed index its check reads (after its outputs),
+    # and the values a realization computed are results too: each result is its own.
+    def fn(x, index):
+        h = x * 2
+        scale = h.sum().item()  # (realizes h: alive)
+        x[index - 10]  # (an unused op with a computed index)
+        return h, x + scale, index * 1
+
+    compiled = tg.compile(fn)
+    for _ in range(3):
+        x, index = tg.arange(4.0), tg.tensor([11, 12])
+        got, want = compiled(x, index), fn(x, index)
+        for g, w in zip(got, want):
+            assert g.dtype is w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(g.numpy(), w.numpy())
+    assert _error(compiled, tg.arange(4.0), tg.tensor([11, 30])) == _error(fn, tg.arange(4.0), tg.tensor([11, 30]))

@@ -985,8 +985,8 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
         if donations:  # (an index out of bounds stops it before its first write)
             index_inputs_checked(program, graph, inputs)
         arrays = _run_program(program, inputs)
-        if made:
-            arrays = arrays + [realized[value] for value in made]
+        if made:  # (after the graph's outputs: a program may return more, the values its checks read)
+            arrays = arrays[:len(graph.outputs)] + [realized[value] for value in made]
         inputs = call_inputs
     else:
         arrays = []
@@ -1128,7 +1128,7 @@ def _finish_followed(trace: CompileTrace, recording, alive: list[Tensor], alive_
         index_inputs_checked(program, graph, inputs)
     arrays = trace.compiled._run_hit(program, graph, inputs, trace, key)
     if made:
-        arrays = arrays + [trace.realized[value] for value in made]
+        arrays = arrays[:len(graph.outputs)] + [trace.realized[value] for value in made]
     _deliver(alive, slots, writes, write_slots, arrays, call_inputs)
     return True
 
