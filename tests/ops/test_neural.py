@@ -461,3 +461,118 @@ def test_on_large_arrays_the_op_runs_one_program_of_its_composite_with_numpys_va
     monkeypatch.setattr(eager_fusion, "_op_programs", RecencyCache(eager_fusion.CAPACITY))
     fn(base)
     assert len(eager_fusion._op_programs) == 0  # switched off: NumPy
+
+
+# --- lstm_gates: an LSTM step's elementwise part ----------------------------------------------
+
+LSTM_SHAPES = {"batch": (3, 2), "one_row_one_unit": (1, 1), "empty_batch": (0, 2), "no_units": (2, 0)}
+
+
+def _lstm_cell(seed=0, dtype=tg.float64, input_size=3, hidden=2):
+    tg.manual_seed(seed)
+    return tg.nn.LSTMCell(input_size, hidden).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [tg.float64, tg.float32])
+def test_an_eager_lstm_step_records_its_gates_as_one_op_with_the_composites_values(dtype):
+    cell = _lstm_cell(dtype=dtype)
+    x, h, c = _leaf((4, 3), 1, dtype), _leaf((4, 2), 2, dtype), _leaf((4, 2), 3, dtype)
+    h_next, c_next = cell(x, (h, c))
+    assert h_next.grad_fn is c_next.grad_fn and h_next.grad_fn.name() == "LstmGatesBackward"
+    with _traced_composite():
+        want_h, want_c = cell(x, (h, c))
+    assert want_h.grad_fn.name() == "MulBackward"
+    np.testing.assert_array_equal(h_next.detach().numpy(), want_h.detach().numpy())
+    np.testing.assert_array_equal(c_next.detach().numpy(), want_c.detach().numpy())
+    assert h_next.is_contiguous() and c_next.is_contiguous() and h_next.dtype is dtype
+    weights = [tg.tensor(np.random.default_rng(k).standard_normal((4, 2)), dtype=dtype) for k in (4, 5)]
+    leaves = [x, h, c, *cell.parameters()]
+    got = tg.autograd.grad((h_next * weights[0]).sum() + (c_next * weights[1]).sum(), leaves)
+    want = tg.autograd.grad((want_h * weights[0]).sum() + (want_c * weights[1]).sum(), leaves)
+    tol = dict(rtol=1e-12, atol=1e-14) if dtype is tg.float64 else dict(rtol=1e-5, atol=1e-6)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), **tol)
+
+
+@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("shape", LSTM_SHAPES)
+def test_lstm_gates_gradients(shape, check):
+    n, hidden = LSTM_SHAPES[shape]
+    gates, c = _leaf((n, 4 * hidden), 6), _leaf((n, hidden), 7)
+    assert check(lambda gates, c: neural.lstm_gates(gates, c), (gates, c))
+    assert check(lambda gates, c: neural.lstm_gates(gates, c)[0], (gates, c))  # (a zero gradient for c')
+
+
+def test_lstm_gates_of_views_match_the_composite_and_one_needing_no_grad_is_skipped():
+    cell = _lstm_cell()
+    x, h = _leaf((3, 3), 1), _leaf((3, 2), 2)
+    c = _leaf((2, 3), 3).t()  # (a transposed view)
+    (h_next, c_next) = cell(x, (h, c))
+    with _traced_composite():
+        want = cell(x, (h, c))
+    got = tg.autograd.grad((h_next * c_next).sum(), [x, c])
+    expected = tg.autograd.grad((want[0] * want[1]).sum(), [x, c])
+    for g, w in zip(got, expected):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12, atol=1e-14)
+    gates = _leaf((3, 8), 4)
+    (grad,) = tg.autograd.grad(neural.lstm_gates(gates, tg.ones(3, 2, dtype=tg.float64))[1].sum(), [gates])
+    assert grad.shape == (3, 8)
+
+
+def test_lstm_cell_state_updated_in_place_before_backward_is_refused_as_by_the_composite():
+    # The composite saves the cell state itself (the forget gate's product): both refuse.
+    cell = _lstm_cell()
+    x, h = _leaf((2, 3), 1), _leaf((2, 2), 2)
+    errors = []
+    for composite in (False, True):
+        c = _leaf((2, 2), 3) * 1.0
+        if composite:
+            with _traced_composite():
+                h_next, _ = cell(x, (h, c))
+        else:
+            h_next, _ = cell(x, (h, c))
+        c.mul_(2.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation") as raised:
+            h_next.sum().backward()
+        errors.append(str(raised.value).split(";")[0])
+    assert errors[0] == errors[1]
+
+
+def test_lstm_results_updated_in_place_leave_the_gradient_as_the_composites():
+    # Neither saves h' or c' (the composite saves tanh(c'), a value of its own).
+    cell = _lstm_cell()
+    x, h, c = _leaf((2, 3), 1), _leaf((2, 2), 2), _leaf((2, 2), 3)
+    (want,) = tg.autograd.grad(sum(t.sum() for t in cell(x, (h, c))), [x])
+    h_next, c_next = cell(x, (h, c))
+    total = h_next.sum() + c_next.sum()
+    h_next.add_(1.0)
+    c_next.mul_(3.0)
+    (grad,) = tg.autograd.grad(total, [x])
+    np.testing.assert_allclose(grad.numpy(), want.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_a_bad_input_to_lstm_gates_names_it_and_the_types():
+    with pytest.raises(RuntimeError, match=r"lstm_gates: expected gates \(N, 4H\) and a cell state \(N, H\)"):
+        neural.lstm_gates(tg.zeros(2, 7), tg.zeros(2, 2))
+    with pytest.raises(RuntimeError, match=r"lstm_gates: .* got f32\[2,8\] and f64\[2,2\]"):
+        neural.lstm_gates(tg.zeros(2, 8), tg.zeros(2, 2, dtype=tg.float64))
+
+
+@pytest.mark.parametrize("dtype", [tg.float64, tg.float32])
+def test_a_compiled_lstm_equals_the_eager_one_op_lstm(dtype):
+    tg.manual_seed(2)
+    lstm = tg.nn.LSTM(3, 4, 2).to(dtype)
+    tol = dict(rtol=1e-11, atol=1e-13) if dtype is tg.float64 else dict(rtol=2e-5, atol=1e-6)
+
+    def step(x):
+        out, (h, c) = lstm(x)
+        loss = (out * out).sum() + h.sum() + (c * 3).sum()
+        return loss, tg.autograd.grad(loss, [x, *lstm.parameters()])
+
+    compiled = tg.compile(step)
+    for seed in range(2):
+        x = _leaf((5, 2, 3), seed, dtype)
+        (loss, grads), (want_loss, want_grads) = compiled(x), step(x)
+        np.testing.assert_allclose(loss.detach().numpy(), want_loss.detach().numpy(), **tol)
+        for got, want in zip(grads, want_grads):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), **tol)

@@ -1,5 +1,7 @@
 """Primitives eager execution runs as one op where PyTorch does: `linear`, `softmax`,
-`log_softmax`, `nll_loss` (also the tail of `cross_entropy`), `layer_norm`, `gelu`.
+`log_softmax`, `nll_loss` (also the tail of `cross_entropy`), `layer_norm`, `gelu`, and
+`lstm_gates`, an LSTM step's elementwise part (PyTorch's fused cell: the step's ~13 ops
+after its products).
 
 Each is also a composite of other primitives (`tracegrad.functional.neural`), and traces
 record that composite: the compiler fuses its pieces with their neighbours and
@@ -368,3 +370,58 @@ GELU = Primitive("gelu", shape_rule=_gelu_rule, impl=_with_compiled("gelu", _gel
 
 def gelu(x, approximate: str):
     return bind(GELU, (x,), {"approximate": approximate})
+
+
+def _lstm_gates_rule(gates: TensorType, c: TensorType):
+    if (gates.ndim != 2 or c.ndim != 2 or gates.shape != (c.shape[0], 4 * c.shape[1]) or gates.dtype not in DTYPES
+            or c.dtype is not gates.dtype):
+        raise RuntimeError(f"lstm_gates: expected gates (N, 4H) and a cell state (N, H) of one dtype, float32 or "
+                           f"float64; got {gates} and {c}")
+    return (c, c)
+
+
+def _quarters(gates, hidden: int) -> list:
+    return [gates[:, k * hidden:(k + 1) * hidden] for k in range(4)]
+
+
+def _lstm_gates_impl(gates, c):
+    # As the composite (`nn.rnn._lstm_step`), through the elementwise primitives' own
+    # implementations: c' = sigmoid(f) c + sigmoid(i) tanh(g), h' = sigmoid(o) tanh(c').
+    i, f, g, o = _quarters(gates, c.shape[1])
+    sigmoid, tanh = ew.SIGMOID.impl, ew.TANH.impl
+    c_next = np.add(np.multiply(sigmoid(f), c), np.multiply(sigmoid(i), tanh(g)))
+    return np.multiply(sigmoid(o), tanh(c_next)), c_next
+
+
+def _lstm_gates_vjp(ctx, g_h, g_c):
+    gates, c = ctx.inputs
+    n, hidden = ctx.in_types[1].shape
+    needs_gates, needs_c = ctx.needs_input_grad
+    i, f, g, o = (mv.slice_(gates, (0, k * hidden), (n, (k + 1) * hidden), (1, 1)) for k in range(4))
+    si, sf, so, tg = ew.sigmoid(i), ew.sigmoid(f), ew.sigmoid(o), ew.tanh(g)
+    tc = ew.tanh(ew.add(ew.mul(sf, c), ew.mul(si, tg)))
+    one = ew.full((), 1.0, ctx.in_types[0].dtype)
+    d_c_next = ew.add(g_c, ew.mul(ew.mul(g_h, so), ew.sub(one, ew.mul(tc, tc))))
+    grad_c = ew.mul(d_c_next, sf) if needs_c else None
+    if not needs_gates:
+        return None, grad_c
+
+    def through_sigmoid(d, s):
+        return ew.mul(d, ew.mul(s, ew.sub(one, s)))
+    grad_gates = mv.concat((through_sigmoid(ew.mul(d_c_next, tg), si), through_sigmoid(ew.mul(d_c_next, c), sf),
+                            ew.mul(ew.mul(d_c_next, si), ew.sub(one, ew.mul(tg, tg))),
+                            through_sigmoid(ew.mul(g_h, tc), so)), 1)
+    return grad_gates, grad_c
+
+
+# An LSTM step's elementwise part: (h', c') from the gate pre-activations (N, 4H), in
+# PyTorch's order input, forget, cell, output, and the cell state (N, H). The composite
+# saves only values computed from the gates (so they are saved as a copy) and the cell
+# state itself (the forget gate's product), which the gates' gradient alone reads.
+LSTM_GATES = Primitive("lstm_gates", shape_rule=_lstm_gates_rule, impl=quiet_keywords(_lstm_gates_impl), kind=OTHER,
+                       num_outputs=2, saves_inputs=(0, 1), saves_copies=(0,), saved_for={1: (0,)},
+                       vjp=_lstm_gates_vjp, backward_name="LstmGatesBackward")
+
+
+def lstm_gates(gates, c):
+    return bind(LSTM_GATES, (gates, c))
