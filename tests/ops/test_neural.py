@@ -576,3 +576,17 @@ def test_a_compiled_lstm_equals_the_eager_one_op_lstm(dtype):
         np.testing.assert_allclose(loss.detach().numpy(), want_loss.detach().numpy(), **tol)
         for got, want in zip(grads, want_grads):
             np.testing.assert_allclose(got.numpy(), want.numpy(), **tol)
+
+
+def test_layer_norm_gradient_of_an_infinite_cotangent_has_pytorchs_and_the_composites_nans():
+    # PyTorch's CPU formula (dx = rstd g + b x + c, b and c from sums over the row) turns
+    # one infinite cotangent into NaN across the row, as differentiating the composite
+    # does; the form rstd (g - mean(g) - xhat mean(g xhat)) gave inf for some of it
+    # (fuzz seed 76000779).
+    x = tg.tensor([[-1.0, 0.25, 0.75]], requires_grad=True)  # (xhat: -, +, +)
+    cotangent = tg.tensor([[1.0, -1.5, -np.inf]])
+    (got,) = tg.autograd.grad(F.layer_norm(x, (3,)), [x], cotangent)
+    with _traced_composite():
+        (want,) = tg.autograd.grad(F.layer_norm(x, (3,)), [x], cotangent)
+    np.testing.assert_array_equal(np.isnan(got.numpy()), np.isnan(want.numpy()))
+    assert np.isnan(got.numpy()).all()

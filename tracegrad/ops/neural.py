@@ -278,22 +278,28 @@ def _layer_norm_impl(x, *params, normalized, eps, weight, bias):
 
 
 def _layer_norm_vjp(ctx, g):
-    # PyTorch's formula, the statistics recomputed from the saved input: with
-    # xhat = (x - mean) * rstd and gw = g * weight, over the normalized dims,
-    # dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)).
+    # PyTorch's formula (its CPU kernel's, so that infinities give its NaNs too), the
+    # statistics recomputed from the saved input: over the normalized dims, with gw = g *
+    # weight, ds = sum(gw * x), db = sum(gw), b = (db * mean - ds) * rstd^3 / N and
+    # c = -b * mean - db * rstd / N: dx = rstd * gw + b * x + c.
     attrs = ctx.attrs
     x = ctx.inputs[0]
     typ = ctx.in_types[0]
     axes = _norm_axes(typ.ndim, attrs["normalized"])
+    inverse_count = ew.full((), 1.0 / math.prod(typ.shape[typ.ndim - attrs["normalized"]:]), typ.dtype)
     count = ew.full((), float(math.prod(typ.shape[typ.ndim - attrs["normalized"]:])), typ.dtype)
 
-    def mean(t):
-        return mv.expand(ew.div(red.sum_(t, axes, keepdim=True), count), typ.shape)
+    def total(t):  # (keeping the normalized dims, of size 1)
+        return red.sum_(t, axes, keepdim=True)
 
-    centered = ew.sub(x, mean(x))
+    def spread(t):
+        return mv.expand(t, typ.shape)
+
+    mean = ew.div(total(x), count)
+    centered = ew.sub(x, spread(mean))
     rstd = ew.div(ew.full((), 1.0, typ.dtype),
-                  ew.sqrt(ew.add(mean(ew.mul(centered, centered)), ew.full((), attrs["eps"], typ.dtype))))
-    xhat = ew.mul(centered, rstd)
+                  ew.sqrt(ew.add(ew.div(total(ew.mul(centered, centered)), count),
+                                 ew.full((), attrs["eps"], typ.dtype))))
     batch = tuple(range(typ.ndim - attrs["normalized"]))
     needs = ctx.needs_input_grad
     grads = [None] * len(needs)
@@ -302,9 +308,12 @@ def _layer_norm_vjp(ctx, g):
         if attrs["weight"]:
             weight = ctx.inputs[1]
             gw = ew.mul(g, mv.expand(mv.reshape(weight, (1,) * (typ.ndim - weight.ndim) + weight.shape), typ.shape))
-        grads[0] = ew.mul(rstd, ew.sub(ew.sub(gw, mean(gw)), ew.mul(xhat, mean(ew.mul(gw, xhat)))))
+        ds, db = total(ew.mul(gw, x)), total(gw)
+        b = ew.mul(ew.mul(ew.sub(ew.mul(db, mean), ds), ew.mul(rstd, ew.mul(rstd, rstd))), inverse_count)
+        c = ew.sub(ew.neg(ew.mul(b, mean)), ew.mul(ew.mul(db, rstd), inverse_count))
+        grads[0] = ew.add(ew.add(ew.mul(spread(rstd), gw), ew.mul(spread(b), x)), spread(c))
     if attrs["weight"] and needs[1]:
-        grads[1] = red.sum_(ew.mul(g, xhat), batch)
+        grads[1] = red.sum_(ew.mul(g, ew.mul(centered, spread(rstd))), batch)
     if attrs["bias"] and needs[-1]:
         grads[-1] = red.sum_(g, batch)
     return tuple(grads)
