@@ -460,31 +460,40 @@ class CompileTrace(Tracer):
         realized a value per iteration (a stop test's `.item()`) then runs only its backward
         and updates at the end, as eager execution does. (Every other node stays, for
         pruning to drop with its index checks kept, as from the whole graph.)"""
-        realized = self.realized
+        # (By (id of the node, output index), not by Value: hashing a Value is a Python
+        # call, and a traced call that diverged builds this graph of its whole step.)
+        realized_at: dict[tuple[int, int], Value] = {(id(v.node), v.index): v for v in self.realized
+                                                     if v.node is not None}
+        realized_count: dict[int, int] = {}
+        for ident, _ in realized_at:
+            realized_count[ident] = realized_count.get(ident, 0) + 1
         inputs = list(self.graph.inputs)
         sources: list[Value] = []
         nodes: list[Node] = []
-        mapped: dict[Value, Value] = {}
+        mapped: dict[tuple[int, int], Value] = {}
 
         def read(value: Value) -> Value:
-            found = mapped.get(value)
-            if found is None:
-                if value.node is None or value not in realized:
-                    return value  # (a graph input)
-                found = mapped[value] = Value(value.type, name=f"r{len(inputs)}")
+            node = value.node
+            if node is None:
+                return value  # (a graph input)
+            place = (id(node), value.index)
+            found = mapped.get(place)
+            if found is None:  # (realized: its node was left out)
+                found = mapped[place] = Value(value.type, name=f"r{len(inputs)}")
                 inputs.append(found)
-                sources.append(value)
+                sources.append(realized_at[place])
             return found
 
         for node in self.graph.nodes:
             count = len(node.out_types)
-            if all(node.output(index) in realized for index in range(count)):
+            if realized_count.get(id(node)) == count:
                 continue  # (its readers read its realized outputs)
             clone = Node(node.op, tuple([read(v) for v in node.inputs]), node.attrs, node.out_types,
                          node.location)
             nodes.append(clone)
+            ident = id(node)
             for index in range(count):
-                mapped[node.output(index)] = clone.output(index)
+                mapped[(ident, index)] = clone.output(index)
         return Graph(inputs, nodes, [read(v) for v in outputs], self.graph.name), sources
 
     def run_from_realized(self, outputs: list[Value]) -> list[np.ndarray]:
