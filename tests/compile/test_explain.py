@@ -327,3 +327,16 @@ def test_cache_hits_do_not_count_as_recompiles():
         for _ in range(5):
             compiled(tg.ones(1))
             compiled(tg.ones(2))
+
+
+def test_the_rest_of_a_call_after_a_realization_reads_the_realized_value_and_names_its_result():
+    def step(x):
+        y = x.exp()
+        if y.sum() > 100:
+            y = y / 2
+        return (y + 1).log()
+
+    report = tg.compile(step).explain(tg.ones(3))
+    rest = report.graphs[-1]
+    assert [node.op.name for node in rest.optimized.nodes] == ["add", "log"]  # (exp: realized)
+    assert "# result" in str(report).split(f"graph {len(report.graphs)}:")[1]

@@ -494,7 +494,9 @@ class CompileTrace(Tracer):
             ident = id(node)
             for index in range(count):
                 mapped[(ident, index)] = clone.output(index)
-        return Graph(inputs, nodes, [read(v) for v in outputs], self.graph.name), sources
+        graph = Graph(inputs, nodes, [read(v) for v in outputs], self.graph.name)
+        graph.traced_outputs = outputs  # (what its outputs stand for: `input_names.name_outputs`)
+        return graph, sources
 
     def run_from_realized(self, outputs: list[Value]) -> list[np.ndarray]:
         """The arrays of `outputs`, computed from the values realized so far (for a call

@@ -170,5 +170,8 @@ def name_outputs(trace, graph) -> None:
         by_value.setdefault(value, reachable.get(id(target)))
     for tensor, value in alive:
         by_value.setdefault(value, known.get(id(tensor)) or reachable.get(id(tensor)))
-    names = [_UNSAFE.sub("_", by_value.get(value) or "") for value in graph.outputs]
+    # (A graph cut from the traced one, the rest of a call that realized values, names the
+    # traced values its outputs stand for.)
+    outputs = getattr(graph, "traced_outputs", graph.outputs)
+    names = [_UNSAFE.sub("_", by_value.get(value) or "") for value in outputs]
     graph.output_names = names if any(names) else None
