@@ -289,14 +289,12 @@ def _layer_norm_vjp(ctx, g):
     inverse_count = ew.full((), 1.0 / math.prod(typ.shape[typ.ndim - attrs["normalized"]:]), typ.dtype)
     count = ew.full((), float(math.prod(typ.shape[typ.ndim - attrs["normalized"]:])), typ.dtype)
 
-    def total(t):  # (keeping the normalized dims, of size 1)
-        return red.sum_(t, axes, keepdim=True)
-
-    def spread(t):
-        return mv.expand(t, typ.shape)
+    def total(t):  # (expanded back over the normalized dims: the row's sum at each of its
+        # elements, so that the arithmetic on row sums fuses into the pass over the rows)
+        return mv.expand(red.sum_(t, axes, keepdim=True), typ.shape)
 
     mean = ew.div(total(x), count)
-    centered = ew.sub(x, spread(mean))
+    centered = ew.sub(x, mean)
     rstd = ew.div(ew.full((), 1.0, typ.dtype),
                   ew.sqrt(ew.add(ew.div(total(ew.mul(centered, centered)), count),
                                  ew.full((), attrs["eps"], typ.dtype))))
@@ -311,9 +309,9 @@ def _layer_norm_vjp(ctx, g):
         ds, db = total(ew.mul(gw, x)), total(gw)
         b = ew.mul(ew.mul(ew.sub(ew.mul(db, mean), ds), ew.mul(rstd, ew.mul(rstd, rstd))), inverse_count)
         c = ew.sub(ew.neg(ew.mul(b, mean)), ew.mul(ew.mul(db, rstd), inverse_count))
-        grads[0] = ew.add(ew.add(ew.mul(spread(rstd), gw), ew.mul(spread(b), x)), spread(c))
+        grads[0] = ew.add(ew.add(ew.mul(rstd, gw), ew.mul(b, x)), c)
     if attrs["weight"] and needs[1]:
-        grads[1] = red.sum_(ew.mul(g, ew.mul(centered, spread(rstd))), batch)
+        grads[1] = red.sum_(ew.mul(g, ew.mul(centered, rstd)), batch)
     if attrs["bias"] and needs[-1]:
         grads[-1] = red.sum_(g, batch)
     return tuple(grads)
