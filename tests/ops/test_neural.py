@@ -590,3 +590,17 @@ def test_layer_norm_gradient_of_an_infinite_cotangent_has_pytorchs_and_the_compo
         (want,) = tg.autograd.grad(F.layer_norm(x, (3,)), [x], cotangent)
     np.testing.assert_array_equal(np.isnan(got.numpy()), np.isnan(want.numpy()))
     assert np.isnan(got.numpy()).all()
+
+
+@pytest.mark.parametrize("shape, normalized", [((2, 0), (0,)), ((3, 0, 1), (0, 1)), ((0, 4), (4,))])
+def test_layer_norm_over_empty_rows_or_an_empty_batch_has_the_composites_gradient(shape, normalized):
+    # (A row of no elements: its count is 0; the gradient rule divides by it as a tensor,
+    # as the composite does, where 1.0 / 0 in Python raised: fuzz seed 77000615.)
+    x, weight = _leaf(shape, 1), _leaf(normalized, 2)
+    out = F.layer_norm(x, normalized, weight)
+    (got,) = tg.autograd.grad((out * out).sum(), [x])
+    with _traced_composite():
+        want_out = F.layer_norm(x, normalized, weight)
+        (want,) = tg.autograd.grad((want_out * want_out).sum(), [x])
+    assert got.shape == want.shape == x.shape
+    np.testing.assert_array_equal(got.numpy(), want.numpy())

@@ -286,8 +286,8 @@ def _layer_norm_vjp(ctx, g):
     x = ctx.inputs[0]
     typ = ctx.in_types[0]
     axes = _norm_axes(typ.ndim, attrs["normalized"])
-    inverse_count = ew.full((), 1.0 / math.prod(typ.shape[typ.ndim - attrs["normalized"]:]), typ.dtype)
     count = ew.full((), float(math.prod(typ.shape[typ.ndim - attrs["normalized"]:])), typ.dtype)
+    inverse_count = ew.div(ew.full((), 1.0, typ.dtype), count)  # (a tensor op: no error for empty rows)
 
     def total(t):  # (expanded back over the normalized dims: the row's sum at each of its
         # elements, so that the arithmetic on row sums fuses into the pass over the rows)
