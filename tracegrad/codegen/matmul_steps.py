@@ -202,6 +202,11 @@ class MatmulStep(NumpyStep):
             return gemm.ready(a, b)
         return gemm.ready(a, b, compile=True)
 
+    def _small(self, a: np.ndarray, b: np.ndarray) -> bool:
+        """`choose`'s answer NUMPY for a small product, known without its checks (the
+        common case of a small model, where a step's fixed cost is most of its time)."""
+        return self.mode is None and a.shape[0] * a.shape[1] * b.shape[1] <= NUMPY_MAX_WORK
+
     def _should_bind(self) -> bool:
         """Whether a run of the generated kernel on the general path binds the step (not
         while another thread's binding is in place: only its own runs count misses)."""
@@ -232,9 +237,7 @@ class MatmulStep(NumpyStep):
             slots[self.outputs[0]] = np.matmul(a, b)
             return
         out = take_buffer(pool, self.out_shape, self.out_dtype)
-        if self.mode is None and a.shape[0] * a.shape[1] * b.shape[1] <= NUMPY_MAX_WORK:
-            np.matmul(a, b, out=out)  # (`choose`'s answer for a small product, without its checks)
-        elif choose(a, b, out, self.mode) == GENERATED and self._generated_ready(a, b):
+        if not self._small(a, b) and choose(a, b, out, self.mode) == GENERATED and self._generated_ready(a, b):
             bound = None
             if self._should_bind() and _geometry(a) and _geometry(b):
                 bound = gemm.bind(a, b, out)
@@ -371,13 +374,7 @@ class EpilogueMatmulStep(MatmulStep):
         leaves = [product if source is None else np.ascontiguousarray(slots[self.inputs[source]])
                   for source in self.leaf_sources]
         write_over_leaves(results, leaves, self.donated)
-        if self.mode is None and a.shape[0] * a.shape[1] * b.shape[1] <= NUMPY_MAX_WORK:
-            # (`choose`'s answer for a small product, without its checks: the common case
-            # of a small model, where this step's fixed cost is most of its time.)
-            pointers = self.pointer_array(*data_addresses(results + leaves))  # alive during the call
-            np.matmul(a, b, out=product)
-            self.tile_function(ctypes.addressof(pointers), 0, self.out_shape[0], 0, self.out_shape[1])
-        elif choose(a, b, product, self.mode) == GENERATED and self._generated_ready(a, b):
+        if not self._small(a, b) and choose(a, b, product, self.mode) == GENERATED and self._generated_ready(a, b):
             bound = pointers = None
             if self._should_bind():
                 pointers = self.pointer_array(*(data_address(x) for x in results + leaves))
