@@ -414,3 +414,35 @@ def test_a_gather_beside_a_product_checks_its_index_as_eagerly():
     expected = program(a, b * 2, tg.tensor([[2, 0, 1]]))
     for g, e in zip(got, expected):
         np.testing.assert_array_equal(g.numpy(), e.numpy())
+
+
+def test_a_small_product_runs_its_epilogue_through_a_fast_caller_with_the_ctypes_calls_results(monkeypatch):
+    # A small product goes through NumPy's BLAS, then its epilogue over the whole product:
+    # through `fastcall.tile_caller` (no ctypes conversions) where this Python can, with the
+    # same results as the ctypes call it replaces; results written over a leaf (an SGD
+    # update) and a folded reduction (the bias gradient) included.
+    from tracegrad.codegen import fastcall
+    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    rng = np.random.default_rng(3)
+    data = [rng.standard_normal(shape) for shape in ((6, 5), (4, 5), (4,))]
+
+    def step(x, w, b):
+        loss = (F.linear(x, w, b).tanh() ** 2).sum()
+        loss.backward()
+        with tg.no_grad():
+            w.sub_(0.1 * w.grad)
+            b.sub_(0.1 * b.grad)
+        return loss
+
+    def run(fast: bool):
+        if not fast:
+            monkeypatch.setattr(fastcall, "tile_caller", lambda *args: None)
+        x, w, b = tg.tensor(data[0]), *(tg.tensor(d, requires_grad=True) for d in data[1:])
+        compiled = tg.compile(step)
+        losses = [compiled(x, w, b).item() for _ in range(3)]
+        steps = _epilogue_steps(compiled)
+        assert steps and all(bool(s.tile_fast) == (fast and fastcall.available()) for s in steps)
+        return losses, w.detach().numpy(), b.detach().numpy(), w.grad.numpy(), b.grad.numpy()
+
+    for got, want in zip(run(True), run(False)):
+        np.testing.assert_array_equal(got, want)

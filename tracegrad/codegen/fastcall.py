@@ -87,6 +87,46 @@ def _probe_module() -> ir.Module:
     return module
 
 
+def _tile_rows_module() -> ir.Module:
+    """`kernel(buffers, start, end)` running an epilogue's tile function (`codegen/epilogue.py`:
+    `tile(buffers, r0, r1, c0, c1)`) over rows [start, end) and every column: buffers[0]
+    is an int64 array [the tile function's address, the number of columns], the rest are
+    the tile function's buffers. One kernel for every epilogue, so that a product run by
+    NumPy calls its epilogue through a fast caller too (`tile_caller`)."""
+    module = ir.Module(name="fastcall_tile_rows")
+    pointer = I8.as_pointer()
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [pointer.as_pointer(), I64, I64]), "kernel")
+    buffers, start, end = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    info = b.bitcast(b.load(buffers), I64.as_pointer())
+    address, columns = (b.load(b.gep(info, [I64(k)], inbounds=True)) for k in range(2))
+    tile_type = ir.FunctionType(ir.VoidType(), [pointer.as_pointer(), I64, I64, I64, I64])
+    b.call(b.inttoptr(address, tile_type.as_pointer()),
+           [b.gep(buffers, [I64(1)], inbounds=True), start, end, I64(0), columns])
+    b.ret_void()
+    return module
+
+
+_tile_rows: int | None = None  # the address of `_tile_rows_module`'s kernel, once compiled
+
+
+def tile_caller(tile_address: int, rows: int, columns: int):
+    """(A builtin, its first argument) running the epilogue tile function at `tile_address`
+    over a (rows, columns) product: `caller(first, *buffers)` with the tile function's
+    buffers (C-contiguous ndarrays, results then leaves); None where `fast_caller` gives
+    none."""
+    global _tile_rows
+    if not available():
+        return None
+    if _tile_rows is None:
+        from tracegrad.runtime.buffers import _DATA_OFFSET
+        with _lock:
+            if _tile_rows is None:
+                _tile_rows, _, _ = compile_kernel_keyed(_description("tile rows", _DATA_OFFSET), "kernel",
+                                                        _tile_rows_module)
+    return _make(_tile_rows, 0, rows), np.array([tile_address, columns], dtype=np.int64)
+
+
 def _free_threaded() -> bool:
     """A build without the GIL (they exist from 3.13; sysconfig's data costs ~1 ms to load,
     on the way of a warm-cache first call)."""
@@ -151,13 +191,19 @@ def _setup() -> bool:
     return ok and sys.getrefcount(info) == references
 
 
-def fast_caller(address: int, start: int, end: int):
-    """A builtin running the kernel at `address` over [start, end) on the ndarrays it is
-    called with (C-contiguous, in the kernel's buffer order), or None where this build of
-    Python cannot have one (see the module docstring)."""
+def available() -> bool:
+    """Whether this build of Python can have fast callers (see the module docstring; the
+    trampoline is compiled and probed on the first question)."""
     global _ready
     if _ready is None:
         with _lock:
             if _ready is None:
                 _ready = _setup()
-    return _make(address, start, end) if _ready else None
+    return _ready
+
+
+def fast_caller(address: int, start: int, end: int):
+    """A builtin running the kernel at `address` over [start, end) on the ndarrays it is
+    called with (C-contiguous, in the kernel's buffer order), or None where this build of
+    Python cannot have one."""
+    return _make(address, start, end) if available() else None
