@@ -795,6 +795,31 @@ def test_a_call_finishes_from_its_realized_values_without_computing_them_again()
     assert len(final.inputs) > len(compiled.explain(batches[0]).graphs[0].graph.inputs)
 
 
+def test_a_call_that_diverged_after_following_realizations_is_followed_from_its_first():
+    # A batch stopping after fewer iterations than the recorded one follows the recorded
+    # stop tests, then diverges. Its recording keeps those followed stop tests too, so the
+    # next call on that batch follows it to the end (it used to diverge at its first
+    # `.item()`: the recording held only the stop tests traced after the divergence).
+    (inp, rec), momentum = _stop_tested_state(5)
+    (inp_e, rec_e), momentum_e = _stop_tested_state(5)
+    compiled = tg.compile(_stop_tested_step(inp, rec, momentum))
+    eager = _stop_tested_step(inp_e, rec_e, momentum_e)
+    x = np.random.default_rng(6).standard_normal((2, 3))
+    followed, counts = [], []
+    for scale in [0.1, 3.0, 3.0]:
+        (h, loss), replayed = _followed(compiled, tg.tensor(x * scale))
+        followed.append(replayed)
+        counts.append(len(compiled._recordings[0].realizations))
+        want_h, want_loss = eager(tg.tensor(x * scale))
+        np.testing.assert_allclose(h.detach().numpy(), want_h.detach().numpy(), rtol=1e-10)
+        np.testing.assert_allclose(loss.detach().numpy(), want_loss.detach().numpy(), rtol=1e-10)
+        for got, want in zip([inp, rec, *momentum], [inp_e, rec_e, *momentum_e]):
+            np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-10)
+        del h, loss
+    assert counts[0] > counts[1] == counts[2]  # (one stop test per iteration, all kept)
+    assert followed == [False, False, True]
+
+
 def test_a_result_realized_during_the_call_is_returned_beside_the_rest():
     # `h` was realized by the stop test (its value is a result as it is), the loss is not.
     w = tg.tensor(np.linspace(-0.4, 0.4, 4).reshape(2, 2), requires_grad=True)

@@ -200,6 +200,9 @@ class CompileTrace(Tracer):
                 kept = {f: c for f, c in found.items() if c.end <= replay.position}
                 if kept:
                     self.composites[position] = kept
+        # The realizations followed so far are this call's too: without them its recording
+        # would diverge at a later call's first `.item()`, long before this call did.
+        self.realization_steps[:0] = replay.recording.realizations[:replay.realization_index]
         self.compiled._forget(replay.recording)  # its nodes now belong to this call's graph
 
     def note_hooks(self) -> None:
