@@ -54,6 +54,18 @@ def test_recompiles_log_gives_the_shape_change_reason(log_stages, capsys):
     assert line.endswith(": shape of input %x changed: f32[3] (cached graph: f32[2])")
 
 
+def test_a_call_run_eagerly_is_logged_with_the_cache_lines(log_stages, capsys):
+    # Calls that keep making new graphs: the function runs its next call eagerly (jit.backoff).
+    compiled = tg.compile(lambda x: x.exp())
+    log_stages("cache")
+    for n in range(1, 5):
+        compiled(tg.ones(n))
+    lines = _stderr_lines(capsys)
+    assert lines[-1] == ("[tracegrad] eager: <lambda> runs this call eagerly (its calls keep making "
+                         "new graphs, and no recent call had arguments of these shapes)")
+    assert sum(line.startswith("[tracegrad] cache miss") for line in lines) == 3
+
+
 def test_recompiles_log_gives_the_dtype_change_reason(log_stages, capsys):
     compiled = tg.compile(lambda x: x.exp())
     log_stages("recompiles")

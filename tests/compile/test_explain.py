@@ -289,7 +289,8 @@ def test_miss_reason_appears_in_the_report_text():
 # --- the recompile warning ------------------------------------------------------------------------
 
 def test_recompiling_more_than_the_limit_warns_once_naming_what_changes():
-    compiled = tg.compile(lambda x: x * 2.0, recompile_limit=3)
+    # (every call traced: a function whose calls keep recompiling runs some eagerly, jit.backoff)
+    compiled = tg.compile(lambda x: x * 2.0, recompile_limit=3, eager_fallback=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for n in range(1, 8):
@@ -311,7 +312,7 @@ def test_recompile_warning_points_at_the_users_call():
 
 
 def test_default_limit_allows_eight_recompiles():
-    compiled = tg.compile(lambda x: x * 2.0)
+    compiled = tg.compile(lambda x: x * 2.0, eager_fallback=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RecompileWarning)
         for n in range(1, 10):  # the first call and 8 recompiles

@@ -66,7 +66,9 @@ def test_concurrent_calls_share_one_cached_program():
     _run_in_threads(lambda index: [compiled(*_inputs(index * 100 + c)) for c in range(CALLS)])
     info = compiled.cache_info()
     assert info.graphs == 1
-    assert info.hits + info.misses == THREADS * CALLS
+    # (two threads building one graph at once count a recompile: a function that counts two
+    # runs a call eagerly, jit.backoff)
+    assert info.hits + info.misses + info.eager_calls == THREADS * CALLS
 
 
 def test_concurrent_calls_with_a_realization_point_take_each_threads_branch():

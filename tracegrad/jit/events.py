@@ -155,26 +155,27 @@ def record_miss(compiled, trace, graph, key: tuple, program, seconds: float) -> 
     return event
 
 
-def call_finished(trace) -> None:
-    """Count the call; warn once when the function has recompiled too often."""
+def call_finished(trace) -> bool:
+    """Count the call; warn once when the function has recompiled too often. Whether the
+    call recompiled (made a new graph, not the first of its name, after the first call)."""
     state = trace.compiled._inspect
     for event in trace.events:
         if event.reason is not None and event.reason.kind != "first":
             break
     else:  # the common case, no recompile: no lock (an approximate call count is harmless)
         state.calls += 1
-        return
+        return False
     misses = [e for e in trace.events if e.reason is not None and e.reason.kind != "first"]
     with state.lock:
         earlier_calls = state.calls
         state.calls += 1
         if earlier_calls == 0:
-            return
+            return False
         state.recompiles += 1
         state.subjects.update({e.reason.subject for e in misses})
         limit = state.recompile_limit if state.recompile_limit is not None else RECOMPILE_LIMIT
         if state.warned or state.recompiles <= limit:
-            return
+            return True
         state.warned = True
         recompiles, subjects = state.recompiles, state.subjects.most_common(3)
     name = getattr(trace.compiled.fn, "__qualname__", trace.graph.name)
@@ -185,6 +186,7 @@ def call_finished(trace) -> None:
         "a new program (from now on, only when it runs a second time: once, it runs "
         "interpreted); keep them fixed (for example, pad batches to one size), or raise the "
         "limit with tg.compile(fn, recompile_limit=N).", RecompileWarning, stacklevel=_user_stacklevel())
+    return True
 
 
 def _user_stacklevel() -> int:

@@ -25,6 +25,7 @@ import numpy as np
 
 from tracegrad import memory, reference
 from tracegrad.jit import composite as compile_composite
+from tracegrad.jit.backoff import EagerBackoff
 from tracegrad.jit import events as compile_events
 from tracegrad.jit import replay as compile_replay
 from tracegrad.jit import inspect_log
@@ -80,6 +81,7 @@ class CompileTrace(Tracer):
         self.realized: dict[Value, np.ndarray] = {}
         self.effects_realized = False  # whether a realization ran a node with an effect
         self.realization_count = 0
+        self.recompiled = False  # whether the call made a new graph after the function's first call
         # The realizations a later call may follow (`replay.RealizationStep`), in order.
         self.realization_steps: list[compile_replay.RealizationStep] = []
         self.proxies: dict[int, Tensor] = {}
@@ -521,13 +523,14 @@ class CompileTrace(Tracer):
 
 
 class CacheInfo:
-    def __init__(self, hits, misses, graphs, kernels, compile_time):
+    def __init__(self, hits, misses, graphs, kernels, compile_time, eager_calls=0):
         self.hits, self.misses, self.graphs = hits, misses, graphs
         self.kernels, self.compile_time = kernels, compile_time
+        self.eager_calls = eager_calls  # calls run eagerly while the function was unsettled (jit.backoff)
 
     def __repr__(self) -> str:
         return (f"CacheInfo(hits={self.hits}, misses={self.misses}, graphs={self.graphs}, "
-                f"kernels={self.kernels}, compile_time={self.compile_time:.3f}s)")
+                f"kernels={self.kernels}, compile_time={self.compile_time:.3f}s, eager_calls={self.eager_calls})")
 
 
 # The programs a compiled function holds in the program cache (`runtime.program_cache`, shared
@@ -555,9 +558,11 @@ def _backend_builder(backend: str, builder=None) -> tuple:
 
 class CompiledFunction:
     def __init__(self, fn, builder=None, recompile_limit: int | None = None, cache_size: int | None = None,
-                 backend: str = "llvm"):
+                 backend: str = "llvm", eager_fallback: bool = True):
         functools.update_wrapper(self, fn)
         self.fn = fn
+        # Whether the next call runs eagerly: while calls keep making new graphs (jit.backoff).
+        self._backoff = EagerBackoff() if eager_fallback else None
         # After `recompile_limit` graphs (`jit.events.RECOMPILE_LIMIT`), a new graph first
         # runs as an interpreted program (NumPy steps: no code generation, whose cost a
         # graph run once never repays) and gets its kernels when it runs again.
@@ -591,7 +596,8 @@ class CompiledFunction:
         it spent building."""
         user = self._cache
         kernels = sum(p.kernel_count for p in user.programs().values())
-        return CacheInfo(user.hits, user.misses, len(user), kernels, user.build_seconds)
+        eager_calls = self._backoff.eager_calls if self._backoff is not None else 0
+        return CacheInfo(user.hits, user.misses, len(user), kernels, user.build_seconds, eager_calls)
 
     def cache_clear(self) -> None:
         """Drop every program, recording and cache statistic of this function (programs
@@ -601,6 +607,8 @@ class CompiledFunction:
         the next backward that needs one)."""
         with self._lock:
             self._recordings.clear()
+        if self._backoff is not None:
+            self._backoff.clear()
         program_cache.PROGRAMS.release(self._cache)
         self._cache.reset_statistics()
         self._inspect.clear()
@@ -625,7 +633,8 @@ class CompiledFunction:
                 self._compile_interpreted(program, graph, key, donations)
             compile_events.record_hit(trace, graph, key, program)
             return program
-        interpret = user.misses >= self._compile_limit
+        # (an unsettled function's new graph too: jit.backoff)
+        interpret = user.misses >= self._compile_limit or (self._backoff is not None and self._backoff.unsettled)
         program, seconds = cache.program(user, key, lambda: self._build(graph, donations, interpret=interpret))
         compile_events.record_miss(self, trace, graph, key, program, seconds)
         return program
@@ -699,7 +708,25 @@ class CompiledFunction:
     def __call__(self, *args, **kwargs):
         if isinstance(MODE.tracer, CompileTrace):
             return self.fn(*args, **kwargs)  # nested: inline into the enclosing trace
-        return self._traced_call(args, kwargs)[0]
+        backoff = self._backoff
+        if backoff is None or not backoff.unsettled:
+            result, trace = self._traced_call(args, kwargs)
+            if backoff is not None:
+                backoff.traced_call(None, trace.recompiled)
+            return result
+        types = _argument_types(args, kwargs)  # (unsettled: see jit.backoff)
+        if not self._recorded_types(types) and backoff.take_eager(types):
+            if inspect_log.ACTIVE:
+                inspect_log.eager_call(self._graph_name)
+            return self.fn(*args, **kwargs)
+        result, trace = self._traced_call(args, kwargs)
+        backoff.traced_call(types, trace.recompiled)
+        return result
+
+    def _recorded_types(self, types: tuple) -> bool:
+        """Whether some recording was made by a call with arguments of these types."""
+        with self._lock:
+            return any(recording.argument_types == types for recording in self._recordings)
 
     def _traced_call(self, args: tuple, kwargs: dict, follow: bool = True) -> tuple[object, CompileTrace]:
         recording = self._follow(args, kwargs) if follow and compile_replay.enabled() else None
@@ -723,7 +750,7 @@ class CompiledFunction:
                 raise
         finally:
             trace.end()
-        compile_events.call_finished(trace)
+        trace.recompiled = compile_events.call_finished(trace)
         return result, trace
 
     def _follow(self, args: tuple, kwargs: dict) -> compile_replay.Recording | None:

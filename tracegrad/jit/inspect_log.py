@@ -5,7 +5,8 @@
 
 `TRACEGRAD_LOG` prints the chosen stages to stderr: `cache` one line per graph lookup
 (hit, or miss with its reason), `recompiles` one line per miss that had an earlier graph
-of the same name to compare with, and, for each newly compiled graph, `graphs` (traced and
+of the same name to compare with (both: one line per call an unsettled function runs
+eagerly, `jit.backoff`), and, for each newly compiled graph, `graphs` (traced and
 optimized IR), `kernels` (fusion groups), `llvm` (the kernels' LLVM IR as generated) and
 `asm` (their assembly). With `TRACEGRAD_DUMP_DIR`, the per-graph stages go to one file per
 compiled graph, `<function>.<graph hash>.txt`, and cache/recompile lines to `events.log`
@@ -97,6 +98,22 @@ def _event_lines(event) -> list[str]:
     if "recompiles" in stages and not event.hit and event.reason.kind != "first":
         lines.append(f"[tracegrad] recompile: {name} graph {digest}: {event.reason}")
     return lines
+
+
+def eager_call(name: str) -> None:
+    """Log a call an unsettled compiled function ran eagerly (`jit.backoff`), with `cache`
+    or `recompiles`."""
+    if not stages.intersection(("cache", "recompiles")):
+        return
+    line = (f"[tracegrad] eager: {name} runs this call eagerly (its calls keep making new graphs, "
+            "and no recent call had arguments of these shapes)")
+    with _lock:
+        if dump_dir is None:
+            sys.stderr.write(line + "\n")
+            return
+        os.makedirs(dump_dir, exist_ok=True)
+        with open(os.path.join(dump_dir, "events.log"), "a") as f:
+            f.write(line + "\n")
 
 
 def _graph_sections(report) -> list[str]:
