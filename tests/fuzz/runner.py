@@ -3,8 +3,10 @@
 The modes (the oracles): the reference (eager in reference mode, every speed layer off),
 eager four times on fresh copies of the same inputs (the eager backward cache's direct,
 cached-program and fused tiers), compiled (cold, a cache hit, new values of the same
-shapes twice: a followed trace), compiled in reference mode (the traced graph interpreted),
-a warm disk cache (`child.py`, another process), and optionally PyTorch.
+shapes twice: a followed trace), compiled as a function whose calls kept making new graphs
+(`jit.backoff`: a call run eagerly, one built interpreted, then one with its kernels),
+compiled in reference mode (the traced graph interpreted), a warm disk cache (`child.py`,
+another process), and optionally PyTorch.
 """
 
 from __future__ import annotations
@@ -98,6 +100,10 @@ def run_modes(source: str, seed: int, with_torch: bool = False) -> dict[str, tup
     runs["compiled hit"] = (call(compiled, namespace, seed), reference)
     runs["compiled new values"] = (call(compiled, namespace, seed + NEW_VALUES), reference_new)
     runs["compiled new values again"] = (call(compiled, namespace, seed + NEW_VALUES), reference_new)
+    unsettled = tg.compile(program)
+    unsettled._backoff.unsettled = True  # (as after calls that kept making new graphs)
+    for tier in ("eager", "interpreted", "upgraded"):
+        runs[f"compiled unsettled: {tier}"] = (call(unsettled, namespace, seed), reference)
     with tg.reference_mode():
         runs["reference compiled"] = (call(tg.compile(program), namespace, seed), reference)
     if with_torch:
