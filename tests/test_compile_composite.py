@@ -95,7 +95,9 @@ def test_other_non_tensor_arguments_are_not_taken_from_the_recording(jumps):
     x = tg.tensor(np.random.default_rng(2).standard_normal((3, 4)))
     for dim in (0, 1, 1, 0, -0, 0):
         np.testing.assert_allclose(compiled(x, dim).numpy(), F.log_softmax(x, dim).numpy(), rtol=1e-12)
-    assert jumps == ["log_softmax", "log_softmax", "log_softmax"]
+    # Calls 3, 5 and 6 take the recording of the call before; call 4 the dim-0 one, which
+    # the dim-1 recording was cut from (`Replay.switch`); calls 1 and 2 trace.
+    assert jumps == ["log_softmax"] * 4
 
 
 def test_float_arguments_are_compared_by_their_bits(jumps):

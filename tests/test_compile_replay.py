@@ -820,6 +820,109 @@ def test_a_call_that_diverged_after_following_realizations_is_followed_from_its_
     assert followed == [False, False, True]
 
 
+def _branchy_step(w):
+    """A training step whose path a value decides (`.item()`): tanh for a positive batch sum,
+    exp of a third otherwise."""
+    def step(x):
+        h = x @ w
+        if h.sum().item() > 0:
+            y = tg.tanh(h) * 2.0
+        else:
+            y = tg.exp(h / 3.0)
+        loss = (y * y).sum()
+        loss.backward()
+        with tg.no_grad():
+            w.sub_(0.01 * w.grad)
+            w.grad = None
+        return loss.detach()
+    return step
+
+
+def test_calls_that_alternate_between_paths_follow_the_recording_of_each():
+    # The second path's recording was cut from the first's where the paths part; both are
+    # kept (one family), and a call follows the one it starts with until the paths part,
+    # then the other (`Replay.switch`): every call from the third on follows to the end.
+    w = tg.tensor(np.linspace(-0.5, 0.5, 6).reshape(3, 2), requires_grad=True)
+    w_eager = tg.tensor(w.detach().numpy(), requires_grad=True)
+    compiled, eager = tg.compile(_branchy_step(w)), _branchy_step(w_eager)
+    x = np.random.default_rng(7).standard_normal((4, 3))
+    followed = []
+    for call in range(8):
+        batch = tg.tensor(x if call % 2 == 0 else -x)
+        loss, replayed = _followed(compiled, batch)
+        followed.append(replayed)
+        np.testing.assert_allclose(loss.numpy(), eager(batch).numpy(), rtol=1e-12)
+        np.testing.assert_allclose(w.detach().numpy(), w_eager.detach().numpy(), rtol=1e-12)
+    assert followed == [False, False] + [True] * 6
+    assert compiled.cache_info().misses == 3  # (the branch's realization, a graph per path)
+
+
+def test_a_loop_of_lengths_seen_before_follows_the_recording_of_each():
+    # W11 in small: batches stopping after different numbers of iterations, in turn.
+    (inp, rec), momentum = _stop_tested_state(5)
+    (inp_e, rec_e), momentum_e = _stop_tested_state(5)
+    compiled = tg.compile(_stop_tested_step(inp, rec, momentum))
+    eager = _stop_tested_step(inp_e, rec_e, momentum_e)
+    x = np.random.default_rng(6).standard_normal((2, 3))
+    followed = []
+    for scale in [0.1, 3.0, 1.0, 0.1, 3.0, 1.0, 0.1]:
+        (h, loss), replayed = _followed(compiled, tg.tensor(x * scale))
+        followed.append(replayed)
+        want_h, want_loss = eager(tg.tensor(x * scale))
+        np.testing.assert_allclose(h.detach().numpy(), want_h.detach().numpy(), rtol=1e-10)
+        np.testing.assert_allclose(loss.detach().numpy(), want_loss.detach().numpy(), rtol=1e-10)
+        del h, loss
+    assert followed[3:] == [True] * 4
+
+
+def test_a_result_alive_from_one_path_keeps_every_path_of_its_family_from_being_followed():
+    # The paths share nodes: a call following the other path would set the saved tensors
+    # the live result's backward reads. So it traces afresh, and both backwards are eager's.
+    w = tg.tensor(np.linspace(-0.5, 0.5, 6).reshape(3, 2), requires_grad=True)
+
+    def forward(x):
+        h = x @ w
+        return tg.tanh(h).sum() if h.sum().item() > 0 else tg.exp(h / 3.0).sum()
+
+    compiled = tg.compile(forward)
+    x = tg.tensor(np.random.default_rng(8).standard_normal((4, 3)))
+    for batch in (x, -x):  # (two recordings, one family)
+        compiled(batch).backward()
+    w.grad = None
+    kept, replayed = _followed(compiled, x)
+    assert replayed
+    other, replayed = _followed(compiled, -x)
+    assert not replayed
+    other.backward()
+    kept.backward()
+    got = w.grad.numpy().copy()
+    w.grad = None
+    forward(-x).backward()
+    forward(x).backward()
+    np.testing.assert_allclose(got, w.grad.numpy(), rtol=1e-12)
+
+
+def test_a_call_that_fails_after_following_forgets_every_recording_of_the_family():
+    w = tg.tensor(np.linspace(-0.5, 0.5, 6).reshape(3, 2), requires_grad=True)
+
+    def forward(x, fail):
+        h = x @ w
+        y = tg.tanh(h) if h.sum().item() > 0 else tg.exp(h)
+        if fail:
+            raise ValueError("asked to")
+        return y.sum().detach()
+
+    compiled = tg.compile(forward)
+    x = tg.tensor(np.random.default_rng(9).standard_normal((4, 3)))
+    compiled(x, False)
+    compiled(-x, False)
+    assert len(compiled._recordings) == 2
+    with pytest.raises(ValueError, match="asked to"):
+        compiled(x, True)
+    assert compiled._recordings == []
+    np.testing.assert_allclose(compiled(-x, False).numpy(), forward(-x, False).numpy(), rtol=1e-12)
+
+
 def test_a_result_realized_during_the_call_is_returned_beside_the_rest():
     # `h` was realized by the stop test (its value is a result as it is), the loss is not.
     w = tg.tensor(np.linspace(-0.4, 0.4, 4).reshape(2, 2), requires_grad=True)

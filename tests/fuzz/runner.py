@@ -3,10 +3,10 @@
 The modes (the oracles): the reference (eager in reference mode, every speed layer off),
 eager four times on fresh copies of the same inputs (the eager backward cache's direct,
 cached-program and fused tiers), compiled (cold, a cache hit, new values of the same
-shapes twice: a followed trace), compiled as a function whose calls kept making new graphs
-(`jit.backoff`: a call run eagerly, one built interpreted, then one with its kernels),
-compiled in reference mode (the traced graph interpreted), a warm disk cache (`child.py`,
-another process), and optionally PyTorch.
+shapes twice: a followed trace, then the first values again), compiled as a function
+whose calls kept making new graphs (`jit.backoff`: a call run eagerly, one built
+interpreted, then one with its kernels), compiled in reference mode (the traced graph
+interpreted), a warm disk cache (`child.py`, another process), and optionally PyTorch.
 """
 
 from __future__ import annotations
@@ -100,6 +100,9 @@ def run_modes(source: str, seed: int, with_torch: bool = False) -> dict[str, tup
     runs["compiled hit"] = (call(compiled, namespace, seed), reference)
     runs["compiled new values"] = (call(compiled, namespace, seed + NEW_VALUES), reference_new)
     runs["compiled new values again"] = (call(compiled, namespace, seed + NEW_VALUES), reference_new)
+    # (a branch the new values took otherwise: the recording of the first values' path
+    # is a relative of the new one's, followed from where the paths part: `Replay.switch`)
+    runs["compiled first values again"] = (call(compiled, namespace, seed), reference)
     unsettled = tg.compile(program)
     unsettled._backoff.unsettled = True  # (as after calls that kept making new graphs)
     for tier in ("eager", "interpreted", "upgraded"):

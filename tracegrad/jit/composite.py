@@ -277,6 +277,14 @@ def _source(value, lazy: list, values: list, results: dict, position_of: dict):
     return None
 
 
+def recorded_at(recording, position: int, function, args: tuple, kwargs: dict) -> bool:
+    """Whether `recording` took a call of `function` with arguments like these (their
+    non-tensor part) at node `position`: the first check `jump` makes."""
+    found = recording.composites.get(position)
+    record = found.get(function) if found is not None else None
+    return record is not None and call_key(args, kwargs)[0] == record.key
+
+
 def jump(replay, tracer, function, args: tuple, kwargs: dict):
     """The results of the recorded composite call at the cursor if this call is the same one,
     with the cursor moved past it; None (nothing changed) when it is not."""

@@ -61,6 +61,7 @@ class CompileTrace(Tracer):
         self.compiled = compiled
         # Following `recording` (see jit.replay) until the call does something else.
         self.replay = None
+        self.forked_from = None  # the recording this call followed until it diverged
         if recording is not None:
             self.replay = replay = compile_replay.Replay(recording, self)
             # While following, the replay takes each op, 0-d number and `autograd.grad` first
@@ -110,10 +111,17 @@ class CompileTrace(Tracer):
         """Call a composite function (`jit.composite`): in one step if the call follows
         a recording that has it at the cursor, else op by op (noted if this is a full trace)."""
         replay = self.replay
-        if replay is not None and replay.recording.composites:
-            results = compile_composite.jump(replay, self, function, args, kwargs)
-            if results is not None:
-                return results
+        if replay is not None:
+            if replay.recording.composites:
+                results = compile_composite.jump(replay, self, function, args, kwargs)
+                if results is not None:
+                    return results
+            # (a relative recording that took this call here: `Replay.switch`)
+            position = replay.position
+            if replay.switch(lambda other: compile_composite.recorded_at(other, position, function, args, kwargs)):
+                results = compile_composite.jump(replay, self, function, args, kwargs)
+                if results is not None:
+                    return results
         if self.composites is None:
             return function(*args, **kwargs)
         return compile_composite.record(self, function, args, kwargs)
@@ -205,7 +213,9 @@ class CompileTrace(Tracer):
         # The realizations followed so far are this call's too: without them its recording
         # would diverge at a later call's first `.item()`, long before this call did.
         self.realization_steps[:0] = replay.recording.realizations[:replay.realization_index]
-        self.compiled._forget(replay.recording)  # its nodes now belong to this call's graph
+        # Its nodes up to here are this call's too: its recording joins the family of the
+        # one it was cut from (`replay.Family`), which stays for calls that follow it on.
+        self.forked_from = replay.recording
 
     def note_hooks(self) -> None:
         self.diverge()
@@ -764,15 +774,17 @@ class CompiledFunction:
                 return None
             types = _argument_types(args, kwargs)
             for recording in recordings:
-                if recording.argument_types == types and not recording.busy and recording.free():
-                    recording.busy = True
+                family = recording.family
+                if recording.argument_types == types and not family.busy and family.free():
+                    family.busy = True
                     return recording
         return None
 
     def _forget(self, recording: compile_replay.Recording) -> None:
+        """Never follow `recording` or a recording sharing nodes with it again (a failed
+        call's tensors may reference them)."""
         with self._lock:
-            if recording in self._recordings:
-                self._recordings.remove(recording)
+            self._recordings[:] = [r for r in self._recordings if r.family is not recording.family]
 
     def _remember(self, trace: CompileTrace, alive: list[Tensor]) -> None:
         """Keep the trace of a finished call for the next calls to follow (or, when it
@@ -794,13 +806,19 @@ class CompiledFunction:
         with self._lock:
             if replay is not None:
                 recording = replay.recording
-                recording.escapes = escapes
-                recording.busy = False
-                if recording in self._recordings:
+                recording.family.escapes = escapes
+                recording.family.busy = False
+                if recording in self._recordings:  # (the path taken last is the next call's first guess)
+                    if self._recordings[0] is not recording:
+                        self._recordings.remove(recording)
+                        self._recordings.insert(0, recording)
                     return
             else:
+                forked = trace.forked_from
+                family = forked.family if forked is not None else None
                 recording = compile_replay.Recording(trace.graph, len(trace.arguments), trace.backward_steps,
-                                                     escapes, trace.composites, trace.realization_steps)
+                                                     escapes, trace.composites, trace.realization_steps, family)
+                recording.family.busy = False
             self._recordings.insert(0, recording)
             del self._recordings[compile_replay.RECORDINGS:]
 
@@ -911,6 +929,8 @@ def _finish_failed(trace: CompileTrace) -> None:
     undo what the call changed (`_undo`). Never kept for a later call to follow."""
     try:
         trace.diverge()  # a graph of this call's own: a followed recording cut at the raise
+        if trace.forked_from is not None:  # (never followed again: see `_undo`)
+            trace.compiled._forget(trace.forked_from)
         graph = trace.graph
         if len(graph._parts) != len(graph.nodes):  # a node appended but not keyed: the key would lie
             _undo(trace)
@@ -922,8 +942,9 @@ def _finish_failed(trace: CompileTrace) -> None:
 
 def _undo(trace: CompileTrace) -> None:
     """Put back what a call that cannot finish changed (`jit.undo`), and never follow it."""
-    if trace.replay is not None:  # tensors of the failed call may reference its nodes
-        trace.compiled._forget(trace.replay.recording)
+    followed = trace.replay.recording if trace.replay is not None else trace.forked_from
+    if followed is not None:  # tensors of the failed call may reference its nodes
+        trace.compiled._forget(followed)
     trace.undo.restore()
 
 

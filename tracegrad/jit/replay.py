@@ -8,22 +8,26 @@ the next call reuses) and the backward steps it took. The next call follows it w
 primitive, attributes, input values, autograd flags): when it matches, the op returns
 tensors of that node's outputs without running its shape rule, building a node or keying
 it. A backward matching the recorded one returns the recorded gradients and appends
-nothing. At the first difference the replay *diverges*: the recorded graph is cut at the
-cursor into a graph of this call (`KeyedGraph.prefix`) and tracing goes on as usual. So a
-call ends with the graph a full trace would have built, and the cache key says the rest.
+nothing. At the first difference the replay follows a relative recording that has the
+call's next step there (`Replay.switch`), if one does, else it *diverges*: the recorded
+graph is cut at the cursor into a graph of this call (`KeyedGraph.prefix`) and tracing
+goes on as usual. So a call ends with the graph a full trace would have built, and the
+cache key says the rest. The recording cut stays, and the call's joins its `Family`: the
+recordings sharing nodes, of which a call on one of a few paths follows each in turn.
 
 What a replay does not check, it refuses: hooks on traced tensors, values Python asks
-for (`.item()`), backwards a recording could not describe, all diverge first
-(`CompileTrace` calls `diverge`), then run as in any trace. Writes to real tensors
+for (`.item()`) unless the recording realized the same value at the same point,
+backwards a recording could not describe, all diverge first (`CompileTrace` calls
+`diverge`), then run as in any trace. Writes to real tensors
 (optimizer steps) are ops like any other plus an entry in the trace's writes, and are
 followed; so are in-place updates of traced tensors (gradient clipping, `relu_`), once
 the saved tensors still to be made are made (they read the tensors as before the update).
 
 Reused nodes are state: a replayed op sets a node's saved tensors and hooks as a fresh
-trace would (the saved tensors late: `Replay.save`). So a recording is followed only while
+trace would (the saved tensors late: `Replay.save`). So a family is followed only while
 no tensor of an earlier call still references its nodes (`escapes`: tensors with a
 `grad_fn` alive after that call, results and saved tensors not yet freed); otherwise the
-call traces afresh and its trace is kept as a second recording. A replayed node keeps the
+call traces afresh and its trace is kept as a second family. A replayed node keeps the
 source location of the call that recorded it (a replay does not walk the stack).
 """
 
@@ -270,21 +274,44 @@ class RealizationStep:
         self.program = None
 
 
+class Family:
+    """Recordings that share nodes: a call that diverged from a recording kept its nodes
+    up to the divergence (`KeyedGraph.prefix`), and the recording stays beside the call's
+    own. A call following one of them sets the state of the shared nodes too, so they
+    are followed one call at a time, and only while no tensor of the last call that
+    followed one references their nodes."""
+
+    __slots__ = ("busy", "escapes")
+
+    def __init__(self, escapes: list):
+        self.busy = False     # a call is following one of them
+        self.escapes = escapes  # weak references to tensors of the last call referencing the nodes
+
+    def free(self) -> bool:
+        """Whether no tensor of an earlier call references the recorded nodes."""
+        for ref in self.escapes:
+            if ref() is not None:
+                return False
+        return True
+
+
 class Recording:
     """A finished call's trace, for later calls to follow (see the module docstring)."""
 
-    __slots__ = ("graph", "arguments", "steps", "escapes", "busy", "plans", "leaf_inputs", "finish", "scalars",
+    __slots__ = ("graph", "arguments", "steps", "family", "plans", "leaf_inputs", "finish", "scalars",
                  "composites", "histories", "argument_types", "realizations")
 
     def __init__(self, graph, arguments: int, steps: list, escapes: list, composites: dict | None = None,
-                 realizations: list | None = None):
+                 realizations: list | None = None, family: Family | None = None):
         self.graph = graph
         self.arguments = arguments  # its first inputs are the arguments' stand-ins
         self.argument_types = tuple(value.type for value in graph.inputs[:arguments])  # (`_follow` picks by them)
         # The backwards in order: (node position, the BackwardStep, or None if not repeatable).
         self.steps = steps
-        self.escapes = escapes      # weak references to tensors referencing its nodes
-        self.busy = False           # a call is following it
+        # The recordings it shares nodes with (its own if none): busy and escapes are theirs.
+        self.family = Family(escapes) if family is None else family
+        if family is not None:
+            family.escapes = escapes
         self.plans = _plans(graph, steps)  # per node position: what `Replay.bind` checks and returns
         # The inputs feeding a leaf's .grad (the same on every followed call: `Replay.input`).
         self.leaf_inputs = tuple(i for i, value in enumerate(graph.inputs) if value.leaf is not None)
@@ -303,14 +330,6 @@ class Recording:
         # node position -> {function: Composite}.
         self.composites: dict = composites or {}
         self.realizations: list[RealizationStep] = realizations or []  # in order
-
-    def free(self) -> bool:
-        """Whether no tensor of an earlier call references the recorded nodes."""
-        for ref in self.escapes:
-            if ref() is not None:
-                return False
-        return True
-
 
 def _plans(graph, steps: list) -> list[tuple]:
     """Per node: (node, op, number of inputs, attribute key part or None, whether it can be
@@ -349,7 +368,7 @@ class Replay:
 
     __slots__ = ("recording", "tracer", "plans", "n_nodes", "inputs", "position", "n_inputs",
                  "steps", "step_index", "next_step_at", "unsaved", "scalar_taken", "saved_made",
-                 "realization_index")
+                 "realization_index", "tried")
 
     def __init__(self, recording: Recording, tracer):
         graph = recording.graph
@@ -370,6 +389,7 @@ class Replay:
         self.scalar_taken = -1  # the input position whose kept scalar tensor this call took last
         self.saved_made = False  # whether `save` or `save_all` made any saved tensor
         self.realization_index = 0  # realizations followed
+        self.tried = None  # (cursor, ids of the recordings followed at it): `switch`
 
     def input(self, tensor, name: str | None):
         """The recorded graph input a concrete tensor becomes (an argument when `name` is
@@ -427,13 +447,11 @@ class Replay:
         tracer = self.tracer
         position = self.position
         if position >= self.n_nodes or position == self.next_step_at:
-            tracer.diverge()
-            return Tracer.process_primitive(tracer, prim, inputs, attrs)
+            return self._elsewhere(prim, inputs, attrs)
         node, op, n_inputs, attr_part, recordable, saves, movement, single, values = self.plans[position]
         if op is not prim or n_inputs != len(inputs) or (
                 attrs != node.attrs and attr_key(attrs) != attr_part if attrs else attr_part is not None):
-            tracer.diverge()
-            return Tracer.process_primitive(tracer, prim, inputs, attrs)
+            return self._elsewhere(prim, inputs, attrs)
         # What `bind` computes from its inputs (and in the same order: the view check may raise).
         mode = MODE
         grad_enabled = mode.grad_enabled
@@ -457,8 +475,7 @@ class Replay:
             if t._data is None:
                 value = t._value
                 if value is not recorded and value != recorded:
-                    tracer.diverge()
-                    return Tracer.process_primitive(tracer, prim, inputs, attrs)
+                    return self._elsewhere(prim, inputs, attrs)
             else:
                 # (CompileTrace.value_of, inline for a tensor captured by now or next)
                 entry = tracer.captured.get(id(t)) if not tracer.overrides else None
@@ -467,6 +484,10 @@ class Replay:
                 elif not tracer.overrides and (value := self.input(t, None)) is not None:
                     tracer.captured[id(t)] = (t, value)
                 else:
+                    if (not tracer.overrides and id(t) not in tracer.captured
+                            and self.switch(lambda other: position < len(other.plans)
+                                            and other.plans[position][1] is prim)):
+                        return self.process_primitive(prim, inputs, attrs)  # (a relative reads it next)
                     value = tracer.value_of(t)  # may diverge (a new input not recorded)
                 if value is not recorded and value != recorded:
                     if tracer.replay is not None:
@@ -482,11 +503,9 @@ class Replay:
             else:
                 same = needs == tuple([t._requires_grad for t in inputs])
             if not same:
-                tracer.diverge()
-                return Tracer.process_primitive(tracer, prim, inputs, attrs)
+                return self._elsewhere(prim, inputs, attrs)
         elif needs:
-            tracer.diverge()
-            return Tracer.process_primitive(tracer, prim, inputs, attrs)
+            return self._elsewhere(prim, inputs, attrs)
         if single is not None:  # one output (the usual op, written out: no tuple, no loops)
             out = _new_object(Tensor)  # (lazy_tensor, inline: one frame less per op)
             out._init(None, single.type)
@@ -532,19 +551,80 @@ class Replay:
         return out if single is not None else outputs
 
     def realization(self, value) -> RealizationStep | None:
-        """The recorded realization at the cursor, if it asked for `value`: then the call
-        follows it (`CompileTrace.realize` runs its graph, which computes the values the
-        recorded call still referenced too: values of the nodes followed); None: the call
-        diverges."""
-        realizations = self.recording.realizations
+        """The recorded realization at the cursor, if it asked for `value` (the recording's
+        or a relative's: `switch`): then the call follows it (`CompileTrace.realize` runs
+        its graph, which computes the values the recorded call still referenced too:
+        values of the nodes followed); None: the call diverges."""
+        step = self._realization_here(self.recording, value)
+        if step is None:
+            if not self.switch(lambda other: self._realization_here(other, value) is not None):
+                return None
+            step = self._realization_here(self.recording, value)
+        self.realization_index += 1
+        return step
+
+    def _realization_here(self, recording: Recording, value) -> RealizationStep | None:
+        realizations = recording.realizations
         index = self.realization_index
         if index >= len(realizations):
             return None
         step = realizations[index]
         if step.position != self.position or step.n_inputs != self.n_inputs or step.targets[0] != value:
             return None
-        self.realization_index = index + 1
         return step
+
+    def _elsewhere(self, prim, inputs: tuple, attrs: dict):
+        """The op is not the recorded node at the cursor: the op of a relative recording
+        that has it there (`switch`), else the replay diverges and the op is traced."""
+        position = self.position
+        if self.switch(lambda other: position < len(other.plans) and other.plans[position][1] is prim):
+            return self.process_primitive(prim, inputs, attrs)
+        self.tracer.diverge()
+        return Tracer.process_primitive(self.tracer, prim, inputs, attrs)
+
+    def switch(self, fits) -> bool:
+        """Follow, from the cursor on, another recording of the family (`Family`) that
+        shares every node, input, backward and realization followed so far (the same
+        objects: it was cut from this one, or this one from it, past the cursor) and
+        `fits` the call's next step, if there is one not followed at this cursor yet.
+        A loop whose length its data decide (a stop test per iteration) then follows the
+        recording of each length it went through, not only the last one."""
+        recording, tracer = self.recording, self.tracer
+        position, n_inputs = self.position, self.n_inputs
+        cursor = (position, n_inputs, self.step_index, self.realization_index)
+        if self.tried is None or self.tried[0] != cursor:
+            self.tried = (cursor, {id(recording)})
+        tried = self.tried[1]
+        tried.add(id(recording))
+        nodes, inputs = recording.graph.nodes, recording.graph.inputs
+        last_node = nodes[position - 1] if position else None
+        last_input = inputs[n_inputs - 1] if n_inputs else None
+        steps, step_index = recording.steps, self.step_index
+        last_step = steps[step_index - 1][1] if step_index else None
+        realizations, realization_index = recording.realizations, self.realization_index
+        last_realization = realizations[realization_index - 1] if realization_index else None
+        family = recording.family
+        with tracer.compiled._lock:
+            candidates = [r for r in tracer.compiled._recordings if r.family is family and id(r) not in tried]
+        for other in candidates:
+            if (len(other.graph.nodes) < position or (position and other.graph.nodes[position - 1] is not last_node)
+                    or len(other.graph.inputs) < n_inputs
+                    or (n_inputs and other.graph.inputs[n_inputs - 1] is not last_input)
+                    or len(other.steps) < step_index or (step_index and other.steps[step_index - 1][1] is not last_step)
+                    or len(other.realizations) < realization_index
+                    or (realization_index and other.realizations[realization_index - 1] is not last_realization)
+                    or not fits(other)):
+                continue
+            tried.add(id(other))
+            self.recording = other
+            self.plans = other.plans
+            self.n_nodes = len(other.graph.nodes)
+            self.inputs = other.graph.inputs
+            self.steps = other.steps
+            self.next_step_at = other.steps[step_index][0] if step_index < len(other.steps) else -1
+            tracer.graph = other.graph
+            return True
+        return False
 
     def save(self, node) -> None:
         """Make the saved tensors of `node` if they are still to be made."""
