@@ -77,6 +77,73 @@ def test_fused_composite_matches_op_by_op(name, dtype, monkeypatch):
             np.testing.assert_allclose(ours, theirs, **tol)
 
 
+def _image_inputs(dtype, channels=3):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, channels, 7, 6))
+    x[0, 0, :2, :2] = 0.0  # (a window of ties: max sends the gradient to one element)
+    return (tg.tensor(x, dtype=dtype, requires_grad=True),
+            tg.tensor(rng.standard_normal((4, channels // 2 if channels == 4 else channels, 3, 3)) * 0.3,
+                      dtype=dtype, requires_grad=True),
+            tg.tensor(rng.standard_normal(4), dtype=dtype, requires_grad=True))
+
+
+IMAGE_COMPOSITES = {  # name -> (function of (x, weight, bias), input channels)
+    "relu": (lambda x, w, b: F.relu(x), 3),
+    "conv2d": (lambda x, w, b: F.conv2d(x, w, b), 3),
+    "conv2d_no_bias_strided_padded": (lambda x, w, b: F.conv2d(x, w, None, stride=2, padding=1), 3),
+    "conv2d_groups": (lambda x, w, b: F.conv2d(x, w, b, groups=2), 4),
+    "max_pool2d": (lambda x, w, b: F.max_pool2d(F.relu(x), 2), 3),
+    "max_pool2d_overlapping_padded": (lambda x, w, b: F.max_pool2d(x, 3, stride=2, padding=1), 3),
+}
+
+
+@pytest.mark.parametrize("dtype", [tg.float64, tg.float32])
+@pytest.mark.parametrize("name", IMAGE_COMPOSITES)
+def test_fused_convolution_pooling_and_relu_match_op_by_op(name, dtype, monkeypatch):
+    fn, channels = IMAGE_COMPOSITES[name]
+
+    def run():
+        x, w, b = _image_inputs(dtype, channels)
+        out = fn(x, w, b)
+        (out * out).sum().backward()
+        return out, [t.grad.numpy() if t.grad is not None else None for t in (x, w, b)]
+
+    fused_out, fused_grads = run()
+    assert eager_fusion._programs, "the call did not run fused"
+    _op_by_op(monkeypatch)
+    plain_out, plain_grads = run()
+    tol = dict(rtol=1e-12, atol=1e-13) if dtype is tg.float64 else dict(rtol=2e-5, atol=1e-5)
+    np.testing.assert_allclose(fused_out.detach().numpy(), plain_out.detach().numpy(), **tol)
+    assert fused_out.grad_fn.name() == plain_out.grad_fn.name() and fused_out.is_contiguous()
+    for ours, theirs in zip(fused_grads, plain_grads):
+        assert (ours is None) == (theirs is None)
+        if ours is not None:
+            np.testing.assert_allclose(ours, theirs, **tol)
+
+
+def test_a_fused_result_that_is_a_view_of_a_computed_tensor_is_one_as_op_by_op(monkeypatch):
+    # max_pool2d's result is a view (a reshape of the gathered maxima): the maxima are
+    # computed by the program and the result viewed of them, so a write into the result
+    # counts for both, as op by op.
+    def run():
+        x = tg.tensor(np.random.default_rng(2).standard_normal((2, 3, 6, 6)), requires_grad=True)
+        out = F.max_pool2d(x, 2)
+        assert out._base is not None and out._base._data is not None
+        version = out._base._version
+        out.mul_(3.0)
+        assert out._base._version == version + 1
+        np.testing.assert_array_equal(out._base.detach().numpy().reshape(out.shape), out.detach().numpy())
+        out.sum().backward()
+        return out.detach().numpy(), x.grad.numpy()
+
+    fused = run()
+    assert eager_fusion._programs, "the call did not run fused"
+    _op_by_op(monkeypatch)
+    plain = run()
+    for ours, theirs in zip(fused, plain):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
 def test_fused_result_owns_its_buffer_and_is_a_plain_eager_tensor():
     x = tg.randn(4, 5)
     out = F.gelu(x)

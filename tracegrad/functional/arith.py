@@ -16,7 +16,7 @@ from tracegrad.ops import elementwise as ew
 from tracegrad.grad_mode import MODE
 from tracegrad.ops.dispatch import NO_ATTRS
 from tracegrad.tensor import Tensor
-from tracegrad.functional._util import (as_operand, broadcast_to, check_operand, common_operands, composite,
+from tracegrad.functional._util import (as_operand, broadcast_to, check_operand, common_operands,
                                         prepare, result_dtype)
 from tracegrad.functional.eager_fusion import fused
 
@@ -159,7 +159,7 @@ def where(condition: Tensor, input, other) -> Tensor:
     return ew.where(ew.convert(cond, types.bool_), a, b)
 
 
-@composite
+@fused
 def relu(input: Tensor) -> Tensor:
     # where(x <= 0, 0, x): relu'(0) = 0 as in PyTorch, and NaN propagates.
     zero = ew.full_like(input, 0)

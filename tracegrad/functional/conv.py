@@ -20,6 +20,7 @@ from tracegrad.ops import movement as mv
 from tracegrad.ops import window
 from tracegrad.tensor import Tensor
 from tracegrad.functional import arith, reduce
+from tracegrad.functional.eager_fusion import fused
 from tracegrad.functional.linalg import matmul
 
 IntOrPair = int | tuple[int, int]
@@ -83,6 +84,7 @@ def _check_4d(name: str, input: Tensor) -> None:
                            "(unbatched 3-D input is not supported)")
 
 
+@fused
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrPair = 1,
            padding: IntOrPair | str = 0, dilation: IntOrPair = 1, groups: int = 1) -> Tensor:
     """PyTorch's conv2d (cross-correlation): input (N, C, H, W), weight (O, C/groups, kh, kw)."""
@@ -165,6 +167,7 @@ def _pool_windows(name: str, x: Tensor, kernel, stride, dilation) -> Tensor:
     return mv.reshape(windows, (*lead, out_h, out_w, kernel[0] * kernel[1]))
 
 
+@fused
 def max_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None,
                padding: IntOrPair = 0, dilation: IntOrPair = 1, ceil_mode: bool = False,
                return_indices: bool = False) -> Tensor:

@@ -1,6 +1,7 @@
 """Eager composites run as one fused program: `@fused` on a composite (gelu, layer_norm,
-softmax, cross_entropy, ...) makes its eager calls on large tensors run as fused LLVM
-kernels instead of one NumPy pass (and one temporary) per primitive. Arithmetic
+softmax, cross_entropy, relu, conv2d, max_pool2d, ...) makes its eager calls on large
+tensors run as fused LLVM kernels instead of one NumPy pass (and one temporary) per
+primitive. Arithmetic
 (`add`, `sub`, `mul` with their broadcast) is fused the same way from a larger size,
 where the gain is the kernel's threads (NumPy's elementwise loops use one core).
 
@@ -13,7 +14,8 @@ under a `FusionTrace`, so `bind` makes the same nodes, wired to the arguments' a
 identities, with the same saved tensors, and computes nothing. One program then computes
 what the caller and the gradient rules will read (the results and the saved tensors); a
 saved view (an `expand` of a row statistic) is taken with NumPy from its source, as
-eager would. Backward, hooks, version checks, `retain_graph` and `create_graph` see an
+eager would, and so is a result that is a view of a tensor the composite computed
+(`max(dim).values`, a reshape of the gathered maxima), once that tensor is computed. Backward, hooks, version checks, `retain_graph` and `create_graph` see an
 ordinary recorded graph.
 
 Calls that take the op-by-op path: inside a trace (the compiler and the backward cache
@@ -183,8 +185,16 @@ def _run_fused(composite, args: tuple, kwargs: dict):
     wanted: list[Tensor] = []  # lazy tensors that need data: results and saved tensors
     for t in outputs:
         if t._data is None:
-            if t._value.node is None or t._value.node.op.kind == MOVEMENT:
-                return None  # a result that is a view would need its base materialized too
+            if t._value.node is None:
+                return None
+            if t._value.node.op.kind == MOVEMENT:
+                # A view of a tensor the composite computed (`max(dim).values`, a reshape of
+                # a gather): that tensor is computed, and the view taken of it, as eager's.
+                base = t._base
+                if (base is None or base._data is not None or base._value.node is None
+                        or base._value.node.op.kind == MOVEMENT):
+                    return None  # (a view of an argument: nothing to fuse)
+                wanted.append(base)
             wanted.append(t)
     for node in trace.graph.nodes:
         for saved in node.saved or ():

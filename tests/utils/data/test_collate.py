@@ -18,6 +18,29 @@ def test_tensors_are_stacked_on_a_new_first_dim():
     assert batch.shape == (2, 2, 3) and batch[1].sum().item() == 0
 
 
+def test_stacked_samples_are_a_fresh_contiguous_copy_of_views_or_not():
+    # (samples that need no gradient are stacked by one NumPy copy: the result is stack's)
+    data = tg.arange(24.0).reshape(4, 6)
+    samples = [data[i] for i in (2, 0, 3)] + [data.t()[1, :4].reshape(1, 4).expand(6, 4).t()[0]]
+    batch = default_collate(samples)
+    np.testing.assert_array_equal(batch.numpy(), tg.stack(samples).numpy())
+    assert batch.is_contiguous() and batch.dtype is tg.float32 and not batch.requires_grad
+    data.add_(1.0)  # (the batch is a copy: a write to the samples' base does not reach it)
+    assert batch[0, 0].item() == 12.0 and batch._version == 0
+
+
+def test_samples_that_need_a_gradient_are_stacked_with_their_history():
+    w = tg.ones(3, requires_grad=True)
+    batch = default_collate([w * 2.0, w * 3.0])
+    batch.sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [5.0, 5.0, 5.0])
+
+
+def test_samples_of_mixed_dtypes_are_stacked_as_stack_does():
+    batch = default_collate([tg.ones(2, dtype=tg.float64), tg.ones(2)])
+    assert batch.dtype is tg.stack([tg.ones(2, dtype=tg.float64), tg.ones(2)]).dtype
+
+
 def test_numpy_arrays_become_one_tensor_with_their_dtype():
     batch = default_collate([np.arange(3, dtype=np.float32), np.arange(3, dtype=np.float32)])
     assert batch.dtype == tg.float32 and batch.shape == (2, 3)
