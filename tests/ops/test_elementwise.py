@@ -120,6 +120,19 @@ def test_sigmoid_of_large_magnitudes_does_not_overflow():
     np.testing.assert_allclose(out, [0.0, sigmoid_reference(-50.0), 0.5, 1.0, 1.0], atol=1e-15)
 
 
+@pytest.mark.parametrize("dtype", [tg.float32, tg.float64, tg.float16])
+def test_sigmoid_is_within_three_ulps_wherever_the_true_value_is_a_normal_number(dtype):
+    finfo = np.finfo(dtype.np)
+    x = np.concatenate([np.linspace(-800.0, 800.0, 40001), [np.inf, -np.inf, np.nan]]).astype(dtype.np)
+    got = tg.tensor(x).sigmoid().numpy()
+    exact = 1.0 / (1.0 + np.exp(-x.astype(np.longdouble)))
+    normal = exact >= finfo.smallest_normal
+    ulp = np.spacing(exact[normal].astype(dtype.np)).astype(np.longdouble)
+    assert np.all(np.abs(got[normal] - exact[normal]) <= 3 * ulp)  # (exp's error, scaled: 2.3 ulps at most)
+    assert np.all((got[~normal & ~np.isnan(x)] >= 0) & (got[~normal & ~np.isnan(x)] < finfo.smallest_normal))
+    assert got[-3] == 1.0 and got[-2] == 0.0 and np.isnan(got[-1]) and got.dtype == dtype.np
+
+
 def test_erf_matches_math_erf_across_its_range():
     data = np.array([-40.0, -6.0, -2.5, -1.0, -0.3, 0.0, 1e-8, 0.7, 1.0, 3.0, 9.0, np.inf])
     np.testing.assert_allclose(tg.tensor(data).erf().numpy(), erf_reference(data), rtol=1e-14, atol=1e-15)

@@ -15,8 +15,9 @@ identities, with the same saved tensors, and computes nothing. One program then 
 what the caller and the gradient rules will read (the results and the saved tensors); a
 saved view (an `expand` of a row statistic) is taken with NumPy from its source, as
 eager would, and so is a result that is a view of a tensor the composite computed
-(`max(dim).values`, a reshape of the gathered maxima), once that tensor is computed. Backward, hooks, version checks, `retain_graph` and `create_graph` see an
-ordinary recorded graph.
+(`max(dim).values`, a reshape of the gathered maxima), once that tensor is computed.
+Backward, hooks, version checks, `retain_graph` and `create_graph` see an ordinary
+recorded graph.
 
 Calls that take the op-by-op path: inside a trace (the compiler and the backward cache
 inline composites into their own graphs), inference mode, volatile or small tensors
