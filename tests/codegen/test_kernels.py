@@ -3,6 +3,8 @@ structure puts an element (vector body, remainder, another thread's chunk), row 
 values read as they are carry the interleave hint that keeps their accumulator chains
 busy, and the loops see their buffers as noalias pointers."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -250,3 +252,40 @@ def test_a_sum_over_inner_axes_of_a_constant_fill_lowers_with_the_reductions_typ
     graph.outputs = [Value(x.type, product, 0)]
     (got,) = build_program(graph).run([np.full((4, 4, 1, 1), 2.0, np.float32)])
     np.testing.assert_array_equal(got, np.full((4, 4, 1, 1), 9.0, np.float32))
+
+
+REDUCED_OVER_RUNS = {  # name -> (function, the loop over adjacent reduced axes of (6, 5, 7, 9), if one)
+    "bias_grad_sum": (lambda t, u: t.sum((0, 2, 3)), "63"),
+    "sum_of_a_product": (lambda t, u: (t * u + 1.0).sum((0, 2, 3)), "63"),
+    "max_of_exp_over_trailing_axes": (lambda t, u: t.exp().amax((1, 2, 3)), "315"),
+    "sum_of_a_channel_broadcast": (lambda t, u: (t * u[:1, :, :1, :1]).sum((0, 2, 3)), None),
+    "sum_of_a_transpose": (lambda t, u: t.transpose(2, 3).sum((0, 2, 3)), None),
+    "sum_over_separated_axes": (lambda t, u: t.sum((0, 3)), None),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("shape", [(6, 5, 7, 9), (3, 1, 4, 1), (2, 3, 0, 4), (1, 4, 1, 5)])
+@pytest.mark.parametrize("name", REDUCED_OVER_RUNS)
+def test_reductions_over_adjacent_axes_walked_as_one_loop_equal_numpy(name, shape, dtype):
+    fn, _ = REDUCED_OVER_RUNS[name]
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal(shape).astype(dtype), rng.standard_normal(shape).astype(dtype)
+    if 0 in shape and "max" in name:
+        return  # (amax of no elements raises, as PyTorch's)
+    got = tg.compile(fn)(tg.from_numpy(a), tg.from_numpy(b)).numpy()
+    want = fn(tg.from_numpy(a), tg.from_numpy(b)).numpy()  # (eager: NumPy's reductions)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got, want, **tol)
+
+
+@pytest.mark.parametrize("name", REDUCED_OVER_RUNS)
+def test_adjacent_reduced_axes_of_a_source_read_in_its_order_are_one_loop(name):
+    # (the loops' bounds in the IR: H*W = 63 at once, or H and W apart, 7 and 9)
+    fn, merged = REDUCED_OVER_RUNS[name]
+    x = tg.from_numpy(np.ones((6, 5, 7, 9), dtype=np.float32))
+    bounds = set(re.findall(r'icmp slt i64 %"[.\d]+", (\d+)', _kernel_ir(lambda t: fn(t, t), x)))
+    if merged is not None:
+        assert merged in bounds and "9" not in bounds
+    else:
+        assert "9" in bounds and "63" not in bounds

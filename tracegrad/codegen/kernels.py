@@ -448,6 +448,33 @@ def _store_at(builder, value: Value, pointer, result) -> None:
     builder.store(result, pointer)
 
 
+def _reads_in_source_order(emitter: _Emitter, value: Value, shape: tuple) -> bool:
+    """Whether `value` is computed from buffers of `shape` (or 0-d) read at its own index,
+    elementwise: then adjacent dimensions can be walked as one (each buffer is row-major)."""
+    node = value.node
+    if node is None or id(node) not in emitter.inlined or node.op.kind == REDUCTION:
+        return value.type.shape in (shape, ())
+    if node.op.kind != ELEMENTWISE or node.op.lower_indexed is not None:
+        return False
+    return all(not v.type.shape or _reads_in_source_order(emitter, v, shape) for v in node.inputs)
+
+
+def _reduced_runs(emitter: _Emitter, source: Value, reduced: list[int]) -> list[list[int]]:
+    """The reduced dimensions in runs walked as one loop each: adjacent dimensions (both
+    reduced, of a source read in its own order) make one run, so a sum over (N, H, W) of
+    an (N, C, H, W) buffer loops over N and H*W, whose inner loop vectorizes (over H and
+    W apart, LLVM unrolled the loop over W and gathered along H)."""
+    if emitter.flat or not _reads_in_source_order(emitter, source, source.type.shape):
+        return [[d] for d in reduced]
+    runs: list[list[int]] = []
+    for d in reduced:
+        if runs and runs[-1][-1] == d - 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return runs
+
+
 def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, start, end) -> None:
     node = kernel.reduction
     source = node.inputs[0]
@@ -455,6 +482,8 @@ def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, s
     axes = set(node.op.reduction.axes(node.attrs))
     kept = [d for d in range(len(shape)) if d not in axes]
     reduced = [d for d in range(len(shape)) if d in axes]
+    runs = _reduced_runs(emitter, source, reduced)
+    zero = I64(0)
     result = node.output(0)
     dtype = result.type.dtype
     with builder.goto_entry_block():
@@ -470,12 +499,18 @@ def _reduce(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel, s
             full = [None] * len(shape)
             for d, i in zip(kept, kept_index):
                 full[d] = i
-            for d, i in zip(reduced, reduced_index):
-                full[d] = i
+            # A run's position on its last dimension longer than 1 (a buffer's offset skips
+            # dimensions of size 1), whose stride is the run's last's: the row-major offset
+            # of the run's index there equals its offset over the run's dimensions.
+            for run, i in zip(runs, reduced_index):
+                for d in run:
+                    full[d] = zero
+                full[next((d for d in reversed(run) if shape[d] > 1), run[-1])] = i
             value = emitter.emit(source, full)
             builder.store(_combine(b, node, builder.load(accumulator), value, hints), accumulator)
 
-        _nest(builder, [shape[d] for d in reduced], inner, interleave=lambda: _reduction_interleave(hints))
+        extents = [int(np.prod([shape[d] for d in run])) for run in runs]
+        _nest(builder, extents, inner, interleave=lambda: _reduction_interleave(hints))
         offset = I64(0)
         for i, stride in zip(kept_index, out_strides):
             offset = builder.add(offset, builder.mul(i, I64(stride)))
