@@ -131,6 +131,10 @@ def test_sigmoid_is_within_three_ulps_wherever_the_true_value_is_a_normal_number
     assert np.all(np.abs(got[normal] - exact[normal]) <= 3 * ulp)  # (exp's error, scaled: 2.3 ulps at most)
     assert np.all((got[~normal & ~np.isnan(x)] >= 0) & (got[~normal & ~np.isnan(x)] < finfo.smallest_normal))
     assert got[-3] == 1.0 and got[-2] == 0.0 and np.isnan(got[-1]) and got.dtype == dtype.np
+    for value in (-3.0, 0.0, 100.0):  # (0-d: NumPy gives its exp a scalar)
+        zero_d = tg.tensor(value, dtype=dtype).sigmoid()
+        assert zero_d.shape == () and zero_d.dtype is dtype
+        np.testing.assert_allclose(zero_d.item(), 1 / (1 + np.exp(-value)), rtol=2e-3)
 
 
 def test_erf_matches_math_erf_across_its_range():

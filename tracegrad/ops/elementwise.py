@@ -117,6 +117,8 @@ def _sigmoid_impl(x):
     # float32); everywhere else it is within 2.4 ulps of the exact value, as the two-branch
     # form with exp(-|x|) (four times the passes) is.
     z = np.exp(np.negative(x))
+    if z.__class__ is not np.ndarray:  # (a 0-d x gives a NumPy scalar: no buffer to reuse)
+        return 1 / (1 + z)
     z += 1
     return np.reciprocal(z, out=z)
 
