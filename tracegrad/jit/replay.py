@@ -281,11 +281,12 @@ class Family:
     are followed one call at a time, and only while no tensor of the last call that
     followed one references their nodes."""
 
-    __slots__ = ("busy", "escapes")
+    __slots__ = ("busy", "escapes", "members")
 
     def __init__(self, escapes: list):
         self.busy = False     # a call is following one of them
         self.escapes = escapes  # weak references to tensors of the last call referencing the nodes
+        self.members = 0      # recordings made in it (some may be forgotten since)
 
     def free(self) -> bool:
         """Whether no tensor of an earlier call references the recorded nodes."""
@@ -312,6 +313,7 @@ class Recording:
         self.family = Family(escapes) if family is None else family
         if family is not None:
             family.escapes = escapes
+        self.family.members += 1
         self.plans = _plans(graph, steps)  # per node position: what `Replay.bind` checks and returns
         # The inputs feeding a leaf's .grad (the same on every followed call: `Replay.input`).
         self.leaf_inputs = tuple(i for i, value in enumerate(graph.inputs) if value.leaf is not None)
@@ -590,6 +592,8 @@ class Replay:
         A loop whose length its data decide (a stop test per iteration) then follows the
         recording of each length it went through, not only the last one."""
         recording, tracer = self.recording, self.tracer
+        if recording.family.members == 1:  # (no relative: the usual case, and a free answer)
+            return False
         position, n_inputs = self.position, self.n_inputs
         cursor = (position, n_inputs, self.step_index, self.realization_index)
         if self.tried is None or self.tried[0] != cursor:
