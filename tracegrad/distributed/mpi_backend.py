@@ -181,6 +181,7 @@ def _bytes(array: np.ndarray) -> np.ndarray:
 
 
 _previous_hook = None
+ABORT_GRACE_SECONDS = 0.25  # between a raising rank's last output and MPI_Abort
 
 
 def install_abort_on_exception(backend: MPIBackend) -> None:
@@ -198,6 +199,10 @@ def install_abort_on_exception(backend: MPIBackend) -> None:
                   "aborting the MPI job", file=sys.stderr)
             sys.stderr.flush()
             sys.stdout.flush()
+            # The launcher forwards a rank's output through a pipe of its own, and MPI_Abort
+            # kills the job at once: a moment for it to pass the traceback on (without one,
+            # a CI run lost the whole stderr of the rank that raised).
+            time.sleep(ABORT_GRACE_SECONDS)
         finally:
             backend.abort(1)
     sys.excepthook = abort_job
