@@ -333,6 +333,7 @@ class Recording:
         self.composites: dict = composites or {}
         self.realizations: list[RealizationStep] = realizations or []  # in order
 
+
 def _plans(graph, steps: list) -> list[tuple]:
     """Per node: (node, op, number of inputs, attribute key part or None, whether it can be
     recorded for autograd, whether it saves tensors, whether it is a view of its one input,
@@ -363,6 +364,11 @@ def _plans(graph, steps: list) -> list[tuple]:
                       bool(op.saves_inputs or op.saves_output), traced_view(op, len(node.inputs), out_types[0]),
                       values[0] if len(values) == 1 else None, values))
     return plans
+
+
+def _has_op_at(position: int, prim):
+    """`Replay.switch`'s test for a relative that has an op of `prim` at node `position`."""
+    return lambda other: position < len(other.plans) and other.plans[position][1] is prim
 
 
 class Replay:
@@ -487,8 +493,7 @@ class Replay:
                     tracer.captured[id(t)] = (t, value)
                 else:
                     if (not tracer.overrides and id(t) not in tracer.captured
-                            and self.switch(lambda other: position < len(other.plans)
-                                            and other.plans[position][1] is prim)):
+                            and self.switch(_has_op_at(position, prim))):
                         return self.process_primitive(prim, inputs, attrs)  # (a relative reads it next)
                     value = tracer.value_of(t)  # may diverge (a new input not recorded)
                 if value is not recorded and value != recorded:
@@ -579,7 +584,7 @@ class Replay:
         """The op is not the recorded node at the cursor: the op of a relative recording
         that has it there (`switch`), else the replay diverges and the op is traced."""
         position = self.position
-        if self.switch(lambda other: position < len(other.plans) and other.plans[position][1] is prim):
+        if self.switch(_has_op_at(position, prim)):
             return self.process_primitive(prim, inputs, attrs)
         self.tracer.diverge()
         return Tracer.process_primitive(self.tracer, prim, inputs, attrs)
