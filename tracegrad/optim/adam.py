@@ -17,7 +17,7 @@ from tracegrad.creation import zeros_like
 from tracegrad.functional._util import composite, scalar_tensor
 from tracegrad.grad_mode import MODE, no_grad
 from tracegrad.ops import adam as adam_op
-from tracegrad.optim.optimizer import Optimizer, ParamsT, state_number
+from tracegrad.optim.optimizer import Optimizer, ParamsT, state_number, write_new_values
 
 
 class Adam(Optimizer):
@@ -74,17 +74,14 @@ class Adam(Optimizer):
         decay = scalar_tensor(1 - lr * weight_decay, dtype) if weight_decay != 0 and group["decoupled_weight_decay"] \
             else None
         amsgrad = group["amsgrad"]
-        new = _adam_values(p, p.grad, state["exp_avg"], state["exp_avg_sq"],
-                           state["max_exp_avg_sq"] if amsgrad else None, decay,
-                           scalar_tensor(-(lr / (1 - beta1 ** step)), dtype),
-                           scalar_tensor(math.sqrt(1 - beta2 ** step), dtype),
-                           beta1, beta2, group["eps"], 0.0 if group["decoupled_weight_decay"] else weight_decay,
-                           group["maximize"])
-        p.copy_(new[0])
-        state["exp_avg"].copy_(new[1])
-        state["exp_avg_sq"].copy_(new[2])
-        if amsgrad:
-            state["max_exp_avg_sq"].copy_(new[3])
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        max_exp_avg_sq = state["max_exp_avg_sq"] if amsgrad else None
+        targets = (p, exp_avg, exp_avg_sq) if not amsgrad else (p, exp_avg, exp_avg_sq, max_exp_avg_sq)
+        write_new_values(_adam_values, targets, p, p.grad, exp_avg, exp_avg_sq, max_exp_avg_sq, decay,
+                         scalar_tensor(-(lr / (1 - beta1 ** step)), dtype),
+                         scalar_tensor(math.sqrt(1 - beta2 ** step), dtype),
+                         beta1, beta2, group["eps"], 0.0 if group["decoupled_weight_decay"] else weight_decay,
+                         group["maximize"])
 
 
 @composite

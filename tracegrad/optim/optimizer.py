@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import Any
 
+from tracegrad.functional.fused_update import update_in_place
 from tracegrad.grad_mode import MODE, enable_grad, no_grad
 from tracegrad.tensor import Tensor
 
@@ -152,6 +153,17 @@ class PerParameterOptimizer(Optimizer):
 
     def _update(self, p, grad, group: dict[str, Any]) -> None:
         raise NotImplementedError
+
+
+def write_new_values(values: Callable[..., tuple], targets: tuple, *args: Any) -> None:
+    """Write `values(*args)`, new values of `targets` (tensors among `args`: a parameter
+    and its state), over those tensors. On large eager tensors one fused program stores
+    them in place (`functional/fused_update.py`); otherwise they are computed op by op and
+    copied (a compiled step fuses those copies into its kernels' stores)."""
+    if update_in_place(values, args, targets):
+        return
+    for target, value in zip(targets, values(*args)):
+        target.copy_(value)
 
 
 def state_number(value: Any) -> float | int:

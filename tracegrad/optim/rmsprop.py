@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from tracegrad.creation import full_like, zeros_like
-from tracegrad.optim.optimizer import ParamsT, PerParameterOptimizer, state_number
+from tracegrad.functional._util import composite, scalar_tensor
+from tracegrad.optim.optimizer import ParamsT, PerParameterOptimizer, state_number, write_new_values
 
 
 def _check_non_negative(**values: float) -> None:
@@ -53,22 +54,33 @@ class RMSprop(PerParameterOptimizer):
             if group["centered"]:
                 state["grad_avg"] = zeros_like(p)
         state["step"] = state_number(state["step"]) + 1
-        if group["weight_decay"] != 0:
-            grad = grad.add(p, alpha=group["weight_decay"])
-        square_avg = state["square_avg"]
-        square_avg.mul_(alpha).add_(grad * grad, alpha=1 - alpha)
-        if group["centered"]:
-            grad_avg = state["grad_avg"]
-            grad_avg.mul_(alpha).add_(grad, alpha=1 - alpha)
-            avg = square_avg.sub(grad_avg * grad_avg).sqrt().add(group["eps"])
-        else:
-            avg = square_avg.sqrt().add(group["eps"])
-        if momentum > 0:
-            buf = state["momentum_buffer"]
-            buf.mul_(momentum).add_(grad / avg)
-            p.add_(buf, alpha=-group["lr"])
-        else:
-            p.add_(grad / avg, alpha=-group["lr"])
+        grad_avg = state["grad_avg"] if group["centered"] else None
+        buf = state["momentum_buffer"] if momentum > 0 else None
+        targets = tuple(t for t in (p, state["square_avg"], grad_avg, buf) if t is not None)
+        write_new_values(_rmsprop_values, targets, p, grad, state["square_avg"], grad_avg, buf,
+                         scalar_tensor(-group["lr"], p.dtype), alpha, group["eps"], momentum,
+                         group["weight_decay"])
+
+
+@composite
+def _rmsprop_values(p, grad, square_avg, grad_avg, buf, neg_lr, alpha: float, eps: float, momentum: float,
+                    weight_decay: float) -> tuple:
+    """One RMSprop update of a parameter as new values of the parameter, `square_avg` and
+    (centered) `grad_avg` and (with momentum) the momentum buffer, in that order."""
+    if weight_decay != 0:
+        grad = grad.add(p, alpha=weight_decay)
+    square_avg = square_avg.mul(alpha).add(grad * grad, alpha=1 - alpha)
+    if grad_avg is not None:
+        grad_avg = grad_avg.mul(alpha).add(grad, alpha=1 - alpha)
+        avg = square_avg.sub(grad_avg * grad_avg).sqrt().add(eps)
+    else:
+        avg = square_avg.sqrt().add(eps)
+    if buf is not None:
+        buf = buf.mul(momentum).add(grad / avg)
+        p = p.add(buf * neg_lr)
+    else:
+        p = p.add((grad / avg) * neg_lr)
+    return tuple(t for t in (p, square_avg, grad_avg, buf) if t is not None)
 
 
 class Adagrad(PerParameterOptimizer):
@@ -95,12 +107,20 @@ class Adagrad(PerParameterOptimizer):
     def _update(self, p, grad, group: dict[str, Any]) -> None:
         state = self._state_of(p)
         state["step"] = state_number(state["step"]) + 1
-        if group["weight_decay"] != 0:
-            grad = grad.add(p, alpha=group["weight_decay"])
         clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
-        state["sum"].add_(grad * grad)
-        std = state["sum"].sqrt().add(group["eps"])
-        p.add_(grad / std, alpha=-clr)
+        write_new_values(_adagrad_values, (p, state["sum"]), p, grad, state["sum"], scalar_tensor(-clr, p.dtype),
+                         group["eps"], group["weight_decay"])
+
+
+@composite
+def _adagrad_values(p, grad, total, neg_clr, eps: float, weight_decay: float) -> tuple:
+    """One Adagrad update of a parameter as new values of the parameter and the sum of
+    squared gradients (`neg_clr`: the decayed learning rate, negated, a 0-d tensor)."""
+    if weight_decay != 0:
+        grad = grad.add(p, alpha=weight_decay)
+    total = total.add(grad * grad)
+    std = total.sqrt().add(eps)
+    return p.add((grad / std) * neg_clr), total
 
 
 class Adadelta(PerParameterOptimizer):
@@ -128,11 +148,20 @@ class Adadelta(PerParameterOptimizer):
             state["square_avg"] = zeros_like(p)
             state["acc_delta"] = zeros_like(p)
         state["step"] = state_number(state["step"]) + 1
-        if group["weight_decay"] != 0:
-            grad = grad.add(p, alpha=group["weight_decay"])
         square_avg, acc_delta = state["square_avg"], state["acc_delta"]
-        square_avg.mul_(rho).add_(grad * grad, alpha=1 - rho)
-        std = square_avg.add(eps).sqrt()
-        delta = acc_delta.add(eps).sqrt().div(std).mul(grad)
-        acc_delta.mul_(rho).add_(delta * delta, alpha=1 - rho)
-        p.add_(delta, alpha=-group["lr"])
+        write_new_values(_adadelta_values, (p, square_avg, acc_delta), p, grad, square_avg, acc_delta,
+                         scalar_tensor(-group["lr"], p.dtype), rho, eps, group["weight_decay"])
+
+
+@composite
+def _adadelta_values(p, grad, square_avg, acc_delta, neg_lr, rho: float, eps: float, weight_decay: float) -> tuple:
+    """One Adadelta update of a parameter as new values of the parameter, `square_avg` and
+    `acc_delta` (PyTorch's operations in its order; the learning rate a 0-d tensor, so a
+    schedule changes no program)."""
+    if weight_decay != 0:
+        grad = grad.add(p, alpha=weight_decay)
+    square_avg = square_avg.mul(rho).add(grad * grad, alpha=1 - rho)
+    std = square_avg.add(eps).sqrt()
+    delta = acc_delta.add(eps).sqrt().div(std).mul(grad)
+    acc_delta = acc_delta.mul(rho).add(delta * delta, alpha=1 - rho)
+    return p.add(delta * neg_lr), square_avg, acc_delta

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tracegrad.functional._util import composite, scalar_tensor
 from tracegrad.grad_mode import no_grad
-from tracegrad.optim.optimizer import Optimizer, ParamsT
+from tracegrad.optim.optimizer import Optimizer, ParamsT, write_new_values
 
 
 class SGD(Optimizer):
@@ -36,21 +37,38 @@ class SGD(Optimizer):
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         loss = self._evaluate_closure(closure)
         for group in self.param_groups:
-            lr, momentum = group["lr"], group["momentum"]
+            lr, momentum, weight_decay = group["lr"], group["momentum"], group["weight_decay"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 d_p = -p.grad if group["maximize"] else p.grad
-                if group["weight_decay"] != 0:
-                    d_p = d_p.add(p, alpha=group["weight_decay"])
+                buf = None
                 if momentum != 0:
                     state = self._state_of(p)
                     buf = state.get("momentum_buffer")
-                    if buf is None:
-                        buf = d_p.clone()
-                        state["momentum_buffer"] = buf
-                    else:
-                        buf.mul_(momentum).add_(d_p, alpha=1 - group["dampening"])
-                    d_p = d_p.add(buf, alpha=momentum) if group["nesterov"] else buf
-                p.add_(d_p, alpha=-lr)
+                    if buf is None:  # the first step: the buffer starts as the gradient
+                        if weight_decay != 0:
+                            d_p = d_p.add(p, alpha=weight_decay)
+                        buf = state["momentum_buffer"] = d_p.clone()
+                        d_p = d_p.add(buf, alpha=momentum) if group["nesterov"] else buf
+                        p.add_(d_p, alpha=-lr)
+                        continue
+                targets = (p,) if buf is None else (p, buf)
+                write_new_values(_sgd_values, targets, p, d_p, buf, scalar_tensor(-lr, p.dtype), momentum,
+                                 group["dampening"], group["nesterov"], weight_decay)
         return loss
+
+
+@composite
+def _sgd_values(p, grad, buf, neg_lr, momentum: float, dampening: float, nesterov: bool,
+                weight_decay: float) -> tuple:
+    """One SGD update of a parameter as new values of the parameter and, with momentum,
+    its buffer (PyTorch's operations in its order; the learning rate a 0-d tensor, so a
+    schedule changes no program)."""
+    if weight_decay != 0:
+        grad = grad.add(p, alpha=weight_decay)
+    if buf is None:
+        return (p.add(grad * neg_lr),)
+    buf = buf.mul(momentum).add(grad, alpha=1 - dampening)
+    step = grad.add(buf, alpha=momentum) if nesterov else buf
+    return p.add(step * neg_lr), buf

@@ -11,7 +11,8 @@ import pytest
 
 import tracegrad as tg
 from tracegrad.utils.data import (
-    BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler, TensorDataset, get_worker_info,
+    BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler, TensorDataset, default_collate,
+    get_worker_info,
 )
 
 
@@ -77,6 +78,36 @@ def _dataset(n=10):
 def test_batches_in_order_with_a_short_last_batch():
     loader = DataLoader(_dataset(), batch_size=4)
     assert [b[0].tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]] and len(loader) == 3
+
+
+def _sample_by_sample(dataset, indices):
+    return default_collate([dataset[i] for i in indices])
+
+
+def test_a_tensor_dataset_batch_is_its_samples_collated():
+    features = tg.tensor(np.arange(60, dtype=np.float32).reshape(10, 2, 3)).transpose(1, 2)  # non-contiguous
+    dataset = TensorDataset(features, tg.arange(10) % 3)
+    for indices in ([3, 0, 9, -1], [5]):
+        got, want = dataset.collated_batch(indices), _sample_by_sample(dataset, indices)
+        assert isinstance(got, list) and len(got) == 2
+        for a, b in zip(got, want):
+            assert a.dtype == b.dtype and a.shape == b.shape and a.is_contiguous()
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+    loader = DataLoader(dataset, batch_size=4, shuffle=True, generator=tg.Generator().manual_seed(0))
+    order = list(tg.utils.data.RandomSampler(dataset, generator=tg.Generator().manual_seed(0)))
+    first = next(iter(loader))
+    np.testing.assert_array_equal(first[0].numpy(), _sample_by_sample(dataset, order[:4])[0].numpy())
+
+
+def test_a_tensor_dataset_batch_that_needs_autograd_or_is_out_of_range_is_collated_sample_by_sample():
+    weights = tg.ones(6, 2, requires_grad=True)
+    dataset = TensorDataset(weights)
+    assert dataset.collated_batch([0, 1]) is None
+    (batch,) = next(iter(DataLoader(dataset, batch_size=2)))
+    assert batch.requires_grad and batch.grad_fn is not None
+    assert TensorDataset(tg.ones(6, 2)).collated_batch([0, 6]) is None
+    with pytest.raises(IndexError):
+        next(iter(DataLoader(TensorDataset(tg.ones(6, 2)), batch_sampler=[[0, 6]])))
 
 
 def test_drop_last_drops_the_short_batch():

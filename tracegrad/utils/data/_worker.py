@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from tracegrad.random import manual_seed
+from tracegrad.utils.data.collate import default_collate
+from tracegrad.utils.data.dataset import TensorDataset
 
 _worker_info: WorkerInfo | None = None
 
@@ -66,6 +68,10 @@ class MapDatasetFetcher:
 
     def fetch(self, index):
         if self.auto_collation:
+            if self.collate_fn is default_collate and type(self.dataset) is TensorDataset:
+                batch = self.dataset.collated_batch(index)
+                if batch is not None:
+                    return batch
             getitems = getattr(self.dataset, "__getitems__", None)
             data = getitems(index) if getitems is not None else [self.dataset[i] for i in index]
         else:

@@ -11,6 +11,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate
 from typing import Any
 
+import numpy as np
+
+from tracegrad.creation import from_numpy
+from tracegrad.grad_mode import MODE
 from tracegrad.random import Generator, randperm
 from tracegrad.tensor import Tensor
 
@@ -49,6 +53,21 @@ class TensorDataset(Dataset):
 
     def __len__(self) -> int:
         return self.tensors[0].shape[0]
+
+    def collated_batch(self, indices: list) -> list | None:
+        """`default_collate([self[i] for i in indices])` by one NumPy gather per tensor
+        (a batch of 64 samples is otherwise 64 indexing ops per tensor and a stack), for
+        tensors of data: concrete, needing no gradient, outside traces, and indices in
+        range. None otherwise (the caller collates sample by sample)."""
+        if MODE.tracer is not None or MODE.inference or not indices:
+            return None
+        length = len(self)
+        if not all(t.__class__ is Tensor and t._data is not None and not t._requires_grad for t in self.tensors):
+            return None
+        rows = np.asarray(indices)
+        if rows.dtype.kind not in "iu" or rows.ndim != 1 or rows.min() < -length or rows.max() >= length:
+            return None  # (indexing sample by sample raises its own error)
+        return [from_numpy(np.ascontiguousarray(t._data[rows])) for t in self.tensors]
 
 
 class StackDataset(Dataset):
