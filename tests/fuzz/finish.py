@@ -35,6 +35,31 @@ def _from_updated_leaf_allowed(b, v) -> bool:
     return True
 
 
+# Optimizer updates whose values follow the gradients smoothly: a gradient that is rounding
+# noise in one mode and zero in another moves the parameter by noise (Adam and Adagrad divide
+# by the gradient's size: their eps is large here for that).
+OPTIMIZERS = ("torch.optim.SGD({}, lr=0.25)",
+              "torch.optim.SGD({}, lr=0.25, momentum=0.5, weight_decay=0.125)",
+              "torch.optim.SGD({}, lr=0.25, momentum=0.5, nesterov=True)",
+              "torch.optim.Adam({}, lr=0.25, eps=0.5)",
+              "torch.optim.Adadelta({})",
+              "torch.optim.Adagrad({}, lr=0.25, eps=0.5)")
+
+
+def _optimizer_steps(b) -> None:
+    """Two steps of an optimizer over the arguments that are plain leaves with grad (after
+    `loss.backward()`): the arguments `program` leaves are then its updated parameters."""
+    params = [v.name for v in b.args if v.leaf and v.requires_grad and v.dtype in ("float32", "float64")
+              and v.base is None and v.static and v.name not in b.written and not b.aliases.get(v.name)
+              and v.name not in b.contiguous_aliases and v.name not in b.detached_aliases]
+    if not params or not b.chance(0.25) or not b.needs("optimizer_step"):
+        return
+    optimizer = b.rng.choice(OPTIMIZERS).format("[" + ", ".join(params) + "]")
+    b.emit(f"optimizer = {optimizer}\n    optimizer.step()\n    optimizer.step()", "optimizer_step",
+           checked=False)
+    b.written.update(params)
+
+
 def loss_and_outputs(b) -> list[str]:
     """Emit the loss and backward; the names (expressions) `program` returns."""
     args = {v.name for v in b.args}
@@ -69,6 +94,7 @@ def loss_and_outputs(b) -> list[str]:
         b.emit(f"{v.name}.backward(torch.ones_like({v.name}))", kind, checked=False)
     else:
         b.emit("loss.backward()", "backward", checked=False)
+        _optimizer_steps(b)
     returned.append("loss")
     if retained is not None:
         returned.append(f"{retained.name}.grad")

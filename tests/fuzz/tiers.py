@@ -17,6 +17,7 @@ import importlib
 SMALL: dict[tuple[str, str], int] = {
     ("tracegrad.functional.eager_fusion", "MIN_ELEMENTS"): 1,
     ("tracegrad.functional.eager_fusion", "SINGLE_OP_FACTOR"): 1,
+    ("tracegrad.functional.fused_update", "MIN_ELEMENTS"): 1,
     ("tracegrad.runtime.threads", "MIN_PARALLEL_ELEMENTS"): 64,
     ("tracegrad.codegen.kernels", "FAST_CALL_ELEMENTS"): 16,
     ("tracegrad.codegen.kernels", "SHORT_ROW"): 2,
