@@ -25,6 +25,7 @@ def _fuse_everything(monkeypatch):
 
 def _op_by_op(monkeypatch):
     monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 1 << 62)
+    monkeypatch.setattr(eager_fusion, "OP_MIN_ELEMENTS", 1 << 62)
 
 
 COMPOSITES = {  # name -> (function of (x, weight, bias, labels), whether weight/bias are used)
@@ -220,10 +221,10 @@ def test_small_tensors_and_first_sightings_run_op_by_op(monkeypatch):
     x = tg.randn(4, 5)
     F.gelu(x)
     assert not eager_fusion._programs  # first sighting
-    monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 21)
+    monkeypatch.setattr(eager_fusion, "OP_MIN_ELEMENTS", 21)
     F.gelu(x)
     assert not eager_fusion._programs  # 20 elements: below the threshold
-    monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 20)
+    monkeypatch.setattr(eager_fusion, "OP_MIN_ELEMENTS", 20)
     F.gelu(x)
     assert eager_fusion._programs
 

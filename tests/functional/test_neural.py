@@ -128,7 +128,7 @@ def test_softmax_of_a_row_holding_inf_is_nan_and_of_an_all_negative_inf_row_too(
     for run in (op, tg.compile(op)):
         out = run(x, 1).numpy()
         assert np.isnan(out[:2]).all()
-        np.testing.assert_allclose(out[2], op(tg.tensor([-np.inf, 0.0, 1.0]), 0).numpy())
+        np.testing.assert_allclose(out[2], op(tg.tensor([-np.inf, 0.0, 1.0], dtype=tg.float64), 0).numpy())
         assert not np.isnan(out[2]).any()
 
 

@@ -16,8 +16,10 @@ CHECKS = [gradcheck, gradgradcheck]
 
 @pytest.fixture(autouse=True)
 def _op_by_op(monkeypatch):
-    """Eager calls take the op-by-op path whatever their size (no fused composites)."""
+    """Eager calls take the op-by-op path whatever their size (no fused composites, each
+    one-op primitive its NumPy implementation)."""
     monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 1 << 62)
+    monkeypatch.setattr(eager_fusion, "OP_MIN_ELEMENTS", 1 << 62)
 
 
 def _leaf(shape, seed=0, dtype=tg.float64):
@@ -437,10 +439,10 @@ ONE_OPS = {"layer_norm": lambda x: F.layer_norm(x, x.shape[-1:]), "gelu": F.gelu
 
 @pytest.mark.parametrize("dtype", [tg.float64, tg.float32])
 @pytest.mark.parametrize("name", ONE_OPS)
-def test_on_large_arrays_the_op_runs_one_program_of_its_composite_with_numpys_values(name, dtype, monkeypatch):
+def test_from_its_second_call_the_op_runs_one_program_of_its_composite_with_numpys_values(name, dtype, monkeypatch):
     from tracegrad.autograd.lru import RecencyCache
     from tracegrad.runtime.program_cache import PROGRAMS
-    monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 4)  # (the fixture's op-by-op threshold, lowered again)
+    monkeypatch.setattr(eager_fusion, "OP_MIN_ELEMENTS", 4)  # (the fixture's op-by-op threshold, lowered again)
     monkeypatch.setattr(eager_fusion, "_seen", RecencyCache(eager_fusion.CAPACITY))
     monkeypatch.setattr(eager_fusion, "_op_programs", RecencyCache(eager_fusion.CAPACITY))
     monkeypatch.setattr(eager_fusion, "_programs", PROGRAMS.user("eager fusion", eager_fusion.RECIPE))
@@ -464,6 +466,28 @@ def test_on_large_arrays_the_op_runs_one_program_of_its_composite_with_numpys_va
 
 
 # --- lstm_gates: an LSTM step's elementwise part ----------------------------------------------
+
+@pytest.mark.parametrize("dtype", [tg.float64, tg.float32])
+def test_from_its_second_call_lstm_gates_runs_one_program_of_both_results(dtype, monkeypatch):
+    from tracegrad.autograd.lru import RecencyCache
+    from tracegrad.runtime.program_cache import PROGRAMS
+    monkeypatch.setattr(eager_fusion, "OP_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(eager_fusion, "_seen", RecencyCache(eager_fusion.CAPACITY))
+    monkeypatch.setattr(eager_fusion, "_op_programs", RecencyCache(eager_fusion.CAPACITY))
+    monkeypatch.setattr(eager_fusion, "_programs", PROGRAMS.user("eager fusion", eager_fusion.RECIPE))
+    gates, c = _leaf((5, 12), 7, dtype), _leaf((5, 3), 8, dtype)
+    tol = dict(rtol=1e-12, atol=1e-13) if dtype is tg.float64 else dict(rtol=2e-5, atol=1e-6)
+    results = [neural.lstm_gates(gates, c) for _ in range(eager_fusion.FUSE_AFTER + 1)]  # NumPy, then the program
+    assert len(eager_fusion._op_programs) == 1
+    for h, c_next in results[1:]:
+        np.testing.assert_allclose(h.detach().numpy(), results[0][0].detach().numpy(), **tol)
+        np.testing.assert_allclose(c_next.detach().numpy(), results[0][1].detach().numpy(), **tol)
+        assert h.grad_fn.name() == "LstmGatesBackward"
+    grads = tg.autograd.grad((results[-1][0] * results[-1][1]).sum(), [gates, c])
+    wants = tg.autograd.grad((results[0][0] * results[0][1]).sum(), [gates, c])
+    for grad, want in zip(grads, wants):
+        np.testing.assert_allclose(grad.numpy(), want.numpy(), **tol)
+
 
 LSTM_SHAPES = {"batch": (3, 2), "one_row_one_unit": (1, 1), "empty_batch": (0, 2), "no_units": (2, 0)}
 

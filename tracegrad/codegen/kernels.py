@@ -31,6 +31,7 @@ from llvmlite import ir
 from tracegrad.codegen import fastcall
 from tracegrad.codegen.fusion import FusedKernel, RowGroup
 from tracegrad.codegen.ir_builder import I8, I64, ScalarBuilder, emit_loop, memory_type, register_type
+from tracegrad.codegen.loop_order import inner_order
 from tracegrad.ir import types
 from tracegrad.ir.graph import Node, Value
 from tracegrad.ir.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
@@ -321,7 +322,13 @@ def _map_loop(builder, b: ScalarBuilder, emitter: _Emitter, kernel: FusedKernel,
     if emitter.flat:
         _loop(builder, end, lambda i: body([i]), start, interleave=interleave)
     elif shape:
-        _loop(builder, end, lambda i: _nest(builder, list(shape[1:]), body, (i,), interleave), start,
+        order = inner_order(kernel)
+        if order != list(range(1, len(shape))):  # (a transposed read made contiguous: `loop_order.py`)
+            position = {axis: k + 1 for k, axis in enumerate(order)}
+            in_domain_order = body
+            body = lambda index: in_domain_order([index[0]] + [index[position[d]] for d in range(1, len(shape))])  # noqa: E731
+            interleave = _long_body_interleave(builder, shape[order[-1]])
+        _loop(builder, end, lambda i: _nest(builder, [shape[d] for d in order], body, (i,), interleave), start,
               interleave=interleave if len(shape) == 1 else None)
     else:
         body([])

@@ -6,8 +6,8 @@ primitive. Arithmetic
 where the gain is the kernel's threads (NumPy's elementwise loops use one core).
 
 (The composites that are also one-op primitives, `ops/neural.py`, are not fused here:
-eager execution records the one op, and `_compiled_op` is its implementation on large
-arrays, one program of the composite registered with `decomposes`.)
+eager execution records the one op, and `_compiled_op` is its implementation, one
+program of the composite registered with `decomposes`, on arrays of any size.)
 
 The composite is still recorded exactly as op-by-op eager execution records it: it runs
 under a `FusionTrace`, so `bind` makes the same nodes, wired to the arguments' autograd
@@ -50,6 +50,7 @@ from tracegrad.tensor import Tensor
 MIN_ELEMENTS = 1 << 16  # the largest tensor argument must have this many elements
 SINGLE_OP_FACTOR = 16   # ... times this for one elementwise op (1M elements by default)
 FUSE_AFTER = 2          # sightings of a call signature before it runs fused
+OP_MIN_ELEMENTS = 1     # the largest array of a one-op primitive run by its program (`_compiled_op`)
 CAPACITY = 256          # call signatures remembered
 CACHE_BYTES = 32 * 2**20  # what its programs may take in the program cache
 # How the programs are built from a graph: `optimize`, then `build_program` (as the eager
@@ -326,7 +327,8 @@ def _build(graph: Graph):
 # Op name -> its composite, as a function of the op's arguments (arrays as tensors) and
 # attributes: what a one-op primitive's compiled implementation runs (`decomposes`).
 _DECOMPOSITIONS: dict = {}
-# (op, arrays' shapes, strides and dtypes, attributes) -> (program, sources) or False.
+# (op, arrays' shapes, strides and dtypes, attributes) -> (program cache entry, its key,
+# sources) or False; an entry the program cache dropped is built again.
 _op_programs = RecencyCache(CAPACITY)
 
 
@@ -337,31 +339,37 @@ def decomposes(name: str, composite) -> None:
 
 def _compiled_op(prim, arrays: tuple, attrs: dict):
     """Op `prim` of `ops/neural.py` on `arrays` by one program of its composite, from the
-    FUSE_AFTER-th call with arrays of one geometry when the largest has MIN_ELEMENTS; None
-    (NumPy runs it) otherwise. Unlike a fused composite, nothing is recorded here: the op
-    is one node, and this is its implementation."""
+    FUSE_AFTER-th call with arrays of one geometry, whatever their size (OP_MIN_ELEMENTS:
+    the program is run without tracing, and beats the op's NumPy passes even on a few
+    elements); None (NumPy runs it) otherwise. Unlike a fused composite, nothing is
+    recorded here: the op is one node, and this is its implementation. A tuple of arrays
+    for an op of several outputs."""
     composite = _DECOMPOSITIONS.get(prim.name)
     if composite is None:
         return None
     largest = 0
     for array in arrays:
         largest = max(largest, array.size)
-    if largest < MIN_ELEMENTS or not reference.eager_compile():
+    if largest < OP_MIN_ELEMENTS or not reference.eager_compile():
         return None
     key = (prim.name, tuple([(a.shape, a.strides, a.dtype) for a in arrays]), tuple(sorted(attrs.items())))
-    if not _sighted_enough(key):
-        return None
     entry = _op_programs.get(key)
+    if entry is not None and entry is not False and not entry[0].live:  # dropped by the program cache
+        entry = None
     if entry is None:
+        if not _sighted_enough(key):
+            return None
         entry = _op_program(composite, arrays, attrs)
         _op_programs.put(key, entry)
     if entry is False:
         return None
-    program, sources = entry
-    (out,) = program.run([arrays[s] if s.__class__ is int else s for s in sources])
-    if not out.flags.owndata or any(out is a for a in arrays):
-        out = np.array(out, copy=True)  # a simplification returned an input or a view
-    return out
+    cached, program_key, sources = entry
+    program_cache.PROGRAMS.touch(_programs, program_key)
+    outs = list(cached.program.run([arrays[s] if s.__class__ is int else s for s in sources]))
+    for i, out in enumerate(outs):
+        if not out.flags.owndata or any(out is a for a in arrays):
+            outs[i] = np.array(out, copy=True)  # a simplification returned an input or a view
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def _op_program(composite, arrays: tuple, attrs: dict):
@@ -378,21 +386,24 @@ def _op_program(composite, arrays: tuple, attrs: dict):
             result = composite(*tensors, **attrs)
     except _NotFusable:
         return False
-    node = result._value.node if result._data is None else None
-    if node is None or node.op.kind == MOVEMENT:
-        return False
+    results = result if isinstance(result, tuple) else (result,)
+    for t in results:
+        node = t._value.node if t._data is None else None
+        if node is None or node.op.kind == MOVEMENT:
+            return False
+    from tracegrad.ir.structural_key import structural_key
+
     given = {value: tensor._data for tensor, value in trace.read.values()}
-    graph, inputs = _program_graph(trace, [result._value], given)
-    program = _program(graph, inputs)
-    if program is None:
-        return False
+    graph, inputs = _program_graph(trace, [t._value for t in results], given)
     sources: list = []
     for array in inputs:
         index = next((i for i, a in enumerate(arrays) if array is a), None)
         if index is None and any(np.shares_memory(array, a) for a in arrays):
             return False  # (an argument's view, not the argument: not a constant)
         sources.append(array if index is None else index)
-    return program, sources
+    key = structural_key(graph, inputs)
+    cached = program_cache.PROGRAMS.entry(_programs, key, lambda: _build(graph))
+    return False if cached.program is None else (cached, key, sources)
 
 
 def _install() -> None:

@@ -20,6 +20,7 @@ from tracegrad.functional._util import composite, normalize_dim, scalar_tensor
 from tracegrad.functional import eager_fusion
 from tracegrad.functional.eager_fusion import fused
 from tracegrad.functional.linalg import matmul
+from tracegrad.functional.pieces import chunk
 from tracegrad.functional.arith import relu  # noqa: F401  (re-exported)
 
 
@@ -221,6 +222,19 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     return arith.mul(ew.mul(input, ew.convert(keep, input.dtype)), scale)
 
 
+@composite
+def lstm_gates(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    """An LSTM step's elementwise part: the new hidden and cell states from the gate
+    pre-activations (N, 4H), in PyTorch's order input, forget, cell, output, and the cell
+    state (N, H): c' = sigmoid(f) c + sigmoid(i) tanh(g), h' = sigmoid(o) tanh(c'). Eager
+    execution binds it as one op (`ops.neural.lstm_gates`, PyTorch's fused cell)."""
+    if gates.ndim == 2 and neural_ops.one_op(gates, c):
+        return neural_ops.lstm_gates(gates, c)
+    in_gate, forget_gate, cell_gate, out_gate = chunk(gates, 4, -1)
+    c_next = arith.add(arith.mul(sigmoid(forget_gate), c), arith.mul(sigmoid(in_gate), tanh(cell_gate)))
+    return arith.mul(sigmoid(out_gate), tanh(c_next)), c_next
+
+
 def _layer_norm_of_op(x: Tensor, *params: Tensor, normalized: int, eps: float, weight: bool, bias: bool) -> Tensor:
     return layer_norm(x, x.shape[x.ndim - normalized:], params[0] if weight else None, params[-1] if bias else None,
                       eps)
@@ -236,5 +250,5 @@ def _log_softmax_of_op(x: Tensor, axis: int) -> Tensor:
 
 # The one-op primitives' programs on large arrays are these composites (eager_fusion).
 for _name, _composite in (("layer_norm", _layer_norm_of_op), ("gelu", gelu), ("softmax", _softmax_of_op),
-                          ("log_softmax", _log_softmax_of_op)):
+                          ("log_softmax", _log_softmax_of_op), ("lstm_gates", lstm_gates)):
     eager_fusion.decomposes(_name, _composite)

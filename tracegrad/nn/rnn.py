@@ -25,7 +25,6 @@ from tracegrad.nn import init
 from tracegrad.nn.module import Module
 from tracegrad.nn.parameter import Parameter
 from tracegrad.nn.utils.rnn import PackedSequence, packed_to_padded, padded_to_packed
-from tracegrad.ops import neural as neural_ops
 from tracegrad.tensor import Tensor
 
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
@@ -42,7 +41,7 @@ def _parameter(shape: tuple[int, ...], dtype) -> Parameter:
 # following its ~15 primitives one by one (`jit/composite.py`). (Not `@fused`: eager fusion
 # goes by the largest argument, here the weight, while a step's elementwise work is on the
 # small gates; fused, W8's eager step took 13% longer.) Eagerly, an LSTM step's elementwise
-# part is one op (`ops.neural.lstm_gates`, as PyTorch's fused cell): W8's eager step 47 -> 35 ms.
+# part is one op (`F.lstm_gates`, as PyTorch's fused cell): W8's eager step 47 -> 35 ms.
 
 @composite
 def _rnn_step(gi: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor | None, nonlinearity: str) -> Tensor:
@@ -53,12 +52,7 @@ def _rnn_step(gi: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor | None, nonlinea
 @composite
 def _lstm_step(gi: Tensor, h: Tensor, c: Tensor, w_hh: Tensor, b_hh: Tensor | None,
                w_hr: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    gates = F.add(gi, F.linear(h, w_hh, b_hh))
-    if w_hr is None and gates.ndim == 2 and neural_ops.one_op(gates, c):
-        return neural_ops.lstm_gates(gates, c)  # (eager: the elementwise part as one op)
-    in_gate, forget_gate, cell_gate, out_gate = F.chunk(gates, 4, -1)
-    c_next = F.add(F.mul(F.sigmoid(forget_gate), c), F.mul(F.sigmoid(in_gate), F.tanh(cell_gate)))
-    h_next = F.mul(F.sigmoid(out_gate), F.tanh(c_next))
+    h_next, c_next = F.lstm_gates(F.add(gi, F.linear(h, w_hh, b_hh)), c)
     if w_hr is not None:
         h_next = F.linear(h_next, w_hr)
     return h_next, c_next

@@ -20,10 +20,10 @@ log_softmax's output, nll_loss's targets, layer_norm's input), where PyTorch, sa
 value itself, refuses such a backward.
 
 None has code generation of its own: only eager graphs hold them (a compiled program that
-meets one, in the backward of a graph recorded eagerly, runs its implementation). On
-large arrays the implementation of softmax, log_softmax, layer_norm and gelu is one
-compiled program of the composite (`set_compiled_impl`: eager fusion's, built after a
-shape's second call), with NumPy's before that and on small arrays.
+meets one, in the backward of a graph recorded eagerly, runs its implementation). The
+implementation of softmax, log_softmax, layer_norm, gelu and lstm_gates is one compiled
+program of the composite (`set_compiled_impl`: eager fusion's, built at a geometry's
+second call, whatever its size), with NumPy's before that.
 """
 
 from __future__ import annotations
@@ -425,7 +425,8 @@ def _lstm_gates_vjp(ctx, g_h, g_c):
 # PyTorch's order input, forget, cell, output, and the cell state (N, H). The composite
 # saves only values computed from the gates (so they are saved as a copy) and the cell
 # state itself (the forget gate's product), which the gates' gradient alone reads.
-LSTM_GATES = Primitive("lstm_gates", shape_rule=_lstm_gates_rule, impl=quiet_keywords(_lstm_gates_impl), kind=OTHER,
+LSTM_GATES = Primitive("lstm_gates", shape_rule=_lstm_gates_rule, impl=_with_compiled("lstm_gates", _lstm_gates_impl),
+                       kind=OTHER,
                        num_outputs=2, saves_inputs=(0, 1), saves_copies=(0,), saved_for={1: (0,)},
                        vjp=_lstm_gates_vjp, backward_name="LstmGatesBackward")
 
