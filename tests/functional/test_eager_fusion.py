@@ -288,3 +288,23 @@ def test_weight_updated_in_place_before_backward_raises_for_a_size_zero_input():
             weight.mul_(2.0)
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             out.sum().backward()
+
+
+def test_a_transposed_argument_is_read_through_a_permute_not_copied_first():
+    base = np.random.default_rng(5).standard_normal((2, 5, 4, 3))
+    x = tg.from_numpy(base).permute(0, 3, 1, 2)  # NHWC data viewed as NCHW
+    want = base.transpose(0, 3, 1, 2) / (1 + np.exp(-base.transpose(0, 3, 1, 2)))
+    np.testing.assert_allclose(F.silu(x).numpy(), want, rtol=1e-12)
+    (program,) = eager_fusion._programs.programs().values()
+    assert program.input_types[0].shape == (2, 5, 4, 3)  # the array itself, in its own layout
+    x_t = tg.from_numpy(base).transpose(1, 3)  # a transpose of a view that is no permute of C order
+    np.testing.assert_allclose(F.silu(x_t[:, :2]).numpy(), F.silu(x_t[:, :2].contiguous()).numpy(), rtol=1e-12)
+
+
+def test_transposed_source_recognises_only_permutations_of_c_order():
+    a = np.zeros((2, 3, 4))
+    assert eager_fusion._transposed_source(a) is None  # C order already
+    source, perm = eager_fusion._transposed_source(a.transpose(2, 0, 1))
+    assert source.flags.c_contiguous and np.shares_memory(source, a) and perm == (2, 0, 1)
+    assert eager_fusion._transposed_source(a[:, ::2]) is None  # strided, not transposed
+    assert eager_fusion._transposed_source(np.broadcast_to(a[:1], (5, 3, 4))) is None

@@ -45,6 +45,8 @@ from tracegrad.codegen.fusion import LOWERED_DTYPES
 from tracegrad.ir.graph import Graph, Node, Value
 from tracegrad.ops.tracer import Tracer
 from tracegrad.ir.primitive import MOVEMENT
+from tracegrad.ir.types import TensorType
+from tracegrad.ops.movement import PERMUTE
 from tracegrad.tensor import Tensor
 
 MIN_ELEMENTS = 1 << 16  # the largest tensor argument must have this many elements
@@ -253,7 +255,7 @@ def _compute(trace: FusionTrace, values: list[Value]) -> dict[Value, np.ndarray]
             computed.append(value)
     arrays = dict(given)
     if computed:
-        graph, inputs = _program_graph(trace, computed, given)
+        graph, inputs = _program_graph(trace, computed, given, transposed_inputs=True)
         program = _program(graph, inputs)
         if program is None:
             return None
@@ -269,8 +271,24 @@ def _compute(trace: FusionTrace, values: list[Value]) -> dict[Value, np.ndarray]
     return arrays
 
 
-def _program_graph(trace: FusionTrace, outputs: list[Value], given: dict) -> tuple[Graph, list]:
-    """A copy of the traced nodes `outputs` need, reading the given arrays as inputs."""
+def _transposed_source(array: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]] | None:
+    """(source, perm) when `array` is `source.transpose(perm)` of a C-contiguous `source`
+    (a convolution's NHWC product viewed as NCHW), else None."""
+    if array.flags.c_contiguous or array.ndim < 2 or 0 in array.shape:
+        return None
+    order = tuple(sorted(range(array.ndim), key=lambda axis: -array.strides[axis]))
+    source = array.transpose(order)
+    if not source.flags.c_contiguous:
+        return None
+    return source, tuple(order.index(axis) for axis in range(array.ndim))
+
+
+def _program_graph(trace: FusionTrace, outputs: list[Value], given: dict,
+                   transposed_inputs: bool = False) -> tuple[Graph, list]:
+    """A copy of the traced nodes `outputs` need, reading the given arrays as inputs. With
+    `transposed_inputs`, an array that is a transpose of a C-contiguous one enters as that
+    array and a permute (the kernel reads it transposed, in its own loop order) instead of
+    being copied into C order before the kernel runs."""
     needed: set[int] = set()
     stack = [v.node for v in outputs]
     while stack:
@@ -288,9 +306,19 @@ def _program_graph(trace: FusionTrace, outputs: list[Value], given: dict) -> tup
             continue
         for v in node.inputs:
             if v not in mapped and v in given:
-                mapped[v] = Value(v.type, name=f"in{len(inputs)}")
-                inputs.append(mapped[v])
-                arrays.append(given[v])
+                transposed = _transposed_source(given[v]) if transposed_inputs else None
+                if transposed is None:
+                    mapped[v] = Value(v.type, name=f"in{len(inputs)}")
+                    inputs.append(mapped[v])
+                    arrays.append(given[v])
+                    continue
+                source, perm = transposed
+                value = Value(TensorType(source.shape, v.type.dtype), name=f"in{len(inputs)}")
+                inputs.append(value)
+                arrays.append(source)
+                view = Node(PERMUTE, (value,), {"perm": perm}, (v.type,), node.location)
+                nodes.append(view)
+                mapped[v] = view.output(0)
         clone = Node(node.op, tuple(mapped[v] for v in node.inputs), node.attrs, node.out_types,
                      node.location)
         nodes.append(clone)
