@@ -138,13 +138,14 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
 
 @composite
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    if input.shape[-1:] != weight.shape[-1:]:
+    in_shape, weight_shape = input._type.shape, weight._type.shape  # (not `.shape`: a Size per read)
+    if in_shape[-1:] != weight_shape[-1:]:
         raise RuntimeError(f"linear: mat1 and mat2 shapes cannot be multiplied ({list(input.shape)} "
                            f"and weight {list(weight.shape)}): expected input's last dim "
                            f"{input.shape[-1] if input.ndim else None} to equal weight.shape[1]")
-    if (input.ndim >= 2 and weight.ndim == 2 and (bias is None or bias.shape == weight.shape[:1])
+    if (len(in_shape) >= 2 and len(weight_shape) == 2 and (bias is None or bias._type.shape == weight_shape[:1])
             and neural_ops.one_op(input, weight, bias)):
-        if input.ndim == 2:
+        if len(in_shape) == 2:
             return neural_ops.linear(input, weight, bias)  # (eager: one op, as PyTorch's addmm)
         rows = mv.reshape(input, (math.prod(input.shape[:-1]), input.shape[-1]))
         return mv.reshape(neural_ops.linear(rows, weight, bias), input.shape[:-1] + weight.shape[:1])

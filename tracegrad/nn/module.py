@@ -87,10 +87,17 @@ class Module:
         self.__dict__.pop(name, None)
 
     def __getattr__(self, name: str):
-        for registry in ("_parameters", "_modules", "_buffers"):
-            found = self.__dict__.get(registry, {})
-            if name in found:
-                return found[name]
+        # (Unrolled: every `self.weight` and `self.layer` of every forward comes here.)
+        registries = self.__dict__
+        found = registries.get("_parameters")
+        if found is not None and name in found:
+            return found[name]
+        found = registries.get("_modules")
+        if found is not None and name in found:
+            return found[name]
+        found = registries.get("_buffers")
+        if found is not None and name in found:
+            return found[name]
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __delattr__(self, name: str) -> None:
@@ -171,8 +178,9 @@ class Module:
         raise NotImplementedError(f"Module [{type(self).__name__}] is missing the required \"forward\" function")
 
     def __call__(self, *args, **kwargs):
-        if any(self.__dict__.get(registry) for registry in
-               ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")):
+        hooks = self.__dict__  # (no generator: every module call pays this check)
+        if (hooks.get("_forward_pre_hooks") or hooks.get("_forward_hooks") or hooks.get("_backward_pre_hooks")
+                or hooks.get("_backward_hooks")):
             return call_with_hooks(self, args, kwargs)
         return self.forward(*args, **kwargs)
 
