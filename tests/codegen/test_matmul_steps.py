@@ -132,3 +132,11 @@ def test_eager_products_use_the_generated_kernel_from_the_third_of_a_kind(monkey
     small = tg.ones(4, 5) @ tg.ones(5, 3)  # below EAGER_MIN_WORK: always NumPy
     np.testing.assert_allclose(small.numpy(), np.full((4, 3), 5.0))
     assert len(used) == 2
+    # Just above what OpenBLAS keeps on one thread (then its worker spins for 0.1 s,
+    # holding the core our two-thread kernels wait for): the generated GEMM, as compiled.
+    c, d = tg.ones(64, 64), tg.ones(64, 65)
+    assert 64 * 64 * 65 > matmul_steps.NUMPY_MAX_WORK
+    for _ in range(3):
+        np.testing.assert_allclose((c @ d).numpy(), np.full((64, 65), 64.0))
+    assert len(used) == 3
+    assert matmul_steps.EAGER_MIN_WORK == matmul_steps.NUMPY_MAX_WORK + 1

@@ -52,7 +52,13 @@ ROUNDS = 3
 COMPILE_AFTER = 2  # runs of a step through NumPy before its generated kernel is compiled
 NUMPY, GENERATED, MEASURE = "numpy", "generated", "measure"
 
-EAGER_MIN_WORK = 1 << 20  # multiply-adds from which an eager product may use the GEMM
+# Multiply-adds from which an eager product may use the GEMM: those OpenBLAS would run on
+# two threads. After such a product OpenBLAS's worker thread busy-waits for more work for
+# ~0.1 s (2^28 cycles), holding the core that every two-thread kernel and GEMM of ours
+# then waits for: W11's one (32, 64) @ (64, 256) input projection per step (7 µs through
+# NumPy, 11 generated) made the whole eager step 23% slower (9.8 against 7.5 ms with
+# OPENBLAS_NUM_THREADS=1).
+EAGER_MIN_WORK = (1 << 18) + 1
 # Up to this many multiply-adds a compiled product runs through NumPy: OpenBLAS keeps such
 # a product on one thread (its threshold: 65536 * 4), so no thread of it waits for a busy
 # core, and its fixed cost is a few µs where the generated GEMM's packing and blocking take
