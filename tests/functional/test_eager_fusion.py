@@ -308,3 +308,16 @@ def test_transposed_source_recognises_only_permutations_of_c_order():
     assert source.flags.c_contiguous and np.shares_memory(source, a) and perm == (2, 0, 1)
     assert eager_fusion._transposed_source(a[:, ::2]) is None  # strided, not transposed
     assert eager_fusion._transposed_source(np.broadcast_to(a[:1], (5, 3, 4))) is None
+
+
+def test_a_convolution_is_fused_by_the_size_of_its_output_not_of_its_input(monkeypatch):
+    monkeypatch.setattr(eager_fusion, "MIN_ELEMENTS", 1000)
+    rng = np.random.default_rng(6)
+    x = tg.from_numpy(rng.standard_normal((2, 1, 10, 10)))  # 200 elements
+    wide, narrow = (tg.from_numpy(rng.standard_normal((n, 1, 3, 3))) for n in (8, 2))
+    F.conv2d(x, narrow)  # ~400 elements out: op by op
+    assert not eager_fusion._programs
+    got = F.conv2d(x, wide)  # ~1600 out: one program
+    assert eager_fusion._programs
+    _op_by_op(monkeypatch)
+    np.testing.assert_allclose(got.numpy(), F.conv2d(x, wide).numpy(), rtol=1e-12)

@@ -84,7 +84,15 @@ def _check_4d(name: str, input: Tensor) -> None:
                            "(unbatched 3-D input is not supported)")
 
 
-@fused
+def _conv_output_size(input, weight, *args, **kwargs) -> int:
+    """About how many elements a convolution writes (its input's, per input channel, times
+    the output channels: stride and padding aside), which is what fusing it saves on."""
+    if not (isinstance(input, Tensor) and isinstance(weight, Tensor) and input.ndim == 4 and weight.ndim == 4):
+        return 0
+    return input._type.numel // max(input._type.shape[1], 1) * weight._type.shape[0]
+
+
+@fused(size=_conv_output_size)
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrPair = 1,
            padding: IntOrPair | str = 0, dilation: IntOrPair = 1, groups: int = 1) -> Tensor:
     """PyTorch's conv2d (cross-correlation): input (N, C, H, W), weight (O, C/groups, kh, kw)."""

@@ -92,13 +92,15 @@ class FusionTrace(Tracer):
         raise _NotFusable
 
 
-def fused(composite=None, *, single_op: bool = False):
+def fused(composite=None, *, single_op: bool = False, size=None):
     """Run `composite` fused on large eager tensors (see the module docstring). A
     `single_op` function (an elementwise op with its broadcast) gains only its kernel's
     threads over NumPy, so it is fused from SINGLE_OP_FACTOR times more elements, and only
-    on floating-point tensors (NumPy's errors for bool or integer operands stay)."""
+    on floating-point tensors (NumPy's errors for bool or integer operands stay). `size`:
+    the call's size to compare with MIN_ELEMENTS, given its arguments, where the largest
+    argument does not tell (a convolution's work goes by its output)."""
     if composite is None:
-        return lambda fn: fused(fn, single_op=single_op)
+        return lambda fn: fused(fn, single_op=single_op, size=size)
     factor = SINGLE_OP_FACTOR if single_op else 1
 
     @functools.wraps(composite)
@@ -106,14 +108,18 @@ def fused(composite=None, *, single_op: bool = False):
         tracer = MODE.tracer
         if tracer is not None:  # traced: recorded op by op (checked first, for its per-op cost),
             return tracer.composite(composite, args, kwargs)  # or in one step (jit.composite)
-        if not kwargs:  # small eager tensors (the common call) leave before `_signature`
-            threshold = MIN_ELEMENTS * factor
+        threshold = MIN_ELEMENTS * factor
+        if size is not None:
+            if size(*args, **kwargs) < threshold:
+                return composite(*args, **kwargs)
+            threshold = 0
+        elif not kwargs:  # small eager tensors (the common call) leave before `_signature`
             for item in args:
                 if isinstance(item, Tensor) and item._data is not None and item._data.size >= threshold:
                     break
             else:
                 return composite(*args)
-        signature = _signature(composite, args, kwargs, MIN_ELEMENTS * factor, single_op)
+        signature = _signature(composite, args, kwargs, threshold, single_op)
         if signature is None or not _sighted_enough(signature):
             return composite(*args, **kwargs)
         result = _run_fused(composite, args, kwargs)
