@@ -13,6 +13,9 @@ own switch:
 | traced-backward templates (`autograd/traced_backward.py`)    | none                        |
 | the eager backward cache (`autograd/backward_cache.py`)      | none                        |
 | eager fusion (`functional/eager_fusion.py`)                  | `TRACEGRAD_EAGER_COMPILE=0` |
+| optimizer updates fused in place (`functional/fused_update.py`) | `TRACEGRAD_EAGER_COMPILE=0` |
+| in-place arithmetic on data by NumPy in place (`tensor_methods._writes_data_only`) | none |
+| a `TensorDataset` batch in one gather (`TensorDataset.collated_batch`) | none |
 | the generated GEMM of large eager products (`matmul_steps`)  | `TRACEGRAD_MATMUL=numpy`    |
 | the in-memory program cache (`runtime/program_cache.py`)     | none                        |
 | the disk cache of object code (`runtime/disk_cache.py`)      | `TRACEGRAD_CACHE=0`         |

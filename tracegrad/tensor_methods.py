@@ -9,6 +9,7 @@ from types import FunctionType
 import numpy as np
 
 from tracegrad import functional as F
+from tracegrad import reference
 from tracegrad.functional.pieces import repeat as _repeat
 from tracegrad.autograd.engine import backward
 from tracegrad.device import check_device, is_device
@@ -18,6 +19,7 @@ from tracegrad.ir import types
 from tracegrad.ops import REGISTRY
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops import indexing, layout
+from tracegrad.ops.fp_errors import quiet
 from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
 from tracegrad.ops.trace import EAGER
 from tracegrad.tensor import (
@@ -496,17 +498,65 @@ def _keep_value_read(self: Tensor, node, tracer) -> None:
     node.saved = (SavedTensor(original),) + node.saved[1:]
 
 
-def _inplace_binary(fn, name):
+def _inplace_binary(fn, name, numpy_op=None):
+    quiet_op = quiet(numpy_op) if numpy_op is not None else None
+
     def op(self, other, **kwargs):
+        if quiet_op is not None and _writes_data_only(self, other, kwargs):
+            # `_apply_inplace`'s result, computed with the same NumPy operations as the
+            # functional op's (other * alpha, then the op), written over self's data.
+            data = other._data if other.__class__ is Tensor else np.asarray(other, self._data.dtype)
+            alpha = kwargs.get("alpha", 1)
+            if alpha != 1:
+                data = _quiet_multiply(data, np.asarray(alpha, self._data.dtype))
+            if self._data.size:  # (NumPy buffers an operand that overlaps the output)
+                quiet_op(self._data, data, self._data)
+            self._version_counter.value += 1
+            return self
         return _apply_inplace(self, name, lambda: fn(self, other, **kwargs), fresh=True)
     op.__name__ = name
     return op
 
 
-Tensor.add_ = _inplace_binary(F.add, "add_")
-Tensor.sub_ = _inplace_binary(F.sub, "sub_")
-Tensor.mul_ = _inplace_binary(F.mul, "mul_")
-Tensor.div_ = _inplace_binary(F.div, "div_")
+_quiet_multiply = quiet(np.multiply)
+# From this many elements the functional op runs as a kernel on both cores (eager fusion's
+# single-op threshold, 1M elements), which the in-place NumPy path would not.
+_NUMPY_INPLACE_MAX = 1 << 20
+
+
+def _writes_data_only(self: Tensor, other, kwargs: dict) -> bool:
+    """Whether an in-place `self op= other` (a tensor of self's dtype and a shape that
+    broadcasts to self's, or a Python number) changes nothing but self's data and version:
+    eager, nothing to record (no grad involved, self not a view while grad is on), self a
+    plain writable float tensor of at most _NUMPY_INPLACE_MAX elements."""
+    if MODE.tracer is not None or reference.ACTIVE or (kwargs and (len(kwargs) != 1 or "alpha" not in kwargs)):
+        return False
+    data = self._data
+    if (data is None or self._inference or self._volatile or not self._type.dtype.is_floating
+            or not data.flags.writeable or data.size > _NUMPY_INPLACE_MAX):
+        return False
+    alpha = kwargs.get("alpha", 1)
+    if alpha.__class__ not in (int, float):
+        return False
+    if other.__class__ is Tensor:
+        if other._data is None or other._volatile or other._type.dtype is not self._type.dtype:
+            return False
+        shape, other_shape = self._type.shape, other._type.shape
+        if other_shape != shape and (len(other_shape) > len(shape) or any(
+                n != 1 and n != m for n, m in zip(reversed(other_shape), reversed(shape)))):
+            return False
+        other_grad = other._requires_grad
+    elif other.__class__ in (int, float):
+        other_grad = False
+    else:
+        return False
+    return not MODE.grad_enabled or not (self._requires_grad or other_grad or self._base is not None)
+
+
+Tensor.add_ = _inplace_binary(F.add, "add_", np.add)
+Tensor.sub_ = _inplace_binary(F.sub, "sub_", np.subtract)
+Tensor.mul_ = _inplace_binary(F.mul, "mul_", np.multiply)
+Tensor.div_ = _inplace_binary(F.div, "div_", np.true_divide)
 Tensor.pow_ = _inplace_binary(F.arith.pow_op, "pow_")
 Tensor.__iadd__ = Tensor.add_
 Tensor.__isub__ = Tensor.sub_

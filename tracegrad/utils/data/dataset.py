@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tracegrad import reference
 from tracegrad.creation import from_numpy
 from tracegrad.grad_mode import MODE
 from tracegrad.random import Generator, randperm
@@ -59,7 +60,7 @@ class TensorDataset(Dataset):
         (a batch of 64 samples is otherwise 64 indexing ops per tensor and a stack), for
         tensors of data: concrete, needing no gradient, outside traces, and indices in
         range. None otherwise (the caller collates sample by sample)."""
-        if MODE.tracer is not None or MODE.inference or not indices:
+        if MODE.tracer is not None or MODE.inference or reference.ACTIVE or not indices:
             return None
         length = len(self)
         if not all(t.__class__ is Tensor and t._data is not None and not t._requires_grad for t in self.tensors):
