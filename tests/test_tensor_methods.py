@@ -113,6 +113,7 @@ def test_in_place_arithmetic_takes_the_numpy_path_only_where_nothing_is_recorded
     assert not _writes_data_only(p.data, tg.ones(2, 3), {})  # broadcasts beyond self: raises
     assert not _writes_data_only(p.data, tg.ones(3, dtype=tg.float64), {})  # promotion rules
     assert not _writes_data_only(tg.ones(3, dtype=tg.int64), 2, {})
+    assert not _writes_data_only(tg.ones(3, dtype=tg.float16), 2.0, {})  # its ops round as PyTorch's
 
 
 def test_in_place_arithmetic_that_involves_grad_still_records_or_raises():

@@ -522,17 +522,19 @@ _quiet_multiply = quiet(np.multiply)
 # From this many elements the functional op runs as a kernel on both cores (eager fusion's
 # single-op threshold, 1M elements), which the in-place NumPy path would not.
 _NUMPY_INPLACE_MAX = 1 << 20
+# (Not float16 or bfloat16: their ops round as PyTorch's, which NumPy's in-place ufunc would not.)
+_NUMPY_INPLACE_DTYPES = (types.float32, types.float64)
 
 
 def _writes_data_only(self: Tensor, other, kwargs: dict) -> bool:
     """Whether an in-place `self op= other` (a tensor of self's dtype and a shape that
     broadcasts to self's, or a Python number) changes nothing but self's data and version:
     eager, nothing to record (no grad involved, self not a view while grad is on), self a
-    plain writable float tensor of at most _NUMPY_INPLACE_MAX elements."""
+    plain writable float32 or float64 tensor of at most _NUMPY_INPLACE_MAX elements."""
     if MODE.tracer is not None or reference.ACTIVE or (kwargs and (len(kwargs) != 1 or "alpha" not in kwargs)):
         return False
     data = self._data
-    if (data is None or self._inference or self._volatile or not self._type.dtype.is_floating
+    if (data is None or self._inference or self._volatile or self._type.dtype not in _NUMPY_INPLACE_DTYPES
             or not data.flags.writeable or data.size > _NUMPY_INPLACE_MAX):
         return False
     alpha = kwargs.get("alpha", 1)
