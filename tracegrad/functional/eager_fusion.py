@@ -166,6 +166,11 @@ def _signature(composite, args: tuple, kwargs: dict, min_elements: int,
                 return None
             item = (item._type, item._requires_grad)
         parts.append((key, item))
+    return hashable_signature(parts)
+
+
+def hashable_signature(parts: list) -> tuple | None:
+    """`parts` as a signature, or None when an option in it cannot be hashed (a list)."""
     signature = tuple(parts)
     try:
         hash(signature)
@@ -366,6 +371,30 @@ _DECOMPOSITIONS: dict = {}
 _op_programs = RecencyCache(CAPACITY)
 
 
+def held_entry(entries: RecencyCache, key, sighted, make):
+    """The entry `entries` holds for `key`: (program cache entry, its key, sources), made by
+    `make()` once `sighted(key)` (counting this sighting) says the key was seen often
+    enough, or False for a call that makes no program; None before that. An entry whose
+    program the program cache dropped is made again."""
+    entry = entries.get(key)
+    if entry is not None and entry is not False and not entry[0].live:
+        entry = None
+    if entry is None:
+        if not sighted(key):
+            return None
+        entry = make()
+        entries.put(key, entry)
+    return entry
+
+
+def run_entry(entry: tuple, user, arrays) -> list:
+    """Run a `held_entry`'s program on `arrays`: per program input, `arrays[position]` or
+    the constant the entry holds."""
+    cached, program_key, sources = entry
+    program_cache.PROGRAMS.touch(user, program_key)
+    return cached.program.run([arrays[s] if s.__class__ is int else s for s in sources])
+
+
 def decomposes(name: str, composite) -> None:
     """Register `composite` as the program that computes op `name` on large arrays."""
     _DECOMPOSITIONS[name] = composite
@@ -387,19 +416,10 @@ def _compiled_op(prim, arrays: tuple, attrs: dict):
     if largest < OP_MIN_ELEMENTS or not reference.eager_compile():
         return None
     key = (prim.name, tuple([(a.shape, a.strides, a.dtype) for a in arrays]), tuple(sorted(attrs.items())))
-    entry = _op_programs.get(key)
-    if entry is not None and entry is not False and not entry[0].live:  # dropped by the program cache
-        entry = None
-    if entry is None:
-        if not _sighted_enough(key):
-            return None
-        entry = _op_program(composite, arrays, attrs)
-        _op_programs.put(key, entry)
-    if entry is False:
+    entry = held_entry(_op_programs, key, _sighted_enough, lambda: _op_program(composite, arrays, attrs))
+    if not entry:
         return None
-    cached, program_key, sources = entry
-    program_cache.PROGRAMS.touch(_programs, program_key)
-    outs = list(cached.program.run([arrays[s] if s.__class__ is int else s for s in sources]))
+    outs = list(run_entry(entry, _programs, arrays))
     for i, out in enumerate(outs):
         if not out.flags.owndata or any(out is a for a in arrays):
             outs[i] = np.array(out, copy=True)  # a simplification returned an input or a view

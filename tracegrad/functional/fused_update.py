@@ -23,7 +23,8 @@ import numpy as np
 
 from tracegrad import reference
 from tracegrad.codegen.fusion import LOWERED_DTYPES
-from tracegrad.functional.eager_fusion import FUSE_AFTER, FusionTrace, _NotFusable, _program_graph
+from tracegrad.functional.eager_fusion import (FUSE_AFTER, FusionTrace, _NotFusable, _program_graph,
+                                               hashable_signature, held_entry, run_entry)
 from tracegrad.grad_mode import MODE
 from tracegrad.autograd.lru import RecencyCache
 from tracegrad.ir.primitive import MOVEMENT
@@ -58,21 +59,10 @@ def update_in_place(composite, args: tuple, targets: tuple) -> bool:
     signature = _signature(composite, args, targets)
     if signature is None:
         return False
-    entry = _entries.get(signature)
-    if entry is not None and entry is not False and not entry[0].live:  # evicted from the program cache
-        entry = None
-    if entry is None:
-        count = _seen.get(signature, 0) + 1
-        _seen.put(signature, count)
-        if count < FUSE_AFTER:
-            return False
-        entry = _entry(composite, args, targets)
-        _entries.put(signature, entry)
-    if entry is False:
+    entry = held_entry(_entries, signature, _sighted_enough, lambda: _entry(composite, args, targets))
+    if not entry:
         return False
-    cached, key, sources = entry
-    program_cache.PROGRAMS.touch(_programs, key)
-    outputs = cached.program.run([args[s]._data if s.__class__ is int else s for s in sources])
+    outputs = run_entry(entry, _programs, [arg._data if isinstance(arg, Tensor) else None for arg in args])
     for target, array in zip(targets, outputs):
         if array is not target._data:  # (not stored in place by the planner)
             np.copyto(target._data, array)
@@ -115,6 +105,12 @@ def _entry(composite, args: tuple, targets: tuple):
     return False if cached.program is None else (cached, key, sources)
 
 
+def _sighted_enough(signature: tuple) -> bool:
+    count = _seen.get(signature, 0) + 1
+    _seen.put(signature, count)
+    return count >= FUSE_AFTER
+
+
 def _signature(composite, args: tuple, targets: tuple) -> tuple | None:
     """The call's types and options, or None when a tensor written is not a plain
     contiguous writable array of a lowered floating dtype, or overlaps another argument
@@ -138,12 +134,7 @@ def _signature(composite, args: tuple, targets: tuple) -> tuple | None:
         for other in tensors:
             if other is not target and np.may_share_memory(other._data, data):
                 return None
-    signature = tuple(parts)
-    try:
-        hash(signature)
-    except TypeError:
-        return None
-    return signature
+    return hashable_signature(parts)
 
 
 def _build(graph, donations: tuple):
