@@ -11,8 +11,9 @@ value into the buffer of the tensor it replaces (a donated input, `codegen/progr
 Taken only where it is the eager in-place update exactly: outside traces, grad mode off
 (an optimizer step: nothing is recorded), the tensors written plain contiguous writable
 arrays of a lowered floating dtype that overlap no other argument, the largest of them at
-least MIN_ELEMENTS (below that the op-by-op path costs less than a kernel call), from the
-FUSE_AFTER-th call of a signature (a one-off call does not pay for code generation). A new
+least MIN_ELEMENTS (a program runs faster than the op-by-op update at any size once built,
+but each new shape costs ~12 ms to compile: a bias's few microseconds do not repay it),
+from the FUSE_AFTER-th call of a signature (a one-off call does not pay for code generation). A new
 value the planner does not store in place is copied over its tensor. The version counter
 of each tensor written is bumped, as `copy_` bumps it.
 """
