@@ -314,7 +314,9 @@ def _check_view_update(self: Tensor, result: Tensor, name: str) -> bool:
     base = self._base
     if not MODE.grad_enabled:
         return False
-    if base._requires_grad and base._grad_fn is None:
+    # (PyTorch: a view that requires grad of a leaf, or any view of a leaf that does; the
+    # first is a view of a view made a leaf by requires_grad_(), whose base is the root.)
+    if base._grad_fn is None and (base._requires_grad or self._requires_grad):
         raise RuntimeError("a view of a " + LEAF_INPLACE_MESSAGE[2:])
     if not (result._requires_grad or self._requires_grad or base._requires_grad):
         return False

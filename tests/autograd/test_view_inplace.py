@@ -333,6 +333,13 @@ def _view_of_leaf(m):
     w[0].add_(1)
 
 
+def _view_of_a_view_made_a_leaf(m):
+    # (fuzz seed 80830015: the view's base is the root, a leaf without grad, yet the view
+    # requires grad through the leaf it views: PyTorch refuses the write)
+    w = m.ones(4)[::2].requires_grad_()
+    w.squeeze().mul_(2)
+
+
 def _expanded_view(m):
     h = m.ones(1, 3, requires_grad=True) * 2
     h.expand(2, 3).add_(1)
@@ -373,6 +380,8 @@ def _view_made_under_no_grad(m):
 
 ERRORS = {
     "view_of_leaf": (_view_of_leaf, "a view of a leaf Variable that requires grad is being used in an in-place"),
+    "view_of_a_view_made_a_leaf": (_view_of_a_view_made_a_leaf,
+                                   "a view of a leaf Variable that requires grad is being used in an in-place"),
     "expanded_view": (_expanded_view, "more than one element of the written-to tensor refers to a single"),
     "saved_view_modified": (_saved_view_modified, "modified by an inplace operation"),
     "view_times_itself": (_view_times_itself, "modified by an inplace operation"),
