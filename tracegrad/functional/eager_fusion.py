@@ -387,6 +387,19 @@ def held_entry(entries: RecencyCache, key, sighted, make):
     return entry
 
 
+def program_sources(inputs: list, arrays) -> list | None:
+    """Per program input, the position of the argument array it is (`arrays`: per
+    argument, its array or None), or the constant array the traced call made; None when an
+    input is a view of an argument (not the argument, nor a constant)."""
+    sources: list = []
+    for array in inputs:
+        position = next((i for i, a in enumerate(arrays) if a is array), None)
+        if position is None and any(a is not None and np.shares_memory(array, a) for a in arrays):
+            return None
+        sources.append(array if position is None else position)
+    return sources
+
+
 def run_entry(entry: tuple, user, arrays) -> list:
     """Run a `held_entry`'s program on `arrays`: per program input, `arrays[position]` or
     the constant the entry holds."""
@@ -449,12 +462,9 @@ def _op_program(composite, arrays: tuple, attrs: dict):
 
     given = {value: tensor._data for tensor, value in trace.read.values()}
     graph, inputs = _program_graph(trace, [t._value for t in results], given)
-    sources: list = []
-    for array in inputs:
-        index = next((i for i, a in enumerate(arrays) if array is a), None)
-        if index is None and any(np.shares_memory(array, a) for a in arrays):
-            return False  # (an argument's view, not the argument: not a constant)
-        sources.append(array if index is None else index)
+    sources = program_sources(inputs, arrays)
+    if sources is None:
+        return False
     key = structural_key(graph, inputs)
     cached = program_cache.PROGRAMS.entry(_programs, key, lambda: _build(graph))
     return False if cached.program is None else (cached, key, sources)

@@ -25,7 +25,7 @@ import numpy as np
 from tracegrad import reference
 from tracegrad.codegen.fusion import LOWERED_DTYPES
 from tracegrad.functional.eager_fusion import (FUSE_AFTER, FusionTrace, _NotFusable, _program_graph,
-                                               hashable_signature, held_entry, run_entry)
+                                               hashable_signature, held_entry, program_sources, run_entry)
 from tracegrad.grad_mode import MODE
 from tracegrad.autograd.lru import RecencyCache
 from tracegrad.ir.primitive import MOVEMENT
@@ -63,7 +63,7 @@ def update_in_place(composite, args: tuple, targets: tuple) -> bool:
     entry = held_entry(_entries, signature, _sighted_enough, lambda: _entry(composite, args, targets))
     if not entry:
         return False
-    outputs = run_entry(entry, _programs, [arg._data if isinstance(arg, Tensor) else None for arg in args])
+    outputs = run_entry(entry, _programs, _arrays(args))
     for target, array in zip(targets, outputs):
         if array is not target._data:  # (not stored in place by the planner)
             np.copyto(target._data, array)
@@ -92,18 +92,18 @@ def _entry(composite, args: tuple, targets: tuple):
             return False
     given = {value: tensor._data for tensor, value in trace.read.values()}
     graph, inputs = _program_graph(trace, [t._value for t in result], given)
-    sources: list = []
-    for array in inputs:
-        position = next((i for i, arg in enumerate(args) if isinstance(arg, Tensor) and arg._data is array), None)
-        if position is None and any(isinstance(arg, Tensor) and np.may_share_memory(array, arg._data)
-                                    for arg in args):
-            return False  # (an argument's view, not the argument: not a constant)
-        sources.append(array if position is None else position)
+    sources = program_sources(inputs, _arrays(args))
+    if sources is None:
+        return False
     donations = tuple((i, next(j for j, array in enumerate(inputs) if array is target._data))
                       for i, target in enumerate(targets) if any(array is target._data for array in inputs))
     key = (structural_key(graph, inputs), donations)
     cached = program_cache.PROGRAMS.entry(_programs, key, lambda: _build(graph, donations))
     return False if cached.program is None else (cached, key, sources)
+
+
+def _arrays(args: tuple) -> list:
+    return [arg._data if isinstance(arg, Tensor) else None for arg in args]
 
 
 def _sighted_enough(signature: tuple) -> bool:

@@ -37,15 +37,19 @@ def _stacked_data(batch: list) -> Tensor | None:
     """`stack(batch)` by one NumPy copy, for samples that are data: concrete tensors of
     one type that need no gradient, outside any trace (the usual batch: a stack records
     nothing for them, and one op per sample costs ten times the copy). None otherwise."""
-    if MODE.tracer is not None or MODE.inference:
-        return None
     typ = batch[0]._type
-    arrays = []
-    for t in batch:
-        if t.__class__ is not Tensor or t._data is None or t._requires_grad or t._type != typ:
-            return None
-        arrays.append(t._data)
-    return from_numpy(np.stack(arrays))
+    if not are_data(batch) or any(t._type != typ for t in batch):
+        return None
+    return from_numpy(np.stack([t._data for t in batch]))
+
+
+def are_data(tensors) -> bool:
+    """Whether `tensors` are data a batch may be gathered from with NumPy: concrete plain
+    tensors that need no gradient, outside traces and inference mode (where gathering op
+    by op would record nothing)."""
+    if MODE.tracer is not None or MODE.inference:
+        return False
+    return all(t.__class__ is Tensor and t._data is not None and not t._requires_grad for t in tensors)
 
 
 def _is_namedtuple(value: Any) -> bool:

@@ -15,7 +15,7 @@ import numpy as np
 
 from tracegrad import reference
 from tracegrad.creation import from_numpy
-from tracegrad.grad_mode import MODE
+from tracegrad.utils.data.collate import are_data
 from tracegrad.random import Generator, randperm
 from tracegrad.tensor import Tensor
 
@@ -60,11 +60,9 @@ class TensorDataset(Dataset):
         (a batch of 64 samples is otherwise 64 indexing ops per tensor and a stack), for
         tensors of data: concrete, needing no gradient, outside traces, and indices in
         range. None otherwise (the caller collates sample by sample)."""
-        if MODE.tracer is not None or MODE.inference or reference.ACTIVE or not indices:
+        if reference.ACTIVE or not indices or not are_data(self.tensors):
             return None
         length = len(self)
-        if not all(t.__class__ is Tensor and t._data is not None and not t._requires_grad for t in self.tensors):
-            return None
         rows = np.asarray(indices)
         if rows.dtype.kind not in "iu" or rows.ndim != 1 or rows.min() < -length or rows.max() >= length:
             return None  # (indexing sample by sample raises its own error)
