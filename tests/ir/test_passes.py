@@ -57,6 +57,21 @@ def test_constant_subexpressions_fold_into_one_constant():
     np.testing.assert_allclose(out, np.exp(2.0) * np.ones(3), rtol=1e-15)
 
 
+
+def test_a_view_of_a_constant_folds_into_the_constant_of_its_shape_and_a_padded_slice_does_not():
+    ew, mv = tg.ops.elementwise, tg.ops.movement
+
+    def views(x):
+        c = ew.full((2, 6), 3.0, tg.float64)
+        piece = mv.reshape(mv.permute(mv.slice_(c, (0, 1), (2, 4), (1, 1)), (1, 0)), (6,))
+        padded = mv.pad_slice(ew.full((1, 3), 3.0, tg.float64), (2, 3), (0, 0), (1, 3), (1, 1))
+        return ew.mul(mv.expand(mv.reshape(piece, (1, 6)), (3, 6)), x), padded
+    graph = optimize(_trace(views, TensorType((3, 6), tg.float64)))
+    assert sorted(_ops(graph)) == ["full", "full", "mul", "pad_slice"]
+    product, padded = interpret(graph, [np.ones((3, 6))])
+    np.testing.assert_array_equal(product, np.full((3, 6), 3.0))
+    np.testing.assert_array_equal(padded, [[3.0, 3.0, 3.0], [0.0, 0.0, 0.0]])
+
 def test_equal_nodes_are_merged():
     graph = optimize(_trace(lambda x: x.exp() + x.exp(), F64_3))
     assert _ops(graph).count("exp") == 1

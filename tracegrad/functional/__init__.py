@@ -36,7 +36,7 @@ from tracegrad.functional.products import (  # noqa: F401
     addbmm, addmv, addr, baddbmm, chain_matmul, cross, kron, matrix_power,
 )
 from tracegrad.functional.neural import (  # noqa: F401
-    cross_entropy, dropout, gelu, layer_norm, linear, log_softmax, lstm_gates, mse_loss, silu, softmax,
+    cross_entropy, dropout, gelu, layer_norm, linear, log_softmax, lstm_gates, lstm_layer, mse_loss, silu, softmax,
 )
 from tracegrad.functional.rearrange import (  # noqa: F401
     atleast_1d, atleast_2d, atleast_3d, block_diag, broadcast_shapes, broadcast_tensors, cartesian_prod,

@@ -11,6 +11,7 @@ import numpy as np
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops import indexing
+from tracegrad.ops import lstm_layer as lstm_layer_ops
 from tracegrad.ops import movement as mv
 from tracegrad.ops import neural as neural_ops
 from tracegrad.ops import reduction as red
@@ -234,6 +235,21 @@ def lstm_gates(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
     in_gate, forget_gate, cell_gate, out_gate = chunk(gates, 4, -1)
     c_next = arith.add(arith.mul(sigmoid(forget_gate), c), arith.mul(sigmoid(in_gate), tanh(cell_gate)))
     return arith.mul(sigmoid(out_gate), tanh(c_next)), c_next
+
+
+
+def lstm_layer(gi: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, b_hh: Tensor | None,
+               reverse: bool = False) -> tuple[Tensor, Tensor, Tensor] | None:
+    """One LSTM layer's time loop in one direction as one op (`ops.lstm_layer`): (the
+    output sequence (L, N, H), h_n, c_n) from the projected inputs gi (L, N, 4H), the
+    initial states (N, H) and the recurrent weight and bias. None where eager execution
+    does not bind it (inside a trace, which records the caller's step loop for the
+    compiler to fuse; fewer than 2 steps; no bias; other dtypes): the caller runs its loop."""
+    if (gi.ndim != 3 or gi.shape[0] < 2 or b_hh is None or h0.ndim != 2
+            or not neural_ops.one_op(gi, h0, c0, w_hh, b_hh)):
+        return None
+    _, out, h_n, c_n = lstm_layer_ops.lstm_layer(gi, h0, c0, w_hh, b_hh, reverse)
+    return out, h_n, c_n
 
 
 def _layer_norm_of_op(x: Tensor, *params: Tensor, normalized: int, eps: float, weight: bool, bias: bool) -> Tensor:

@@ -119,6 +119,8 @@ class Node:
 class AccumulateGrad:
     """What `next_functions` shows for a leaf, as in PyTorch."""
 
+    next_functions: tuple = ()  # (a leaf's gradient goes nowhere further)
+
     def __init__(self, value: Value):
         self.variable = value.leaf() if value.leaf is not None else None
 

@@ -20,7 +20,7 @@ from collections import Counter
 import numpy as np
 
 from tracegrad.ir.graph import Graph, Node, Value, attr_key
-from tracegrad.ir.primitive import ELEMENTWISE, constant_primitive
+from tracegrad.ir.primitive import ELEMENTWISE, MOVEMENT, constant_primitive
 
 
 def constant_of(value: Value):
@@ -32,6 +32,15 @@ def constant_of(value: Value):
 
 
 def _fold(node: Node, inputs: tuple[Value, ...]) -> Node | None:
+    if node.op.kind == MOVEMENT and node.op.view_strides is not None and len(inputs) == 1:
+        # A view (reshape, permute, expand, slice) only moves elements: of a constant, it is
+        # the constant of its own shape (a slice of a zero cotangent, `add(x, 0)` to follow).
+        scalar = constant_of(inputs[0])
+        if scalar is None:
+            return None
+        out = node.out_types[0]
+        return Node(constant_primitive(), (), {"shape": out.shape, "dtype": out.dtype, "value": scalar},
+                    node.out_types, node.location)
     if node.op.kind != ELEMENTWISE or not inputs or node.op.lower is None:
         return None
     scalars = [constant_of(v) for v in inputs]

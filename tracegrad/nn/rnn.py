@@ -198,6 +198,10 @@ def _run_direction(mode: str, gi: Tensor, state: tuple[Tensor, ...], weights: li
     marks the sequences still running at step t (packed input): the others keep their state
     and output zeros, so a reverse pass starts each sequence at its own last element."""
     _, w_hh, _, b_hh, *projection = weights
+    if mode == "LSTM" and alive is None and not projection:
+        layer = F.lstm_layer(gi, *state, w_hh, b_hh, reverse)  # (eagerly one op: PyTorch's fused layer)
+        if layer is not None:
+            return layer[0], layer[1:]
     steps = range(gi.shape[0] - 1, -1, -1) if reverse else range(gi.shape[0])
     inputs = F.unbind(gi, 0)
     outputs: list[Tensor] = [None] * gi.shape[0]
