@@ -1,7 +1,7 @@
 """The one-op eager LSTM layer (`ops/lstm_layer.py`): an `nn.LSTM` layer's time loop is one
 recorded node with the composite's values and gradients (both directions, to every order),
-saving what the composite saves; traces, short sequences and projections take the
-composite; compiled equals eager."""
+saving what the composite saves; short sequences, no bias and projections take the
+composite; a compiled LSTM holds the same op and equals eager."""
 
 import numpy as np
 import pytest
@@ -133,7 +133,7 @@ def test_lstm_layer_gradients_of_some_inputs_and_views():
         assert gradcheck(f, [t for need, t in zip(needs, (gi, h0, c0, w, b)) if need])
 
 
-def test_lstm_layer_is_the_composites_in_a_trace_for_one_step_without_bias_and_with_a_projection():
+def test_one_step_no_bias_and_a_projection_take_the_composite():
     for lstm, x in ((_lstm(), _leaf((1, 2, 3), 1)), (_lstm(bias=False), _leaf((4, 2, 3))),
                     (_lstm(proj_size=2), _leaf((4, 2, 3)))):
         out, _ = lstm(x)
@@ -220,7 +220,7 @@ def test_a_bad_input_to_lstm_layer_names_it_and_the_types():
 
 
 @pytest.mark.parametrize("bidirectional", [False, True])
-def test_a_compiled_lstm_equals_the_eager_one_op_layer_and_runs_its_gates_program(bidirectional, monkeypatch):
+def test_a_compiled_lstm_holds_the_one_op_layer_and_equals_eager(bidirectional, monkeypatch):
     monkeypatch.setattr(eager_fusion, "OP_MIN_ELEMENTS", 1)  # (the gates' compiled program from the second call)
     lstm = _lstm(tg.float32, bidirectional=bidirectional)
 
@@ -233,6 +233,12 @@ def test_a_compiled_lstm_equals_the_eager_one_op_layer_and_runs_its_gates_progra
     for seed in range(3):
         x = _leaf((6, 2, 3), seed, tg.float32)
         (loss, grads), (want_loss, want_grads) = compiled(x), step(x)
+        with _traced_composite():
+            (composite_loss, _) = step(x)
+        np.testing.assert_allclose(composite_loss.detach().numpy(), want_loss.detach().numpy(), rtol=2e-5, atol=1e-5)
         np.testing.assert_allclose(loss.detach().numpy(), want_loss.detach().numpy(), rtol=2e-5, atol=1e-5)
         for got, want in zip(grads, want_grads):
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-4, atol=1e-5)
+    report = compiled.explain(_leaf((6, 2, 3), 0, tg.float32))
+    ops = [node.op.name for node in report.graphs[-1].graph.nodes]
+    assert ops.count("lstm_layer") == (4 if bidirectional else 2) and "lstm_gates" not in ops

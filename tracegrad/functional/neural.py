@@ -242,11 +242,14 @@ def lstm_layer(gi: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, b_hh: Tensor | 
                reverse: bool = False) -> tuple[Tensor, Tensor, Tensor] | None:
     """One LSTM layer's time loop in one direction as one op (`ops.lstm_layer`): (the
     output sequence (L, N, H), h_n, c_n) from the projected inputs gi (L, N, 4H), the
-    initial states (N, H) and the recurrent weight and bias. None where eager execution
-    does not bind it (inside a trace, which records the caller's step loop for the
-    compiler to fuse; fewer than 2 steps; no bias; other dtypes): the caller runs its loop."""
-    if (gi.ndim != 3 or gi.shape[0] < 2 or b_hh is None or h0.ndim != 2
-            or not neural_ops.one_op(gi, h0, c0, w_hh, b_hh)):
+    initial states (N, H) and the recurrent weight and bias. Traces record it too (a
+    compiled step runs its implementation as one step: the composite's ~6 ops per time
+    step, followed one by one on every call, cost more than its fusion saved). None for
+    fewer than 2 steps, no bias or other dtypes than float32 and float64: the caller runs
+    its step loop."""
+    dtype = gi._type.dtype
+    if (gi.ndim != 3 or gi.shape[0] < 2 or b_hh is None or h0.ndim != 2 or dtype not in neural_ops.DTYPES
+            or any(t._type.dtype is not dtype for t in (h0, c0, w_hh, b_hh))):
         return None
     _, out, h_n, c_n = lstm_layer_ops.lstm_layer(gi, h0, c0, w_hh, b_hh, reverse)
     return out, h_n, c_n

@@ -22,7 +22,12 @@ What it saves matches what the composite saves, so an in-place update fails back
 exactly where the composite's does: h0 (the first product's input, read by the weight's
 gradient), c0 (the first step's lstm_gates input, read by everything but its own
 gradient) and w_hh (every product's). Sequences shorter than 2 steps take the composite
-(its one product saves w_hh only for h0's gradient). Traces record the composite.
+(its one product saves w_hh only for h0's gradient).
+
+Traces record this op too, unlike the other one-op primitives (`ops/neural.py`): no code
+generation of its own, so a compiled program runs this implementation as one step. A
+compiled W8 step (2 layers of 35 steps) took 24.9 ms with the composite's ~6 ops per step
+traced, fused and followed on every call, 23.1 ms with one op per layer.
 """
 
 from __future__ import annotations
