@@ -16,6 +16,7 @@ own switch:
 | optimizer updates fused in place (`functional/fused_update.py`) | `TRACEGRAD_EAGER_COMPILE=0` |
 | in-place arithmetic on data by NumPy in place (`tensor_methods._writes_data_only`) | none |
 | a `TensorDataset` batch in one gather (`TensorDataset.collated_batch`) | none |
+| an `nn.LSTM` layer's time loop as one op (`ops/lstm_layer.py`) | none              |
 | the generated GEMM of large eager products (`matmul_steps`)  | `TRACEGRAD_MATMUL=numpy`    |
 | the in-memory program cache (`runtime/program_cache.py`)     | none                        |
 | the disk cache of object code (`runtime/disk_cache.py`)      | `TRACEGRAD_CACHE=0`         |

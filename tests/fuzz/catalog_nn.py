@@ -129,6 +129,35 @@ def recurrence(b) -> bool:
     return True
 
 
+
+def lstm(b) -> bool:
+    """nn.LSTM (1-2 layers, either direction, with or without an initial state) over a 3-D
+    operand taken as (L, N, I), its weights new arguments (the prelude's `lstm`): eagerly
+    and compiled, each layer of 2 or more steps is one op (`ops/lstm_layer.py`), checked
+    against the reference interpreter's composite."""
+    x = b.pick(lambda v: v.static and v.is_float and v.ndim == 3 and v.shape[0] > 0 and v.shape[2] > 0
+               and v.dtype in ("float32", "float64"))
+    if x is None:
+        return False
+    steps, batch, size = x.shape
+    hidden, layers, directions = b.rng.randint(1, 3), b.rng.randint(1, 2), b.rng.choice([1, 2])
+    weights = []
+    for layer in range(layers):
+        for _ in range(directions):
+            inputs = size if layer == 0 else directions * hidden
+            for shape in ((4 * hidden, inputs), (4 * hidden, hidden), (4 * hidden,), (4 * hidden,)):
+                weights.append(b.float_input(shape, dtype=x.dtype, layout="plain"))
+    state = "None"
+    initial = []
+    if b.chance(0.5):
+        initial = [b.float_input((layers * directions, batch, hidden), dtype=x.dtype) for _ in range(2)]
+        state = f"({initial[0].name}, {initial[1].name})"
+    requires_grad = any(v.requires_grad for v in [x, *weights, *initial])
+    out = b.result((steps, batch, directions * hidden), x.dtype, requires_grad, None)
+    names = ", ".join(w.name for w in weights)
+    b.emit(f"{out.name} = lstm({x.name}, [{names}], {layers}, {directions == 2}, {state})", "lstm", out)
+    return True
+
 def creation(b) -> bool:
     x = b.pick(lambda v: v.static)
     kind = b.rng.choice(["ones_like", "zeros_like", "full", "arange", "eye", "tensor"])

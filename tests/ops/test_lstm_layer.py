@@ -141,6 +141,15 @@ def test_one_step_no_bias_and_a_projection_take_the_composite():
     assert functional.lstm_layer(_leaf((1, 2, 8)), _leaf((2, 2)), _leaf((2, 2)), _leaf((8, 2)), _leaf((8,))) is None
 
 
+
+def test_the_reference_mode_runs_the_composite():
+    lstm = _lstm()
+    x = _leaf((5, 2, 3), 1)
+    with tg.reference_mode():
+        out, _ = lstm(x)
+    assert "LstmLayerBackward" not in _names(out.grad_fn) and "LstmGatesBackward" in _names(out.grad_fn)
+    np.testing.assert_allclose(out.detach().numpy(), lstm(x)[0].detach().numpy(), rtol=1e-12, atol=1e-14)
+
 def test_an_lstm_layer_without_grad_computes_the_same_values():
     lstm = _lstm()
     x = _leaf((5, 2, 3), 1)
