@@ -56,7 +56,7 @@ def lstm(x, weights, layers, bidirectional, state=None):
     """nn.LSTM over x (L, N, I) with `weights` (arguments: their gradients are compared) in
     place of its parameters; the output plus the last layer's h_n and c_n (every result
     reaches the loss)."""
-    module = torch.nn.LSTM(x.shape[-1], weights[1].shape[1], layers, bidirectional=bidirectional).to(x.dtype)
+    module = torch.nn.LSTM(x.shape[-1], weights[1].shape[1], layers, bidirectional=bidirectional, dtype=x.dtype)
     for (name, _), weight in zip(list(module.named_parameters()), weights):
         delattr(module, name)
         setattr(module, name, weight)
