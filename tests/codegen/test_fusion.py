@@ -1,7 +1,8 @@
 """Fusion plans: which values kernels write, and in which layout.
 
 A view read by a NumPy step (a transposed matmul operand) is a NumPy view of its source,
-and the kernel writes the source in its own layout.
+and the kernel writes the source in its own layout; a view NumPy would copy is written by
+the kernel in its own layout instead.
 """
 
 import numpy as np
@@ -91,6 +92,30 @@ def test_chain_of_views_read_by_matmul_is_taken_from_the_source_buffer():
     assert _kernel_result_shapes(program) == [(2, 8, 4)]
     assert _numpy_labels(program) == ["reshape", "permute", "matmul"]
 
+
+
+def _channels_last_rows(h, g, w):
+    # A convolution's backward: a channels-first gradient, whose channels-last rows are a
+    # product's operand (a reshape NumPy cannot take as a view).
+    return _relu_backward(h, g).permute(0, 2, 3, 1).reshape(24, 4) @ w
+
+
+def test_a_view_numpy_would_copy_for_a_matmul_is_written_by_the_kernel_in_its_layout():
+    program = _check_equal_to_eager(_channels_last_rows, _tensor(2, 4, 3, 4), _tensor(2, 4, 3, 4), _tensor(4, 5))
+    assert _kernel_result_shapes(program) == [(24, 4)]
+    assert _numpy_labels(program) == ["matmul"]
+
+
+def _channels_last_rows_and_channel_sums(h, g, w):
+    dy = _relu_backward(h, g)
+    return dy.permute(0, 2, 3, 1).reshape(24, 4) @ w, dy.sum((0, 2, 3))
+
+
+def test_a_copied_view_whose_source_is_read_elsewhere_is_a_copy_kernel_of_the_sources_buffer():
+    program = _check_equal_to_eager(_channels_last_rows_and_channel_sums, _tensor(2, 4, 3, 4), _tensor(2, 4, 3, 4),
+                                    _tensor(4, 5))
+    assert (2, 4, 3, 4) in _kernel_result_shapes(program) and (24, 4) in _kernel_result_shapes(program)
+    assert "reshape" not in _numpy_labels(program)
 
 def _broadcast_operand(v, w):
     return (v * 2.0).expand(16, 8) @ w
