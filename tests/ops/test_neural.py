@@ -562,6 +562,27 @@ def test_lstm_cell_state_updated_in_place_before_backward_is_refused_as_by_the_c
     assert errors[0] == errors[1]
 
 
+
+def test_an_lstm_cell_state_needing_grad_alone_takes_the_composite_and_may_be_updated_in_place():
+    # Its gradient reads c, which the composite saves only for the gates' gradient: the one
+    # op, saving it likewise, had none to read (fuzz seed 81200415: AttributeError).
+    from tracegrad import functional
+    gates = _leaf((2, 8), 4).detach()
+    grads = []
+    for composite in (False, True):
+        leaf = _leaf((2, 2), 3)
+        c = leaf * 1.0
+        if composite:
+            with _traced_composite():
+                h_next, c_next = functional.lstm_gates(gates, c)
+        else:
+            h_next, c_next = functional.lstm_gates(gates, c)
+        assert h_next.grad_fn.name() != "LstmGatesBackward"
+        total = (h_next * 2.0).sum() + c_next.sum()
+        c.mul_(2.0)
+        grads.append(tg.autograd.grad(total, [leaf])[0].numpy())
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-12, atol=1e-14)
+
 def test_lstm_results_updated_in_place_leave_the_gradient_as_the_composites():
     # Neither saves h' or c' (the composite saves tanh(c'), a value of its own).
     cell = _lstm_cell()

@@ -231,7 +231,9 @@ def lstm_gates(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
     pre-activations (N, 4H), in PyTorch's order input, forget, cell, output, and the cell
     state (N, H): c' = sigmoid(f) c + sigmoid(i) tanh(g), h' = sigmoid(o) tanh(c'). Eager
     execution binds it as one op (`ops.neural.lstm_gates`, PyTorch's fused cell)."""
-    if gates.ndim == 2 and neural_ops.one_op(gates, c):
+    # (Not when c alone needs grad: its gradient reads c, which the composite does not save
+    # then, so an in-place update of c before backward must pass, fuzz seed 81200415.)
+    if gates.ndim == 2 and neural_ops.one_op(gates, c) and (gates._requires_grad or not c._requires_grad):
         return neural_ops.lstm_gates(gates, c)
     in_gate, forget_gate, cell_gate, out_gate = chunk(gates, 4, -1)
     c_next = arith.add(arith.mul(sigmoid(forget_gate), c), arith.mul(sigmoid(in_gate), tanh(cell_gate)))
