@@ -7,7 +7,7 @@ import pytest
 
 from tracegrad.codegen import gemm
 
-# Sizes around the tile and block edges (MR = 12 or 6, NR = 2 vectors, KC <= 256), primes,
+# Sizes around the tile and block edges (MR = 12 or 6, NR = 2 vectors, KC <= 256 or 320), primes,
 # 1, and the MLP benchmark's shapes.
 SHAPES = [
     (1, 1, 1), (1, 7, 1), (7, 1, 5), (2, 3, 4), (12, 16, 32), (13, 17, 33), (11, 15, 31),
@@ -73,6 +73,23 @@ def test_a_shallow_product_with_a_big_output_runs_on_two_threads(monkeypatch):
     np.testing.assert_array_equal(two, gemm.matmul(a, b, threads=1))
     _check(small, a[:64], b[:, :128])
 
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_big_product_with_k_up_to_kc_one_block_runs_in_one_depth_block(layout, dtype):
+    # C has more than ONE_BLOCK_MIN_OUTPUT elements: one depth block, K = 300 padded to 304
+    # (W9's conv2, K = 288); a small C keeps two blocks of at most KC_MAX.
+    m, k, n = 520, 300, 512
+    assert m * n > gemm.ONE_BLOCK_MIN_OUTPUT and gemm.KC_MAX < k <= gemm.KC_ONE_BLOCK
+    assert gemm._plan(m, n, k, np.dtype(dtype), 2)[3] == 304
+    assert gemm._plan(64, 512, k, np.dtype(dtype), 2)[3] == 160
+    rng = np.random.default_rng(3)
+    a = _operand(rng, m, k, dtype, layout[0])
+    b = _operand(rng, k, n, dtype, layout[1])
+    one = gemm.matmul(a, b, threads=1)
+    _check(one, a, b)
+    np.testing.assert_array_equal(gemm.matmul(a, b, threads=2), one)
 
 @pytest.fixture
 def host_tile(monkeypatch):

@@ -42,6 +42,14 @@ EPILOGUE_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, cty
 KC_MAX = 256
 MC_MAX = 96
 NC_MAX = 2048
+# Up to this K, one depth block for a C of more than ONE_BLOCK_MIN_OUTPUT elements (a B
+# micro-panel of 320 x NR is 40 KB): C is written once, not read back and written again
+# for a second block, a pass over memory for a C beyond the caches (W9's conv2 forward,
+# (36864, 288) @ (288, 64): 5.1 -> 4.2 ms; (2048, 272) @ (272, 1024) 2.60 -> 2.47). For a
+# smaller C the second block costs less than the longer panels ((64, 288) @ (288, 4096):
+# 0.46 -> 0.52 ms in one block).
+KC_ONE_BLOCK = 320
+ONE_BLOCK_MIN_OUTPUT = 1 << 18
 # Up to this K a block of C is one MR-tall row of tiles (MC = MR): packing A costs little
 # per block, and the epilogue reads the block from L1 instead of L2 (W4's (256, 10) @
 # (10, 512) with its ReLU mask: 63 -> 57 µs on one thread).
@@ -126,8 +134,9 @@ class _Workspace:
         rows, cols, _ = _tile_shape(dtype)
         self.params = (ctypes.c_int64 * PARAMETER_COUNT)()
         self.address = ctypes.addressof(self.params)
-        self.buffers = [self._aligned(_round_up(MC_MAX, rows) * KC_MAX, dtype),
-                        self._aligned(_round_up(NC_MAX, cols) * KC_MAX, dtype)]
+        depth = max(KC_MAX, _round_up(KC_ONE_BLOCK, 16))
+        self.buffers = [self._aligned(_round_up(MC_MAX, rows) * depth, dtype),
+                        self._aligned(_round_up(NC_MAX, cols) * depth, dtype)]
         self.pack_a, self.pack_b = (buffer.__array_interface__["data"][0] for buffer in self.buffers)
         self.counter = (ctypes.c_int64 * 1)()  # the chunk counter of a call made from this thread
         self.counter_address = ctypes.addressof(self.counter)
@@ -169,18 +178,23 @@ PLANS_KEPT = 4096  # plans are cheap to work out again: past this many (shapes),
 def _plan(m: int, n: int, k: int, dtype: np.dtype, threads: int, split_n: bool | None = None) -> tuple:
     """(M, N, K, KC, MC, NC, chunks, chunk size, split along N) for a product, cached.
 
-    K is cut into equal blocks of at most KC_MAX, rounded up to a multiple of 16 so that
-    transposed packing rarely falls back to single elements; MC is a multiple of MR and NC
-    of NR. With two threads the output is cut across its longer side into CHUNKS_PER_THREAD
-    chunks per thread, at tile boundaries: each chunk repacks all of the operand it shares
-    (A when N is cut, B when M is), so the shorter side's operand is the one packed again.
+    K up to KC_ONE_BLOCK is one block for a big C (ONE_BLOCK_MIN_OUTPUT); otherwise K is
+    cut into equal blocks of at most KC_MAX. Blocks are rounded up to a multiple of 16 so
+    that transposed packing rarely falls back to single elements; MC is a multiple of MR
+    and NC of NR. With two threads the output is cut across its longer side into
+    CHUNKS_PER_THREAD chunks per thread, at tile boundaries: each chunk repacks all of the
+    operand it shares (A when N is cut, B when M is), so the shorter side's operand is the
+    one packed again.
     `split_n` forces the side (an epilogue reducing along one axis needs whole lines of it
     in one chunk)."""
     key = (m, n, k, dtype, threads, split_n)
     plan = _plans.get(key)
     if plan is None:
         rows, cols, _ = _tile_shape(dtype)
-        kc = min(KC_MAX, _round_up(-(-k // -(-k // KC_MAX)), 16))
+        if k <= KC_ONE_BLOCK and m * n > ONE_BLOCK_MIN_OUTPUT:
+            kc = _round_up(k, 16)
+        else:
+            kc = min(KC_MAX, _round_up(-(-k // -(-k // KC_MAX)), 16))
         mc_max = rows if k <= SHALLOW_K else MC_MAX
         mc = min(_round_up(mc_max, rows), _round_up(m, rows))
         nc = min(_round_up(NC_MAX, cols), _round_up(n, cols))
