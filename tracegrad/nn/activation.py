@@ -8,6 +8,7 @@ from __future__ import annotations
 import warnings
 
 from tracegrad import functional as F
+from tracegrad.device import check_device
 from tracegrad.nn import functional as nnF
 from tracegrad.nn import init as _init  # (PReLU has an argument named init)
 from tracegrad.nn.layers import _empty
@@ -235,11 +236,12 @@ class Softmin(Module):
 class PReLU(Module):
     """leaky_relu with learned slopes: `weight` (num_parameters,), each `init` at first."""
 
-    def __init__(self, num_parameters: int = 1, init: float = 0.25):
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, device=None, dtype=None):
         super().__init__()
+        check_device("PReLU", device)
         self.num_parameters = num_parameters
         self.init = init
-        self.weight = _empty(num_parameters)
+        self.weight = _empty(num_parameters, dtype=dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from tracegrad import functional as F
+from tracegrad.device import check_device
 from tracegrad.functional.conv import _pair
 from tracegrad.nn import functional as nnF
 from tracegrad.nn import init
@@ -21,8 +22,9 @@ class Conv2d(Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
                  stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] | str = 0,
                  dilation: int | tuple[int, int] = 1, groups: int = 1, bias: bool = True,
-                 padding_mode: str = "zeros"):
+                 padding_mode: str = "zeros", device=None, dtype=None):
         super().__init__()
+        check_device("Conv2d", device)
         if groups <= 0:
             raise ValueError("groups must be a positive integer")
         if in_channels % groups:
@@ -44,9 +46,9 @@ class Conv2d(Module):
         self.dilation = _pair("Conv2d", dilation)
         self.groups = groups
         self.padding_mode = padding_mode
-        self.weight = _empty(out_channels, in_channels // groups, *self.kernel_size)
+        self.weight = _empty(out_channels, in_channels // groups, *self.kernel_size, dtype=dtype)
         if bias:
-            self.bias = _empty(out_channels)
+            self.bias = _empty(out_channels, dtype=dtype)
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -132,8 +134,9 @@ class _ConvBase(Module):
     or (in, out/groups, *k) when transposed, and `bias` (out,); the same initialization."""
 
     def __init__(self, name, in_channels, out_channels, kernel_size, stride, padding, dilation,
-                 groups, bias, padding_mode, transposed, output_padding=(0,)):
+                 groups, bias, padding_mode, transposed, output_padding=(0,), device=None, dtype=None):
         super().__init__()
+        check_device(name, device)
         if groups <= 0:
             raise ValueError("groups must be a positive integer")
         if in_channels % groups:
@@ -151,9 +154,9 @@ class _ConvBase(Module):
         self.transposed, self.output_padding = transposed, output_padding
         shape = ((in_channels, out_channels // groups) if transposed
                  else (out_channels, in_channels // groups)) + tuple(kernel_size)
-        self.weight = _empty(*shape)
+        self.weight = _empty(*shape, dtype=dtype)
         if bias:
-            self.bias = _empty(out_channels)
+            self.bias = _empty(out_channels, dtype=dtype)
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -180,11 +183,11 @@ class Conv1d(_ConvBase):
     """1-D cross-correlation over (N, C, L) or (C, L) input; weight (out, in/groups, k)."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
-                 dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros"):
+                 dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None):
         padding = padding if isinstance(padding, str) else _single("Conv1d", padding)
         super().__init__("Conv1d", in_channels, out_channels, _single("Conv1d", kernel_size),
                          _single("Conv1d", stride), padding, _single("Conv1d", dilation), groups, bias,
-                         padding_mode, False, (0,))
+                         padding_mode, False, (0,), device, dtype)
 
     def forward(self, input: Tensor) -> Tensor:
         return nnF.conv1d(input, self.weight, self.bias, self.stride, self.padding, self.dilation,
@@ -196,11 +199,11 @@ class ConvTranspose1d(_ConvBase):
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
                  output_padding=0, groups: int = 1, bias: bool = True, dilation=1,
-                 padding_mode: str = "zeros"):
+                 padding_mode: str = "zeros", device=None, dtype=None):
         super().__init__("ConvTranspose1d", in_channels, out_channels, _single("ConvTranspose1d", kernel_size),
                          _single("ConvTranspose1d", stride), _single("ConvTranspose1d", padding),
                          _single("ConvTranspose1d", dilation), groups, bias, padding_mode, True,
-                         _single("ConvTranspose1d", output_padding))
+                         _single("ConvTranspose1d", output_padding), device, dtype)
 
     def forward(self, input: Tensor, output_size=None) -> Tensor:
         if output_size is not None:
@@ -214,11 +217,11 @@ class ConvTranspose2d(_ConvBase):
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
                  output_padding=0, groups: int = 1, bias: bool = True, dilation=1,
-                 padding_mode: str = "zeros"):
+                 padding_mode: str = "zeros", device=None, dtype=None):
         super().__init__("ConvTranspose2d", in_channels, out_channels, _pair("ConvTranspose2d", kernel_size),
                          _pair("ConvTranspose2d", stride), _pair("ConvTranspose2d", padding),
                          _pair("ConvTranspose2d", dilation), groups, bias, padding_mode, True,
-                         _pair("ConvTranspose2d", output_padding))
+                         _pair("ConvTranspose2d", output_padding), device, dtype)
 
     def forward(self, input: Tensor, output_size=None) -> Tensor:
         if output_size is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from tracegrad import creation
+from tracegrad.device import check_device
 from tracegrad import functional as F
 from tracegrad.grad_mode import no_grad
 from tracegrad.nn import functional as nnF
@@ -15,9 +16,10 @@ from tracegrad.nn.parameter import Parameter
 from tracegrad.tensor import Tensor
 
 
-def _empty(*shape: int) -> Parameter:
-    # In the default dtype at construction, as PyTorch's (float64 after set_default_dtype).
-    return Parameter(creation.zeros(*shape))
+def _empty(*shape: int, dtype=None) -> Parameter:
+    # In `dtype` (a module's `dtype=`), else the default dtype at construction, as PyTorch's
+    # (float64 after set_default_dtype).
+    return Parameter(creation.zeros(*shape, dtype=dtype))
 
 
 class Identity(Module):
@@ -33,13 +35,14 @@ class Identity(Module):
 class Linear(Module):
     """y = x @ W.T + b, initialized as PyTorch does: U(-1/sqrt(in), 1/sqrt(in))."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
         super().__init__()
+        check_device("Linear", device)
         self.in_features = in_features
         self.out_features = out_features
-        self.weight = _empty(out_features, in_features)
+        self.weight = _empty(out_features, in_features, dtype=dtype)
         if bias:
-            self.bias = _empty(out_features)
+            self.bias = _empty(out_features, dtype=dtype)
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -62,12 +65,14 @@ class Bilinear(Module):
     """y = x1^T W x2 + b with weight (out, in1, in2) and bias (out,), both U(-1/sqrt(in1), 1/sqrt(in1))
     at first, as PyTorch's."""
 
-    def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True):
+    def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True, device=None,
+                 dtype=None):
         super().__init__()
+        check_device("Bilinear", device)
         self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
-        self.weight = _empty(out_features, in1_features, in2_features)
+        self.weight = _empty(out_features, in1_features, in2_features, dtype=dtype)
         if bias:
-            self.bias = _empty(out_features)
+            self.bias = _empty(out_features, dtype=dtype)
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -143,8 +148,9 @@ class Embedding(Module):
     (the `padding_idx` row to zeros, and it gets no gradient)."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 _weight: Tensor | None = None, _freeze: bool = False):
+                 _weight: Tensor | None = None, _freeze: bool = False, device=None, dtype=None):
         super().__init__()
+        check_device("Embedding", device)
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         if padding_idx is not None:
@@ -153,7 +159,7 @@ class Embedding(Module):
             padding_idx %= num_embeddings
         self.padding_idx = padding_idx
         if _weight is None:
-            self.weight = _empty(num_embeddings, embedding_dim)
+            self.weight = _empty(num_embeddings, embedding_dim, dtype=dtype)
             self.reset_parameters()
         else:
             if tuple(_weight.shape) != (num_embeddings, embedding_dim):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracegrad import creation
+from tracegrad.device import check_device
 from tracegrad import functional as F
 from tracegrad.grad_mode import no_grad
 from tracegrad.nn import functional as nnF
@@ -21,17 +22,18 @@ class LayerNorm(Module):
     """Normalizes over the last dims `normalized_shape`; weight ones and bias zeros."""
 
     def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5,
-                 elementwise_affine: bool = True, bias: bool = True):
+                 elementwise_affine: bool = True, bias: bool = True, device=None, dtype=None):
         super().__init__()
+        check_device("LayerNorm", device)
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
         self.normalized_shape = tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
-            self.weight = _empty(*self.normalized_shape)
+            self.weight = _empty(*self.normalized_shape, dtype=dtype)
             if bias:
-                self.bias = _empty(*self.normalized_shape)
+                self.bias = _empty(*self.normalized_shape, dtype=dtype)
             else:
                 self.register_parameter("bias", None)
         else:
@@ -56,22 +58,23 @@ class _BatchNorm(Module):
     _expected_dims: tuple[int, ...] = ()
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
-                 affine: bool = True, track_running_stats: bool = True):
+                 affine: bool = True, track_running_stats: bool = True, device=None, dtype=None):
         super().__init__()
+        check_device(type(self).__name__, device)
         self.num_features = num_features
         self.eps = eps
         self.momentum = momentum
         self.affine = affine
         self.track_running_stats = track_running_stats
         if affine:
-            self.weight = _empty(num_features)
-            self.bias = _empty(num_features)
+            self.weight = _empty(num_features, dtype=dtype)
+            self.bias = _empty(num_features, dtype=dtype)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
         if track_running_stats:
-            self.register_buffer("running_mean", creation.zeros(num_features))
-            self.register_buffer("running_var", creation.ones(num_features))
+            self.register_buffer("running_mean", creation.zeros(num_features, dtype=dtype))
+            self.register_buffer("running_var", creation.ones(num_features, dtype=dtype))
             self.register_buffer("num_batches_tracked", Tensor(np.array(0, np.int64)))
         else:
             self.register_buffer("running_mean", None)
@@ -132,14 +135,16 @@ class BatchNorm2d(_BatchNorm):
 class GroupNorm(Module):
     """Normalizes (N, C, *) over groups of channels; weight ones and bias zeros (C,)."""
 
-    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, device=None,
+                 dtype=None):
         super().__init__()
+        check_device("GroupNorm", device)
         if num_groups <= 0 or num_channels % num_groups:
             raise ValueError("num_channels must be divisible by num_groups")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         if affine:
-            self.weight = _empty(num_channels)
-            self.bias = _empty(num_channels)
+            self.weight = _empty(num_channels, dtype=dtype)
+            self.bias = _empty(num_channels, dtype=dtype)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
@@ -164,8 +169,8 @@ class _InstanceNorm(_BatchNorm):
     _spatial = 1
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
-                 affine: bool = False, track_running_stats: bool = False):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats)
+                 affine: bool = False, track_running_stats: bool = False, device=None, dtype=None):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
 
     def _check_input_dim(self, input: Tensor) -> None:
         if input.ndim not in (self._spatial + 1, self._spatial + 2):
@@ -208,15 +213,16 @@ class RMSNorm(Module):
     """x / sqrt(mean(x^2) + eps) over the last dims `normalized_shape`, times `weight` (ones)."""
 
     def __init__(self, normalized_shape: int | tuple[int, ...], eps: float | None = None,
-                 elementwise_affine: bool = True):
+                 elementwise_affine: bool = True, device=None, dtype=None):
         super().__init__()
+        check_device("RMSNorm", device)
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
         self.normalized_shape = tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
-            self.weight = _empty(*self.normalized_shape)
+            self.weight = _empty(*self.normalized_shape, dtype=dtype)
         else:
             self.register_parameter("weight", None)
         self.reset_parameters()
