@@ -23,6 +23,7 @@ from tracegrad.ir import types
 from tracegrad.ir.dot import set_kernel_planner
 from tracegrad.ir.graph import Graph, Node, Value
 from tracegrad.ir.primitive import ELEMENTWISE, MOVEMENT, REDUCTION
+from tracegrad.ops.layout import c_strides
 
 
 def lowerable(node: Node) -> bool:
@@ -265,21 +266,13 @@ def _copy_point(chain: list[Value]) -> int:
     view of the next) of the value whose buffer the views below it are NumPy views of:
     the top source, or the last view NumPy would copy to take from a C-ordered buffer."""
     top = len(chain) - 1
-    anchor, strides = top, _c_strides(chain[top].type.shape)
+    anchor, strides = top, c_strides(chain[top].type.shape)
     for position in range(top - 1, -1, -1):
         node = chain[position].node
         strides = node.op.view_strides(node.inputs[0].type, strides, **node.attrs)
         if strides is None:
-            anchor, strides = position, _c_strides(chain[position].type.shape)
+            anchor, strides = position, c_strides(chain[position].type.shape)
     return anchor
-
-
-def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def _is_lowerable_view(value: Value) -> bool:

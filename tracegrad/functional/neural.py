@@ -240,7 +240,6 @@ def lstm_gates(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
     return arith.mul(sigmoid(out_gate), tanh(c_next)), c_next
 
 
-
 def lstm_layer(gi: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, b_hh: Tensor | None,
                reverse: bool = False) -> tuple[Tensor, Tensor, Tensor] | None:
     """One LSTM layer's time loop in one direction as one op (`ops.lstm_layer`): (the

@@ -5,8 +5,10 @@ Parameter names, shapes, order and initialization are PyTorch's, so a PyTorch `s
 loads. Everything is a composite of `linear`, `sigmoid`, `tanh`, `chunk`, `stack` and
 `where` (no gradient code here): the input projection of a whole sequence is one matmul,
 then a Python loop runs the hidden-to-hidden step; under `tg.compile` the loop unrolls
-into one program per sequence length. Packed sequences (`tracegrad.nn.utils.rnn`) run as
-padded batches whose finished sequences keep their state (`_run_direction`'s `alive`).
+into one program per sequence length. An LSTM layer without projection or packing is
+one op instead, eager and traced (`ops/lstm_layer.py`, as PyTorch's fused layer). Packed
+sequences (`tracegrad.nn.utils.rnn`) run as padded batches whose finished sequences keep
+their state (`_run_direction`'s `alive`).
 """
 
 from __future__ import annotations
@@ -199,7 +201,7 @@ def _run_direction(mode: str, gi: Tensor, state: tuple[Tensor, ...], weights: li
     and output zeros, so a reverse pass starts each sequence at its own last element."""
     _, w_hh, _, b_hh, *projection = weights
     if mode == "LSTM" and alive is None and not projection:
-        layer = F.lstm_layer(gi, *state, w_hh, b_hh, reverse)  # (eagerly one op: PyTorch's fused layer)
+        layer = F.lstm_layer(gi, *state, w_hh, b_hh, reverse)  # (one op, as PyTorch's fused layer)
         if layer is not None:
             return layer[0], layer[1:]
     steps = range(gi.shape[0] - 1, -1, -1) if reverse else range(gi.shape[0])
