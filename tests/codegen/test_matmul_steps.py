@@ -120,23 +120,58 @@ def test_eager_products_use_the_generated_kernel_from_the_third_of_a_kind(monkey
     monkeypatch.setattr(gemm, "_kernels", {})
     monkeypatch.setattr(matmul_steps, "_choices", {})
     monkeypatch.setattr(matmul_steps, "_sightings", {})
+    monkeypatch.setattr(matmul_steps, "_eager_bound", {})
     monkeypatch.setattr(gemm, "_SOURCE_HASH", "eager-" + tmp_path.name)
     used = []
     original = gemm.matmul
     monkeypatch.setattr(gemm, "matmul", lambda *args, **kwargs: used.append(1) or original(*args, **kwargs))
     rng = np.random.default_rng(3)
     a, b = tg.tensor(rng.standard_normal((128, 96))), tg.tensor(rng.standard_normal((96, 100)))
-    for expected in (0, 0, 1, 2):
+    for expected in (0, 0, 1, 1):  # (the fourth: the product bound at the third)
         np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-10)
         assert len(used) == expected
     small = tg.ones(4, 5) @ tg.ones(5, 3)  # below EAGER_MIN_WORK: always NumPy
     np.testing.assert_allclose(small.numpy(), np.full((4, 3), 5.0))
-    assert len(used) == 2
+    assert len(used) == 1
     # Just above what OpenBLAS keeps on one thread (then its worker spins for 0.1 s,
     # holding the core our two-thread kernels wait for): the generated GEMM, as compiled.
     c, d = tg.ones(64, 64), tg.ones(64, 65)
     assert 64 * 64 * 65 > matmul_steps.NUMPY_MAX_WORK
     for _ in range(3):
         np.testing.assert_allclose((c @ d).numpy(), np.full((64, 65), 64.0))
-    assert len(used) == 3
+    assert len(used) == 2
     assert matmul_steps.EAGER_MIN_WORK == matmul_steps.NUMPY_MAX_WORK + 1
+
+
+def test_an_eager_product_of_a_bound_geometry_runs_the_bound_product_with_the_same_values(monkeypatch):
+    from tracegrad.codegen import gemm
+    import threading
+    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    monkeypatch.setattr(matmul_steps, "_eager_bound", {})
+    rng = np.random.default_rng(4)
+    h = rng.standard_normal((20, 200)).astype(np.float32)
+    w = rng.standard_normal((800, 200)).astype(np.float32)
+    want = gemm.matmul(h, w.T)  # (compiles the kernel: the first eager product takes it)
+    first = matmul_steps.eager_matmul(h, w.T)
+    assert len(matmul_steps._eager_bound) == 1
+    np.testing.assert_array_equal(first, want)
+    used = []
+    original = gemm.matmul
+    monkeypatch.setattr(gemm, "matmul", lambda *args, **kwargs: used.append(1) or original(*args, **kwargs))
+    other = rng.standard_normal((20, 200)).astype(np.float32)
+    np.testing.assert_array_equal(matmul_steps.eager_matmul(other, w.T), original(other, w.T))
+    assert used == []
+    # Another thread (whose packing buffers the product does not hold) runs the general path.
+    results = []
+    thread = threading.Thread(target=lambda: results.append(matmul_steps.eager_matmul(h, w.T)))
+    thread.start()
+    thread.join()
+    assert used == [1]
+    np.testing.assert_array_equal(results[0], want)
+    # A changed setting is read again: NumPy when asked, not the bound product.
+    monkeypatch.setenv("TRACEGRAD_MATMUL", NUMPY)
+    np.testing.assert_allclose(matmul_steps.eager_matmul(h, w.T), h @ w.T, rtol=1e-5, atol=1e-4)
+    assert used == [1]
+    with tg.reference_mode():
+        np.testing.assert_allclose(matmul_steps.eager_matmul(h, w.T), h @ w.T, rtol=1e-5, atol=1e-4)
+    assert used == [1]
