@@ -466,7 +466,8 @@ def eager_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     A geometry (shapes, strides, dtype) the generated GEMM ran is bound
     (`gemm.bind`, as a program's step is): its next products skip the choice and the
     planning (an LSTM layer's 35 recurrent products per call: 42 -> 35 µs each)."""
-    if a.ndim != 2 or b.ndim != 2 or reference.ACTIVE:
+    if (a.ndim != 2 or b.ndim != 2 or a.shape[0] * a.shape[1] * b.shape[1] < EAGER_MIN_WORK
+            or reference.ACTIVE):
         return np.matmul(a, b)
     key = (a.shape, a.strides, b.shape, b.strides, a.dtype, b.dtype)
     bound = _eager_bound.get(key)
@@ -474,8 +475,7 @@ def eager_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         out = np.empty((a.shape[0], b.shape[1]), a.dtype)
         if bound[1].run(data_address(a), data_address(b), data_address(out)):
             return out
-    if (a.shape[0] * a.shape[1] * b.shape[1] < EAGER_MIN_WORK or not gemm.is_supported(a.shape, b.shape, a.dtype)
-            or b.dtype != a.dtype):
+    if not gemm.is_supported(a.shape, b.shape, a.dtype) or b.dtype != a.dtype:
         return np.matmul(a, b)
     out = np.empty((a.shape[0], b.shape[1]), a.dtype)
     mode = _mode()
