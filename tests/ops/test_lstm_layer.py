@@ -228,10 +228,12 @@ def test_a_bad_input_to_lstm_layer_names_it_and_the_types():
                        False)
 
 
+@pytest.mark.parametrize("dtype", [tg.float64, tg.float32])
 @pytest.mark.parametrize("bidirectional", [False, True])
-def test_a_compiled_lstm_holds_the_one_op_layer_and_equals_eager(bidirectional, monkeypatch):
+def test_a_compiled_lstm_holds_the_one_op_layer_and_equals_eager(bidirectional, dtype, monkeypatch):
     monkeypatch.setattr(eager_fusion, "OP_MIN_ELEMENTS", 1)  # (the gates' compiled program from the second call)
-    lstm = _lstm(tg.float32, bidirectional=bidirectional)
+    lstm = _lstm(dtype, bidirectional=bidirectional)
+    tol = dict(rtol=1e-11, atol=1e-13) if dtype is tg.float64 else dict(rtol=2e-4, atol=1e-5)
 
     def step(x):
         out, (h, c) = lstm(x)
@@ -240,14 +242,14 @@ def test_a_compiled_lstm_holds_the_one_op_layer_and_equals_eager(bidirectional, 
 
     compiled = tg.compile(step)
     for seed in range(3):
-        x = _leaf((6, 2, 3), seed, tg.float32)
+        x = _leaf((6, 2, 3), seed, dtype)
         (loss, grads), (want_loss, want_grads) = compiled(x), step(x)
         with _traced_composite():
             (composite_loss, _) = step(x)
-        np.testing.assert_allclose(composite_loss.detach().numpy(), want_loss.detach().numpy(), rtol=2e-5, atol=1e-5)
-        np.testing.assert_allclose(loss.detach().numpy(), want_loss.detach().numpy(), rtol=2e-5, atol=1e-5)
+        np.testing.assert_allclose(composite_loss.detach().numpy(), want_loss.detach().numpy(), **tol)
+        np.testing.assert_allclose(loss.detach().numpy(), want_loss.detach().numpy(), **tol)
         for got, want in zip(grads, want_grads):
-            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-4, atol=1e-5)
-    report = compiled.explain(_leaf((6, 2, 3), 0, tg.float32))
+            np.testing.assert_allclose(got.numpy(), want.numpy(), **tol)
+    report = compiled.explain(_leaf((6, 2, 3), 0, dtype))
     ops = [node.op.name for node in report.graphs[-1].graph.nodes]
     assert ops.count("lstm_layer") == (4 if bidirectional else 2) and "lstm_gates" not in ops
