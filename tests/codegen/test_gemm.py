@@ -227,3 +227,91 @@ def test_wrong_out_raises():
         gemm.matmul(np.ones((3, 4)), np.ones((4, 5)), out=np.empty((5, 3)))
     with pytest.raises(ValueError, match=r"matmul: out"):
         gemm.matmul(np.ones((3, 4)), np.ones((4, 5)), out=np.empty((3, 5), np.float32))
+
+
+# --- batched products (`batched_layout`, `matmul_batched`) ---------------------------------
+
+
+def _batched(a: np.ndarray, b: np.ndarray, **kwargs) -> np.ndarray:
+    layout = gemm.batched_layout(a, b)
+    assert layout is not None, (a.shape, a.strides, b.shape, b.strides)
+    gemm.batched_ready(layout, compile=True)
+    return gemm.matmul_batched(layout, **kwargs)
+
+
+def _per_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each matrix of the broadcast stacks through the 2-D generated GEMM's packed loop nest
+    (`matmul` sends a narrow product to `gemm_narrow`, another order of sums)."""
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    out = np.empty(batch + (a.shape[-2], b.shape[-1]), a.dtype)
+    for index in np.ndindex(*batch):
+        gemm._run(a[index], b[index], out[index], 1, None)
+    return out
+
+
+def _attention_operands(rng, dtype):
+    """q, k^T, v as attention takes them: (batch, head) stacks of transposed views."""
+    x = rng.standard_normal((3, 40, 3 * 24)).astype(dtype)
+    q, k, v = (x[..., i * 24:(i + 1) * 24].reshape(3, 40, 2, 12).transpose(0, 2, 1, 3) for i in range(3))
+    return q, k.transpose(0, 1, 3, 2), v
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", ["contiguous", "attention scores", "attention output", "transposed scores",
+                                  "broadcast right", "broadcast both", "three batch dims fold", "edge tiles"])
+def test_a_batched_product_is_each_matrixs_generated_product(case, dtype):
+    rng = np.random.default_rng(11)
+    q, k_t, v = _attention_operands(rng, dtype)
+    scores = rng.standard_normal((3, 2, 40, 40)).astype(dtype)
+    a, b = {
+        "contiguous": (rng.standard_normal((5, 30, 20)), rng.standard_normal((5, 20, 25))),
+        "attention scores": (q, k_t),
+        "attention output": (scores, v),
+        "transposed scores": (scores.transpose(0, 1, 3, 2), q),
+        "broadcast right": (rng.standard_normal((2, 3, 13, 17)), rng.standard_normal((17, 29))),
+        "broadcast both": (rng.standard_normal((2, 1, 13, 17)), rng.standard_normal((3, 17, 29))),
+        "three batch dims fold": (rng.standard_normal((2, 3, 4, 14, 9)), rng.standard_normal((2, 3, 4, 9, 26))),
+        "edge tiles": (rng.standard_normal((7, 13, 33)), rng.standard_normal((7, 33, 1))),
+    }[case]
+    a, b = a.astype(dtype), b.astype(dtype)
+    got = _batched(a, b)
+    assert got.shape == np.matmul(a, b).shape and got.dtype == dtype
+    np.testing.assert_array_equal(got, _per_matrix(a, b))
+    np.testing.assert_allclose(got, np.matmul(a, b), rtol=1e-4 if dtype == np.float32 else 1e-12, atol=1e-4)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_batched_product_is_the_same_on_one_or_two_threads(threads):
+    rng = np.random.default_rng(12)
+    for a, b in [(rng.standard_normal((2, 100, 64)), rng.standard_normal((2, 64, 90))),  # pieces of each matrix
+                 _attention_operands(rng, np.float32)[:2]]:  # whole matrices per thread
+        np.testing.assert_array_equal(_batched(a, b, threads=threads), _per_matrix(a, b))
+
+
+def test_a_batched_product_writes_out_and_checks_it():
+    rng = np.random.default_rng(13)
+    a, b = rng.standard_normal((4, 6, 5)), rng.standard_normal((4, 5, 3))
+    out = np.full((4, 6, 3), np.nan)
+    assert _batched(a, b, out=out) is out
+    np.testing.assert_allclose(out, a @ b, rtol=1e-12)
+    with pytest.raises(ValueError, match=r"C-contiguous \(4, 6, 3\) float64"):
+        _batched(a, b, out=np.empty((4, 3, 6)).transpose(0, 2, 1))
+
+
+def test_batched_layout_declines_what_it_cannot_run_in_place():
+    rng = np.random.default_rng(14)
+    a, b = rng.standard_normal((3, 4, 5)), rng.standard_normal((3, 5, 6))
+    assert gemm.batched_layout(a, b) is not None
+    assert gemm.batched_layout(a[0], b[0]) is None  # 2-D: `matmul`
+    assert gemm.batched_layout(a, b.astype(np.float32)) is None  # mixed dtypes
+    assert gemm.batched_layout(a.astype(np.int64), b.astype(np.int64)) is None
+    assert gemm.batched_layout(a[:, :, ::2], b[:, ::2]) is None  # a matrix with no unit stride
+    assert gemm.batched_layout(a[:, :0], b) is None  # empty
+    assert gemm.batched_layout(a, rng.standard_normal((2, 5, 6))) is None  # batch dims do not broadcast
+    # Batch dims in reversed order do not fold into two; dims that step alike do.
+    x = rng.standard_normal((2, 3, 4, 6, 5))
+    assert gemm.batched_layout(x.transpose(2, 1, 0, 3, 4), rng.standard_normal((4, 3, 2, 5, 7))) is None
+    folded = gemm.batched_layout(x.transpose(2, 0, 1, 3, 4), rng.standard_normal((4, 2, 3, 5, 7)))
+    assert folded is not None and folded[3][:2] == (4, 6)  # (outer count, inner count)

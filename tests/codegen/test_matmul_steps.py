@@ -75,10 +75,65 @@ def test_transposed_operands_are_another_signature(monkeypatch):
     assert layouts == {"row", "col"}
 
 
-def test_batched_products_run_through_numpy(forced):
+def test_batched_products_equal_numpys_whichever_runs_them(forced, monkeypatch):
+    from tracegrad.codegen import gemm
+    used = []
+    original = gemm.matmul_batched
+    monkeypatch.setattr(gemm, "matmul_batched", lambda *args, **kwargs: used.append(1) or original(*args, **kwargs))
     a, b = tg.randn(3, 4, 5, dtype=tg.float64), tg.randn(3, 5, 2, dtype=tg.float64)
     compiled = tg.compile(lambda a, b: a @ b)
-    np.testing.assert_allclose(compiled(a, b).numpy(), a.numpy() @ b.numpy(), rtol=1e-12)
+    for _ in range(3):
+        np.testing.assert_allclose(compiled(a, b).numpy(), a.numpy() @ b.numpy(), rtol=1e-12)
+    assert len(used) == (3 if forced == GENERATED else 0)
+
+
+def test_attention_products_and_their_gradients_run_generated_and_equal_eager(monkeypatch):
+    # Attention's products: (batch, head) stacks of transposed views of one projection.
+    from tracegrad.codegen import gemm
+    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    used = []
+    original = gemm.matmul_batched
+    monkeypatch.setattr(gemm, "matmul_batched", lambda *args, **kwargs: used.append(1) or original(*args, **kwargs))
+    rng = np.random.default_rng(5)
+    x = tg.tensor(rng.standard_normal((4, 64, 96)), dtype=tg.float64, requires_grad=True)
+
+    def fn(x):
+        q, k, v = (t.view(4, 64, 2, 16).transpose(1, 2) for t in x.split(32, dim=2))
+        att = (q @ k.transpose(-2, -1)).softmax(dim=-1)
+        loss = (att @ v).square().sum()
+        return (loss, *tg.autograd.grad(loss, [x]))
+
+    compiled = tg.compile(fn)
+    for _ in range(3):
+        for got, want in zip(compiled(x), fn(x)):
+            np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-10, atol=1e-12)
+    assert used, "products of 4*2*64*64*16 multiply-adds run on the generated GEMM"
+
+
+def test_eager_batched_products_use_the_generated_kernel_from_the_third_of_a_kind(monkeypatch, tmp_path):
+    from tracegrad.codegen import gemm
+    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(matmul_steps, "_sightings", {})
+    monkeypatch.setattr(gemm, "_kernels", {})
+    monkeypatch.setattr(gemm, "_SOURCE_HASH", "batched-" + tmp_path.name)  # a key nothing has compiled
+    used = []
+    original = gemm.matmul_batched
+    monkeypatch.setattr(gemm, "matmul_batched", lambda *args, **kwargs: used.append(1) or original(*args, **kwargs))
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((8, 4, 64, 32)).astype(np.float32)
+    b = rng.standard_normal((8, 4, 32, 64)).astype(np.float32)
+    for expected in (0, 0, 1, 2):
+        np.testing.assert_allclose(matmul_steps.eager_matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
+        assert len(used) == expected
+    small = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 4, 5))  # below EAGER_MIN_WORK
+    np.testing.assert_array_equal(matmul_steps.eager_matmul(*small), np.matmul(*small))
+    monkeypatch.setenv("TRACEGRAD_MATMUL", NUMPY)
+    np.testing.assert_array_equal(matmul_steps.eager_matmul(a, b), np.matmul(a, b))
+    monkeypatch.delenv("TRACEGRAD_MATMUL")
+    with tg.reference_mode():
+        np.testing.assert_array_equal(matmul_steps.eager_matmul(a, b), np.matmul(a, b))
+    assert len(used) == 2
 
 
 def test_a_product_buffer_is_reused_within_a_run(forced):

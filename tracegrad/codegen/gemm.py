@@ -1,4 +1,5 @@
-"""A generated matrix multiply (GEMM) for 2-D float32/float64 arrays: `matmul`, `is_supported`.
+"""A generated matrix multiply (GEMM) for 2-D float32/float64 arrays: `matmul`, `is_supported`;
+and for stacks of them (`batched_layout`, `matmul_batched`: one call runs every matrix).
 
 What lives here: running the GEMM functions that `codegen/gemm_ir.py` generates (one per
 dtype and operand layouts): the per-thread packing workspaces and parameter blocks, the
@@ -147,13 +148,23 @@ class _Workspace:
         start = -raw.__array_interface__["data"][0] % 64
         return raw[start:start + count * dtype.itemsize].view(dtype)
 
-    def parameters(self, operands: tuple, plan: tuple, counter_address: int, epilogue: tuple[int, int]) -> tuple:
-        """One call's parameter block (`gemm_ir`'s P_* positions) with this workspace's buffers."""
-        return (*operands, *plan[:6], self.pack_a, self.pack_b, counter_address, *plan[6:], *epilogue)
+    def parameters(self, operands: tuple, plan: tuple, counter_address: int, epilogue: tuple[int, int],
+                   batch: tuple = ()) -> tuple:
+        """One call's parameter block (`gemm_ir`'s P_* positions) with this workspace's
+        buffers. `batch`: (outer count, inner count, then the outer and inner element
+        strides of A, B and C) of a batched product (`matmul_batched`), () for one product."""
+        chunks, chunk_size, split_n = plan[6:]
+        if not batch:
+            return (*operands, *plan[:6], self.pack_a, self.pack_b, counter_address, chunks, chunk_size, split_n,
+                    *epilogue, chunks, 1, 0, 0, 0, 0, 0, 0)
+        outer, inner, *strides = batch
+        return (*operands, *plan[:6], self.pack_a, self.pack_b, counter_address, chunks * outer * inner,
+                chunk_size, split_n, *epilogue, chunks, inner, *strides)
 
-    def fill(self, operands: tuple, plan: tuple, counter_address: int, epilogue: tuple[int, int]) -> int:
+    def fill(self, operands: tuple, plan: tuple, counter_address: int, epilogue: tuple[int, int],
+             batch: tuple = ()) -> int:
         """Write one call's parameters; returns the address to pass to the kernel."""
-        self.params[:] = self.parameters(operands, plan, counter_address, epilogue)
+        self.params[:] = self.parameters(operands, plan, counter_address, epilogue, batch)
         return self.address
 
 
@@ -318,6 +329,102 @@ def _check_operands(a, b) -> None:
         raise ValueError(f"matmul: expected two float32 or two float64 operands, got {_describe(a, b)}")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: inner dimensions differ ({a.shape[1]} != {b.shape[0]}), got {_describe(a, b)}")
+
+
+def batched_layout(a: np.ndarray, b: np.ndarray) -> tuple | None:
+    """How `matmul_batched` runs `a @ b` for stacks of matrices (NumPy's matmul of arrays of
+    2 or more dims, batch dims broadcast): (batch shape, A's and B's first matrices, (outer
+    count, inner count, then the outer and inner element strides of A and B)), or None
+    when it does not (not float32/float64 of one dtype, a matrix that is neither row- nor
+    column-major, batch dims that do not fold into MAX_BATCH_DIMS, an empty product)."""
+    if (a.ndim < 2 or b.ndim < 2 or max(a.ndim, b.ndim) < 3 or a.dtype != b.dtype or a.dtype not in SUPPORTED_DTYPES
+            or a.shape[-1] != b.shape[-2]):
+        return None
+    try:
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        return None
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    if 0 in (m, n, k) or 0 in batch:
+        return None
+    a = np.broadcast_to(a, batch + (m, k))
+    b = np.broadcast_to(b, batch + (k, n))
+    size = a.itemsize
+    if any(s % size for s in a.strides[:-2] + b.strides[:-2]):
+        return None
+    # Batch dims as (count, A's stride, B's stride, C's stride) in elements, C being the
+    # C-ordered result; a dim of one entry dropped, neighbours that step alike merged.
+    dims = []
+    c_stride = m * n
+    for count, a_stride, b_stride in reversed(list(zip(batch, a.strides[:-2], b.strides[:-2]))):
+        if count == 1:
+            continue
+        dim = (count, a_stride // size, b_stride // size, c_stride)
+        if dims and all(dim[i] == dims[-1][i] * dims[-1][0] for i in (1, 2, 3)):
+            dims[-1] = (dims[-1][0] * count,) + dims[-1][1:]
+        else:
+            dims.append(dim)
+        c_stride *= count
+    if len(dims) > MAX_BATCH_DIMS:
+        return None
+    dims += [(1, 0, 0, 0)] * (MAX_BATCH_DIMS - len(dims))
+    (inner, a_inner, b_inner, c_inner), (outer, a_outer, b_outer, c_outer) = dims
+    first = (0,) * len(batch)
+    a_first, b_first = a[first], b[first]
+    if _operand_layout(a_first) is None or _operand_layout(b_first) is None:
+        return None
+    return batch, a_first, b_first, (outer, inner, a_outer, a_inner, b_outer, b_inner, c_outer, c_inner)
+
+
+# Batch dims a batched product may have after folding (attention's (batch, head) of
+# transposed views do not fold into one).
+MAX_BATCH_DIMS = 2
+
+
+def batched_ready(layout: tuple, compile: bool = False) -> bool:  # noqa: A002
+    """`ready` for a batched product (`batched_layout`): its packed kernel is at hand."""
+    _, a_first, b_first, _ = layout
+    key = (a_first.dtype, _operand_layout(a_first)[0], _operand_layout(b_first)[0])
+    if key in _kernels:
+        return True
+    address = load_keyed(_description(*key))
+    if address is not None:
+        _kernels.setdefault(key, KERNEL_SIGNATURE(address))
+        return True
+    if compile:
+        _kernel(*key)
+        return True
+    return False
+
+
+def matmul_batched(layout: tuple, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    """The batched product `batched_layout` worked out, with the generated kernel: every
+    matrix of the stack through the packed loop nest (a matrix's values are those of
+    `matmul` on it alone with the packed kernel: the plan depends on its shape only). The
+    two threads take whole matrices when there are enough of them, else pieces of each.
+    `out`: a C-contiguous array of the result's shape and dtype to write, else a new one."""
+    batch, a, b, strides = layout
+    (m, k), n, dtype = a.shape, b.shape[1], a.dtype
+    if out is None:
+        out = np.empty(batch + (m, n), dtype)
+    elif out.shape != batch + (m, n) or out.dtype != dtype or not out.flags.c_contiguous or not out.flags.aligned:
+        raise ValueError(f"matmul_batched: out must be a C-contiguous {batch + (m, n)} {dtype} array, got "
+                         f"{out.shape} {out.dtype}")
+    count = strides[0] * strides[1]
+    (a_layout, lda), (b_layout, ldb) = _operand_layout(a), _operand_layout(b)
+    function = _kernel(dtype, a_layout, b_layout)
+    threads = min(_packed_threads(m * count, n, k, threads), kernel_threads.NUM_THREADS, 2)
+    plan = _plan(m, n, k, dtype, 1 if count >= 2 * threads else threads)
+    workspaces = _own_workspaces(dtype, threads)
+    counter = workspaces[0]
+    counter.counter[0] = 0
+    operands = (data_address(a), lda, data_address(b), ldb, data_address(out), n)
+    calls = [w.fill(operands, plan, counter.counter_address, (0, 0), strides) for w in workspaces]
+    if threads == 1:
+        function(calls[0])
+    else:
+        kernel_threads.run_pair(function, calls[0], calls[1])
+    return out
 
 
 def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int, epilogue: tuple[int, int] | None,

@@ -3,7 +3,8 @@ layout of A, layout of B). What does not live here: running it (`codegen/gemm.py
 workspaces, the blocking plan, the threads), and choosing it over NumPy
 (`codegen/matmul_steps.py`).
 
-The generated function computes C[m0:m1, n0:n1] = A[m0:m1, :] @ B[:, n0:n1]:
+The generated function computes C[m0:m1, n0:n1] = A[m0:m1, :] @ B[:, n0:n1] for each chunk
+of the output it claims (of one product, or of one matrix of a batched product):
 
     for jc in n0..n1 step NC:                 B panel (KC x NC) lives in L2/L3
       for pc in 0..K step KC:                 pack B[pc:pc+kc, jc:jc+nc] into NR-wide panels
@@ -50,9 +51,15 @@ ROW, COL = "row", "col"  # operand layouts: unit stride along axis 1 (row-major)
 # CHUNKS pieces of CHUNK_SIZE rows (or columns, if SPLIT_N) that the threads calling the
 # function claim in turn from the shared COUNTER. EPILOGUE is the address of a tile
 # epilogue function (0: none), EPILOGUE_BUFFERS its buffer array.
+# A batched product (a stack of products of one geometry, up to two batch dims: attention's
+# (batch, head)) has MATRIX_CHUNKS chunks per matrix, CHUNKS of them in all; chunk i is
+# chunk i % MATRIX_CHUNKS of matrix i // MATRIX_CHUNKS, whose index splits into an outer
+# and an inner one (BATCH_INNER matrices per outer index), each with its element strides
+# for A, B and C. A single product: MATRIX_CHUNKS = CHUNKS and BATCH_INNER 1.
 (P_A, P_LDA, P_B, P_LDB, P_C, P_LDC, P_M, P_N, P_K, P_KC, P_MC, P_NC, P_PACK_A, P_PACK_B,
- P_COUNTER, P_CHUNKS, P_CHUNK_SIZE, P_SPLIT_N, P_EPILOGUE, P_EPILOGUE_BUFFERS) = range(20)
-PARAMETER_COUNT = 20
+ P_COUNTER, P_CHUNKS, P_CHUNK_SIZE, P_SPLIT_N, P_EPILOGUE, P_EPILOGUE_BUFFERS,
+ P_MATRIX_CHUNKS, P_BATCH_INNER, P_A_OUTER, P_A_INNER, P_B_OUTER, P_B_INNER, P_C_OUTER, P_C_INNER) = range(28)
+PARAMETER_COUNT = 28
 EPILOGUE_TYPE = ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer(), I64, I64, I64, I64])
 
 # ----------------------------------------------------------------------------- tiles
@@ -366,7 +373,15 @@ class GemmEmitter(VectorEmitter):
         chunk = b.atomic_rmw("add", counter, I64(1), "monotonic")
         b.cbranch(b.icmp_signed("<", chunk, chunks), work, done)
         b.position_at_end(work)
-        start = b.mul(chunk, chunk_size)
+        per_matrix = read(P_MATRIX_CHUNKS)
+        matrix, piece = b.sdiv(chunk, per_matrix), b.srem(chunk, per_matrix)
+        inner_count = read(P_BATCH_INNER)
+        outer, inner = b.sdiv(matrix, inner_count), b.srem(matrix, inner_count)
+        for index, (outer_stride, inner_stride) in ((0, (P_A_OUTER, P_A_INNER)), (2, (P_B_OUTER, P_B_INNER)),
+                                                    (4, (P_C_OUTER, P_C_INNER))):
+            offset = b.add(b.mul(outer, read(outer_stride)), b.mul(inner, read(inner_stride)))
+            operands[index] = _at(b, operands[index], offset)
+        start = b.mul(piece, chunk_size)
         stop = _smin(b, b.add(start, chunk_size), b.select(split_n, n, m))
         m0, m1 = b.select(split_n, I64(0), start), b.select(split_n, m, stop)
         n0, n1 = b.select(split_n, start, I64(0)), b.select(split_n, stop, n)

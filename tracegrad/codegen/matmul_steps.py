@@ -18,7 +18,10 @@ a function called once or twice never pays it, and a first call stays fast).
 `TRACEGRAD_MATMUL=measure` instead times both on the first run of each signature (one
 warm-up call each, then `ROUNDS` alternating timed calls; the smaller best time wins);
 `=numpy` or `=generated` forces one (read when a program is built; per product in eager
-mode). Batched (3-D and up) products run through NumPy.
+mode). A batched product (3-D and up) of more than NUMPY_MAX_WORK multiply-adds in all
+runs on the generated GEMM as one call over its stack of matrices (`gemm.matmul_batched`)
+when its batch dims fold into two and each matrix is row- or column-major, else through
+NumPy (`=numpy` forces NumPy; `=measure` does not measure it).
 
 `EpilogueMatmulStep` is a product with a fused epilogue (`codegen/epilogue.py`): the
 generated GEMM runs it on each finished block of C, NumPy's BLAS is followed by it.
@@ -208,6 +211,13 @@ class MatmulStep(NumpyStep):
             return gemm.ready(a, b)
         return gemm.ready(a, b, compile=True)
 
+    def _batched_ready(self, layout: tuple) -> bool:
+        """`_generated_ready` for a batched product."""
+        if self.runs < COMPILE_AFTER and self.mode != GENERATED:
+            self.runs += 1
+            return gemm.batched_ready(layout)
+        return gemm.batched_ready(layout, compile=True)
+
     def _small(self, a: np.ndarray, b: np.ndarray) -> bool:
         """`choose`'s answer NUMPY for a small product, known without its checks (the
         common case of a small model, where a step's fixed cost is most of its time)."""
@@ -239,8 +249,12 @@ class MatmulStep(NumpyStep):
 
     def _run_general(self, slots: list, pool: dict | None) -> None:
         a, b = slots[self.inputs[0]], slots[self.inputs[1]]
-        if a.ndim != 2:
-            slots[self.outputs[0]] = np.matmul(a, b)
+        if a.ndim != 2 or b.ndim != 2:
+            layout = _batched_layout(a, b, self.mode)
+            if layout is not None and self._batched_ready(layout):
+                slots[self.outputs[0]] = gemm.matmul_batched(layout, take_buffer(pool, self.out_shape, self.out_dtype))
+            else:
+                slots[self.outputs[0]] = np.matmul(a, b)
             return
         out = take_buffer(pool, self.out_shape, self.out_dtype)
         if not self._small(a, b) and choose(a, b, out, self.mode) == GENERATED and self._generated_ready(a, b):
@@ -466,8 +480,19 @@ def eager_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     A geometry (shapes, strides, dtype) the generated GEMM ran is bound
     (`gemm.bind`, as a program's step is): its next products skip the choice and the
     planning (an LSTM layer's 35 recurrent products per call: 42 -> 35 µs each)."""
-    if (a.ndim != 2 or b.ndim != 2 or a.shape[0] * a.shape[1] * b.shape[1] < EAGER_MIN_WORK
-            or reference.ACTIVE):
+    if a.ndim != 2 or b.ndim != 2:
+        layout = None if reference.ACTIVE else _batched_layout(a, b, _mode(), EAGER_MIN_WORK)
+        if layout is None:
+            return np.matmul(a, b)
+        _, a_first, b_first, _ = layout
+        kind = (a.dtype, _layout(a_first), _layout(b_first))
+        seen = _sightings.get(kind, 0)
+        if seen < COMPILE_AFTER:
+            _sightings[kind] = seen + 1
+        if not gemm.batched_ready(layout, compile=seen >= COMPILE_AFTER or _mode() == GENERATED):
+            return np.matmul(a, b)
+        return gemm.matmul_batched(layout)
+    if a.shape[0] * a.shape[1] * b.shape[1] < EAGER_MIN_WORK or reference.ACTIVE:
         return np.matmul(a, b)
     key = (a.shape, a.strides, b.shape, b.strides, a.dtype, b.dtype)
     bound = _eager_bound.get(key)
@@ -494,6 +519,24 @@ def eager_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
                 _eager_bound.clear()
             _eager_bound[key] = (mode, product)
     return gemm.matmul(a, b, out=out)
+
+
+def _batched_layout(a: np.ndarray, b: np.ndarray, mode: str | None, min_work: int = NUMPY_MAX_WORK + 1):
+    """`gemm.batched_layout` of a batched product the generated GEMM runs (of at least
+    `min_work` multiply-adds, unless TRACEGRAD_MATMUL says otherwise), else None (NumPy):
+    NumPy loops its BLAS over the matrices of a stack, and on attention's small ones
+    ((8, 4, 64, 32) @ (8, 4, 32, 64), W7) runs at ~80 GFLOP/s where the generated loop
+    nest, one call for the whole stack, runs at ~200."""
+    if mode == NUMPY or a.__class__ is not np.ndarray or b.__class__ is not np.ndarray:
+        return None
+    layout = gemm.batched_layout(a, b)
+    if layout is None:
+        return None
+    batch, a_first, b_first, _ = layout
+    (m, k), n = a_first.shape, b_first.shape[1]
+    if mode != GENERATED and m * n * k * int(np.prod(batch)) < min_work:
+        return None
+    return layout
 
 
 # The geometries eager products were bound to: key -> (the TRACEGRAD_MATMUL setting then,
