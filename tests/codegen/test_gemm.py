@@ -315,3 +315,24 @@ def test_batched_layout_declines_what_it_cannot_run_in_place():
     assert gemm.batched_layout(x.transpose(2, 1, 0, 3, 4), rng.standard_normal((4, 3, 2, 5, 7))) is None
     folded = gemm.batched_layout(x.transpose(2, 0, 1, 3, 4), rng.standard_normal((4, 2, 3, 5, 7)))
     assert folded is not None and folded[3][:2] == (4, 6)  # (outer count, inner count)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_deep_product_is_the_sum_of_its_two_halves_products(layout, dtype):
+    # K at least SPLIT_K_DEPTH times the output's longer side: cut in two along K.
+    rng = np.random.default_rng(15)
+    m, k, n = 40, 1024, 70
+    assert gemm._splits_k(m, n, k) and not gemm._splits_k(m, n, k + 1) and not gemm._splits_k(m, 300, k)
+    a, b = _operand(rng, m, k, dtype, layout[0]), _operand(rng, k, n, dtype, layout[1])
+    got = gemm.matmul(a, b)
+    _check(got, a, b)
+    halves = np.empty((2, m, n), dtype)
+    gemm._run(a[:, :k // 2], b[:k // 2], halves[0], 1, None)
+    gemm._run(a[:, k // 2:], b[k // 2:], halves[1], 1, None)
+    np.testing.assert_array_equal(got, halves[0] + halves[1])
+    np.testing.assert_array_equal(gemm.matmul(a, b, threads=1), got)
+    out = np.full((m, n), np.nan, dtype)
+    assert gemm.matmul(a, b, out=out) is out
+    np.testing.assert_array_equal(out, got)
+    assert gemm.bind(a, b, np.empty((m, n), dtype)) is None  # (runs through `matmul`)

@@ -230,3 +230,28 @@ def test_an_eager_product_of_a_bound_geometry_runs_the_bound_product_with_the_sa
     with tg.reference_mode():
         np.testing.assert_allclose(matmul_steps.eager_matmul(h, w.T), h @ w.T, rtol=1e-5, atol=1e-4)
     assert used == [1]
+
+
+@pytest.mark.parametrize("dtype,rtol", [(tg.float32, 1e-4), (tg.float64, 1e-12)])
+def test_deep_products_with_an_epilogue_are_summed_halves_and_equal_eager(monkeypatch, dtype, rtol):
+    # A deep product (an MLP's first layer on flattened images, its weight's gradient):
+    # cut in two along K (`gemm._splits_k`), its epilogue (bias, ReLU) run after the sum.
+    from tracegrad.codegen import gemm
+    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    used = []
+    original = gemm._run_split_k
+    monkeypatch.setattr(gemm, "_run_split_k", lambda *args: used.append(args[0].shape) or original(*args))
+    rng = np.random.default_rng(7)
+    x = tg.tensor(rng.standard_normal((32, 2048)), dtype=dtype)
+    w = tg.tensor(rng.standard_normal((96, 2048)) * 0.02, dtype=dtype, requires_grad=True)
+    b = tg.tensor(rng.standard_normal(96), dtype=dtype, requires_grad=True)
+
+    def fn(x):
+        loss = tg.nn.functional.linear(x, w, b).relu().square().sum()
+        return (loss, *tg.autograd.grad(loss, [w, b]))
+
+    compiled = tg.compile(fn)
+    for _ in range(4):
+        for got, want in zip(compiled(x), fn(x)):
+            np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=rtol, atol=rtol)
+    assert (32, 2048) in used  # the forward product (with its epilogue)

@@ -284,6 +284,10 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
         # tile; C.T = B.T @ A.T has the narrow side along MR instead, and the transposing
         # copy of a narrow C is cheap.
         out[...] = matmul(b.T, a.T, threads=threads).T
+    elif _splits_k(m, n, k):
+        _run_split_k(a, b, result, _packed_threads(m, n, k, threads))
+        if result is not out:
+            out[...] = result
     else:
         _run(a, b, result, _packed_threads(m, n, k, threads), epilogue if in_place else None, split_n)
         if result is not out:
@@ -296,6 +300,36 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
             raise ValueError(f"matmul: an epilogue needs a C-contiguous out, for {_describe(a, b)}")
         EPILOGUE_SIGNATURE(epilogue[0])(epilogue[1], 0, m, 0, n)
     return out
+
+
+# A product deep for its output (K at least SPLIT_K_DEPTH times its longer side, and at
+# least SPLIT_K_MIN) is cut in two along K, and the two halves' products summed: each
+# thread packs its half of both operands once, where cutting the output between threads
+# makes each pack the whole of the operand they share. W9's weight gradient of conv2,
+# (64, 36864) @ (36864, 288): each thread packed all 2.4M elements of A. Decided by shape
+# alone (one thread runs the two halves in turn), so a value never depends on threads.
+SPLIT_K_DEPTH = 4
+SPLIT_K_MIN = 2 * KC_MAX
+
+
+def _splits_k(m: int, n: int, k: int) -> bool:
+    return k % 2 == 0 and k >= SPLIT_K_MIN and k >= SPLIT_K_DEPTH * max(m, n)
+
+
+def _run_split_k(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int) -> None:
+    """C = A[:, :K/2] @ B[:K/2] + A[:, K/2:] @ B[K/2:]: the halves as a batch of two products
+    (`matmul_batched`, a thread per half), then their sum."""
+    (m, k), n = a.shape, b.shape[1]
+    if _operand_layout(a) is None:
+        a = np.ascontiguousarray(a)
+    if _operand_layout(b) is None:
+        b = np.ascontiguousarray(b)
+    half = k // 2
+    size = a.itemsize
+    strides = (1, 2, 0, a.strides[1] // size * half, 0, b.strides[0] // size * half, 0, m * n)
+    parts = np.empty((2, m, n), a.dtype)
+    matmul_batched(((2,), a[:, :half], b[:half], strides), out=parts, threads=threads)
+    np.add(parts[0], parts[1], out=c)
 
 
 def _narrow_threads(m: int, n: int, k: int, threads: int | None) -> int:
@@ -334,7 +368,7 @@ def _check_operands(a, b) -> None:
 def batched_layout(a: np.ndarray, b: np.ndarray) -> tuple | None:
     """How `matmul_batched` runs `a @ b` for stacks of matrices (NumPy's matmul of arrays of
     2 or more dims, batch dims broadcast): (batch shape, A's and B's first matrices, (outer
-    count, inner count, then the outer and inner element strides of A and B)), or None
+    count, inner count, then the outer and inner element strides of A, B and C)), or None
     when it does not (not float32/float64 of one dtype, a matrix that is neither row- nor
     column-major, batch dims that do not fold into MAX_BATCH_DIMS, an empty product)."""
     if (a.ndim < 2 or b.ndim < 2 or max(a.ndim, b.ndim) < 3 or a.dtype != b.dtype or a.dtype not in SUPPORTED_DTYPES
@@ -402,7 +436,8 @@ def matmul_batched(layout: tuple, out: np.ndarray | None = None, threads: int | 
     matrix of the stack through the packed loop nest (a matrix's values are those of
     `matmul` on it alone with the packed kernel: the plan depends on its shape only). The
     two threads take whole matrices when there are enough of them, else pieces of each.
-    `out`: a C-contiguous array of the result's shape and dtype to write, else a new one."""
+    `out`: a C-contiguous array of the result's shape and dtype to write, else a new one.
+    (Whether a thread takes whole matrices changes only who computes what, not a value.)"""
     batch, a, b, strides = layout
     (m, k), n, dtype = a.shape, b.shape[1], a.dtype
     if out is None:
@@ -414,7 +449,7 @@ def matmul_batched(layout: tuple, out: np.ndarray | None = None, threads: int | 
     (a_layout, lda), (b_layout, ldb) = _operand_layout(a), _operand_layout(b)
     function = _kernel(dtype, a_layout, b_layout)
     threads = min(_packed_threads(m * count, n, k, threads), kernel_threads.NUM_THREADS, 2)
-    plan = _plan(m, n, k, dtype, 1 if count >= 2 * threads else threads)
+    plan = _plan(m, n, k, dtype, 1 if count >= threads else threads)
     workspaces = _own_workspaces(dtype, threads)
     counter = workspaces[0]
     counter.counter[0] = 0
@@ -558,6 +593,8 @@ def bind(a: np.ndarray, b: np.ndarray, out: np.ndarray, epilogue: tuple[int, int
             after = (EPILOGUE_SIGNATURE(epilogue[0]), epilogue[1])
     elif n < _tile_shape(dtype)[1] // 2 and m > n:
         return None  # `matmul` computes C.T through a temporary
+    elif _splits_k(m, n, k):
+        return None  # (`matmul` sums two halves' products: its planning is a small part of such a product)
     else:
         a_layout, b_layout = _operand_layout(a), _operand_layout(b)
         if a_layout is None or b_layout is None or not out.flags.aligned:
