@@ -6,6 +6,7 @@ the kernel in its own layout instead.
 """
 
 import numpy as np
+import pytest
 
 import tracegrad as tg
 from tracegrad.codegen.fusion import FusedKernel, plan
@@ -226,3 +227,52 @@ def test_residual_stream_read_by_several_kernels_is_computed_once_per_block():
     program = _check_equal_to_eager(_residual_stream, _tensor(6, 5), *branches)
     computed = sum(len(step.kernel.nodes) for step in _kernels(program))
     assert computed <= 4 * len(branches)
+
+
+def _max_pool_of_relu(x, bias):
+    values = tg.nn.functional.max_pool2d((x + bias).relu().permute(0, 3, 1, 2), 2)
+    (grad,) = tg.autograd.grad(values.square().sum(), [x])
+    return values.detach(), grad
+
+
+def test_a_max_and_its_argmax_are_computed_in_one_loop():
+    # max(dim).values gathers at the argmax: that index needs no bounds check (an argmax
+    # over the axis the gather reads), so the gather joins the argmax's loop and takes it
+    # from the same iteration instead of a second pass over the pooled input.
+    x = _tensor(2, 8, 8, 3).requires_grad_()
+    program = _check_equal_to_eager(_max_pool_of_relu, x, _tensor(3))
+    first = _kernels(program)[0]
+    assert sorted(shape for shape, _ in first.out_specs) == [(2, 3, 4, 4, 1), (2, 3, 4, 4, 1)]
+    assert {dtype for _, dtype in first.out_specs} == {np.dtype(np.float64), np.dtype(np.int64)}
+    assert not first.index_checks
+
+
+def test_ties_and_nans_pick_the_first_and_match_eager():
+    x = tg.tensor([[[1.0, 3.0, 3.0, 0.0], [float("nan"), 2.0, float("nan"), 5.0], [-0.0, 0.0, 0.0, -0.0]]],
+                  requires_grad=True)
+
+    def fn(x):
+        values, indices = (x * 1.0).max(dim=2)
+        (grad,) = tg.autograd.grad(values.nan_to_num().sum(), [x])
+        return values, indices, grad
+
+    compiled = tg.compile(fn)
+    for _ in range(2):
+        for got, want in zip(compiled(x), fn(x)):
+            np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+    np.testing.assert_array_equal(fn(x)[1].numpy(), [[1, 0, 0]])  # (-0.0 ties 0.0: the first)
+
+
+def test_an_index_from_an_argmax_over_a_longer_axis_is_still_checked():
+    # argmax over 6 entries gathered from a row of 4: out of bounds where the max is late.
+    def fn(scores, table):
+        return table.gather(1, scores.argmax(dim=1, keepdim=True))
+
+    compiled = tg.compile(fn)
+    table = _tensor(3, 4)
+    in_bounds = tg.tensor([[5.0, 1, 0, 0, 0, 0], [0, 0, 9, 0, 0, 0], [0, 0, 0, 7, 0, 0]])
+    np.testing.assert_array_equal(compiled(in_bounds, table).numpy(), fn(in_bounds, table).numpy())
+    late = tg.tensor([[0.0, 0, 0, 0, 1, 0], [0, 0, 9, 0, 0, 0], [0, 0, 0, 7, 0, 0]])
+    for run in (fn, compiled):
+        with pytest.raises(IndexError, match="gather: index 4 is out of bounds for dimension 1 with size 4"):
+            run(late, table)

@@ -178,8 +178,13 @@ def materialized_values(graph: Graph) -> set[Value]:
     lowers = {id(node): lowerable(node) for node in graph.nodes}  # (asked again per reader below)
     for node in graph.nodes:
         if lowers[id(node)]:
-            # Index operands get buffers so they can be bounds-checked before the kernel.
-            result.update(_index_operands(node))
+            # Index operands get buffers so they can be bounds-checked before the kernel, and
+            # so that one read at other elements (scatter_add's) is not recomputed there
+            # (the gather at an argmax takes it from the argmax's own loop: `merge_loops`).
+            checks = node.op.index_checks
+            if checks is not None:
+                result.update(node.inputs[k] for k, _ in checks(tuple(v.type for v in node.inputs),
+                                                                  node.out_types[0], **node.attrs))
             if _transposed_read_of_indexed(node):
                 result.add(node.inputs[0])
     for node in graph.nodes:
@@ -443,7 +448,7 @@ def group_rows(steps: list) -> list:
             continue
         outer = len(step.domain) - 1
         joins = members and members[0].domain == step.domain and all(
-            v in readable and _reads_only_its_row(step, v, outer)
+            v in readable and _reads_only_its_row(step, v, outer) and v not in _checked_reads(step)
             for v in step.leaves if any(v in m.results for m in members))
         if joins and not any(_worth_joining(step, m) for m in members):
             result.append(step)  # (before the group: it reads nothing the group writes)
@@ -493,6 +498,8 @@ def merge_loops(steps: list) -> list:
                 own = [v for v in part.leaves if made_by.get(v) is loop]
                 if not all(part.reads_in_loop(v, loop) for v in own):
                     continue
+                if own and not _checked_reads(part).isdisjoint(own):
+                    continue  # (an index it checks must be a buffer before it runs)
                 if all(made_by.get(v) is None or made_by[v] is loop or position_of.get(id(made_by[v]), -1) < position
                        for v in part.leaves):
                     home = loop
@@ -514,11 +521,32 @@ def merge_loops(steps: list) -> list:
     return merged
 
 
-def _index_operands(node: Node) -> list[Value]:
+def checked_index_operands(node: Node) -> list[tuple[int, object]]:
+    """(input position, BoundsCheck) of each index operand of `node` that a kernel must
+    check before it runs: every one but those whose maker's values all lie within what
+    the check accepts (`Primitive.index_range`: the gather of a max at its argmax)."""
     if node.op.index_checks is None:
         return []
     checks = node.op.index_checks(tuple(v.type for v in node.inputs), node.out_types[0], **node.attrs)
-    return [node.inputs[position] for position, _ in checks]
+    return [(position, check) for position, check in checks if not _in_range(node.inputs[position], check)]
+
+
+def _in_range(value: Value, check) -> bool:
+    maker = value.node
+    if maker is None or maker.op.index_range is None:
+        return False
+    low, high = maker.op.index_range(tuple(v.type for v in maker.inputs), **maker.attrs)
+    accepted_low, accepted_high = check.bounds
+    return accepted_low <= low and high <= accepted_high
+
+
+def _index_operands(node: Node) -> list[Value]:
+    return [node.inputs[position] for position, _ in checked_index_operands(node)]
+
+
+def _checked_reads(kernel: FusedKernel) -> set[Value]:
+    """The index operands a kernel's nodes check: they stay buffers the kernel reads."""
+    return {value for node in kernel.nodes for value in _index_operands(node)}
 
 
 def _view_of_buffer(value: Value, materialized) -> bool:
@@ -540,10 +568,12 @@ def _collect(root: Node, materialized) -> FusedKernel:
         if key in seen:
             return
         seen.add(key)
-        # Views and data-dependent reads (gather) read other elements than the current one.
-        below = views + (node,) if node.op.kind not in (ELEMENTWISE, REDUCTION) else views
+        # Views and data-dependent reads (gather) read other elements than the current one
+        # (but for the inputs such a read takes at its own element: gather's index).
+        moves = node.op.kind not in (ELEMENTWISE, REDUCTION)
         checked = _index_operands(node)
-        for value in node.inputs:
+        for position, value in enumerate(node.inputs):
+            below = views + (node,) if moves and position not in node.op.reads_aligned else views
             # A view of a buffer is read through its index map rather than copied, even
             # when the view is also materialized for another reader (but index operands
             # stay buffers: they are bounds-checked before the kernel runs).

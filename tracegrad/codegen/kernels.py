@@ -29,7 +29,7 @@ import numpy as np
 from llvmlite import ir
 
 from tracegrad.codegen import fastcall
-from tracegrad.codegen.fusion import FusedKernel, RowGroup
+from tracegrad.codegen.fusion import FusedKernel, RowGroup, checked_index_operands
 from tracegrad.codegen.ir_builder import I8, I64, ScalarBuilder, emit_loop, memory_type, register_type
 from tracegrad.codegen.loop_order import inner_order
 from tracegrad.ir import types
@@ -701,9 +701,6 @@ def _index_checks(kernel: FusedKernel) -> list[tuple[int, object]]:
     the op's eager error for an index out of bounds."""
     checks = []
     for node in kernel.nodes:
-        if node.op.index_checks is None:
-            continue
-        in_types = tuple(v.type for v in node.inputs)
-        for position, check in node.op.index_checks(in_types, node.out_types[0], **node.attrs):
+        for position, check in checked_index_operands(node):
             checks.append((kernel.leaves.index(node.inputs[position]), check))
     return checks

@@ -30,7 +30,7 @@ class Primitive:
                  "kind", "num_outputs", "backward_name", "lower", "index_map", "reduction",
                  "simplify", "rewrite", "constant", "aligned", "lower_indexed", "lowers",
                  "index_checks", "view_strides", "view_may_copy", "write_back", "api", "effect", "carried_dim",
-                 "__dict__")
+                 "reads_aligned", "index_range", "__dict__")
 
     # False for a custom Function's primitive (its backward is user code, its node holds the
     # call's ctx): never cached or replayed. (A class default: read per node per backward.)
@@ -47,7 +47,8 @@ class Primitive:
                  lower_indexed: Callable | None = None, lowers: Callable | None = None,
                  index_checks: Callable | None = None, view_strides: Callable | None = None,
                  view_may_copy: bool = False, write_back: Callable | None = None, effect: bool = False,
-                 carried_dim: Callable | None = None):
+                 carried_dim: Callable | None = None, reads_aligned: tuple[int, ...] = (),
+                 index_range: Callable | None = None):
         if name in REGISTRY:
             raise ValueError(f"primitive {name!r} is defined twice")
         self.name = name
@@ -98,6 +99,13 @@ class Primitive:
         self.lower_indexed = lower_indexed
         self.lowers = lowers
         self.index_checks = index_checks
+        # `reads_aligned`: the inputs `lower_indexed` reads at the element it makes (gather's
+        # index), which a fused loop may hand over from the same iteration; `index_range(
+        # in_types, **attrs)`: (low, high) such that every value the op makes lies in
+        # [low, high) (argmax's positions along its axis), so an index operand it makes
+        # passes a check accepting that range without being looked at.
+        self.reads_aligned = reads_aligned
+        self.index_range = index_range
         # Layout (codegen.fusion): `carried_dim(in_type, out_type, dim, **attrs)` of an op
         # of one input read at other elements than the current one (a view, im2col): the
         # dim of its result along which its input's dim `dim` advances one element per

@@ -123,7 +123,7 @@ def _scatter_add_lower(b, read, index, in_types, out_type, shape, axis):
 
 
 GATHER = Primitive("gather", shape_rule=_gather_rule, impl=_gather_impl, kind=OTHER,
-                   saves_inputs=(1,), lower_indexed=_gather_lower,
+                   saves_inputs=(1,), lower_indexed=_gather_lower, reads_aligned=(1,),
                    index_checks=_gather_checks,
                    vjp=lambda ctx, g: (scatter_add(ctx.in_types[0].shape, ctx.inputs[1], g,
                                                    ctx.attrs["axis"]), None))

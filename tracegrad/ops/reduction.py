@@ -155,10 +155,14 @@ def _arg_lowers(node) -> bool:
 
 # (Kind OTHER, not REDUCTION: compiled, each result is an expression of its own index,
 # `lower_indexed`, not a fold of a reduction loop.)
+def _arg_range(in_types, axis, keepdim):
+    return 0, in_types[0].shape[axis]
+
+
 ARGMAX = Primitive("argmax", shape_rule=_arg_rule("argmax"), impl=_arg_impl(np.argmax), kind=OTHER,
-                   lower_indexed=_arg_lower(">"), lowers=_arg_lowers)
+                   lower_indexed=_arg_lower(">"), lowers=_arg_lowers, index_range=_arg_range)
 ARGMIN = Primitive("argmin", shape_rule=_arg_rule("argmin"), impl=_arg_impl(np.argmin), kind=OTHER,
-                   lower_indexed=_arg_lower("<"), lowers=_arg_lowers)
+                   lower_indexed=_arg_lower("<"), lowers=_arg_lowers, index_range=_arg_range)
 
 
 def sum_(x, axes, keepdim=False):
