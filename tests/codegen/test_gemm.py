@@ -322,8 +322,9 @@ def test_batched_layout_declines_what_it_cannot_run_in_place():
 def test_a_deep_product_is_the_sum_of_its_two_halves_products(layout, dtype):
     # K at least SPLIT_K_DEPTH times the output's longer side: cut in two along K.
     rng = np.random.default_rng(15)
-    m, k, n = 40, 1024, 70
-    assert gemm._splits_k(m, n, k) and not gemm._splits_k(m, n, k + 1) and not gemm._splits_k(m, 300, k)
+    m, k, n = 128, 2048, 70
+    assert gemm._splits_k(m, n, k) and not gemm._splits_k(m, n, k + 1) and not gemm._splits_k(m, 600, k)
+    assert not gemm._splits_k(20, 200, 800)  # (too small to pay for the halves' sum)
     a, b = _operand(rng, m, k, dtype, layout[0]), _operand(rng, k, n, dtype, layout[1])
     got = gemm.matmul(a, b)
     _check(got, a, b)

@@ -242,8 +242,8 @@ def test_deep_products_with_an_epilogue_are_summed_halves_and_equal_eager(monkey
     original = gemm._run_split_k
     monkeypatch.setattr(gemm, "_run_split_k", lambda *args: used.append(args[0].shape) or original(*args))
     rng = np.random.default_rng(7)
-    x = tg.tensor(rng.standard_normal((32, 2048)), dtype=dtype)
-    w = tg.tensor(rng.standard_normal((96, 2048)) * 0.02, dtype=dtype, requires_grad=True)
+    x = tg.tensor(rng.standard_normal((64, 4096)), dtype=dtype)
+    w = tg.tensor(rng.standard_normal((96, 4096)) * 0.02, dtype=dtype, requires_grad=True)
     b = tg.tensor(rng.standard_normal(96), dtype=dtype, requires_grad=True)
 
     def fn(x):
@@ -254,4 +254,4 @@ def test_deep_products_with_an_epilogue_are_summed_halves_and_equal_eager(monkey
     for _ in range(4):
         for got, want in zip(compiled(x), fn(x)):
             np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=rtol, atol=rtol)
-    assert (32, 2048) in used  # the forward product (with its epilogue)
+    assert (64, 4096) in used  # the forward product (with its epilogue)

@@ -308,12 +308,17 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
 # makes each pack the whole of the operand they share. W9's weight gradient of conv2,
 # (64, 36864) @ (36864, 288): each thread packed all 2.4M elements of A. Decided by shape
 # alone (one thread runs the two halves in turn), so a value never depends on threads.
+# Only from SPLIT_K_MIN_WORK multiply-adds: below, the halves' buffer, their sum and the
+# general path's planning (such a product is not bound) cost more than the packing saved
+# (W8's per-step (20, 800) @ (800, 200): 36 µs bound, 38.5 split; the step 3.5% slower).
 SPLIT_K_DEPTH = 4
 SPLIT_K_MIN = 2 * KC_MAX
+SPLIT_K_MIN_WORK = 1 << 24
 
 
 def _splits_k(m: int, n: int, k: int) -> bool:
-    return k % 2 == 0 and k >= SPLIT_K_MIN and k >= SPLIT_K_DEPTH * max(m, n)
+    return (k % 2 == 0 and k >= SPLIT_K_MIN and k >= SPLIT_K_DEPTH * max(m, n)
+            and m * n * k >= SPLIT_K_MIN_WORK)
 
 
 def _run_split_k(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int) -> None:
