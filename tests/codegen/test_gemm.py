@@ -337,3 +337,36 @@ def test_a_deep_product_is_the_sum_of_its_two_halves_products(layout, dtype):
     assert gemm.matmul(a, b, out=out) is out
     np.testing.assert_array_equal(out, got)
     assert gemm.bind(a, b, np.empty((m, n), dtype)) is None  # (runs through `matmul`)
+
+
+# --- B packed once (`bind(prepack=True)`, `prepack_b`) -------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("m, k, n", [(20, 200, 800), (20, 800, 200), (13, 600, 45), (37, 300, 70), (64, 513, 33)])
+def test_a_product_with_b_packed_once_equals_the_product_packing_it_each_run(m, k, n, layout, dtype):
+    rng = np.random.default_rng(16)
+    a, b = _operand(rng, m, k, dtype, layout[0]), _operand(rng, k, n, dtype, layout[1])
+    plain, prepacked = np.empty((m, n), dtype), np.empty((m, n), dtype)
+    bound, bound_prepacked = gemm.bind(a, b, plain), gemm.bind(a, b, prepacked, prepack=True)
+    assert bound is not None and bound_prepacked is not None
+    for _ in range(2):  # (another A of the geometry: B's panels from the first packing)
+        assert bound.run(gemm.data_address(a), gemm.data_address(b), gemm.data_address(plain))
+        assert bound_prepacked.run(gemm.data_address(a), gemm.data_address(b), gemm.data_address(prepacked))
+        np.testing.assert_array_equal(prepacked, plain)
+        _check(prepacked, a, b)
+        a[...] = _operand(rng, m, k, dtype, "r")
+
+
+def test_prepack_b_lays_out_each_depth_blocks_panels_zero_padded():
+    rows, cols, _ = gemm._tile_shape(np.dtype(np.float32))
+    b = np.arange(5 * (cols + 3), dtype=np.float32).reshape(5, cols + 3)
+    packed, width = gemm.prepack_b(b, kc=3)
+    assert width == 2 * cols
+    first = packed[:3 * width].reshape(2, 3, cols)  # rows 0-2: two panels of 3 x cols
+    np.testing.assert_array_equal(first[0], b[:3, :cols])
+    np.testing.assert_array_equal(first[1, :, :3], b[:3, cols:])
+    assert not first[1, :, 3:].any()
+    second = packed[3 * width:5 * width].reshape(2, 2, cols)  # rows 3-4: the last, shorter block
+    np.testing.assert_array_equal(second[0], b[3:, :cols])

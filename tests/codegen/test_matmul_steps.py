@@ -255,3 +255,26 @@ def test_deep_products_with_an_epilogue_are_summed_halves_and_equal_eager(monkey
         for got, want in zip(compiled(x), fn(x)):
             np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=rtol, atol=rtol)
     assert (64, 4096) in used  # the forward product (with its epilogue)
+
+
+def test_a_fixed_right_product_packs_b_once_with_eager_matmuls_values(monkeypatch):
+    from tracegrad.codegen import gemm
+    from tracegrad.ops import linalg
+    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((800, 200)).astype(np.float32)
+    hs = [rng.standard_normal((20, 200)).astype(np.float32) for _ in range(4)]
+    want = [matmul_steps.eager_matmul(h, w.T) for h in hs for _ in range(3)]  # (compiled and bound by now)
+    prepacked = []
+    original = gemm.bind
+    monkeypatch.setattr(gemm, "bind", lambda *args, **kwargs: prepacked.append(kwargs.get("prepack")) or original(
+        *args, **kwargs))
+    product = linalg.fixed_right_product(w.T)
+    got = [product(h) for h in hs for _ in range(3)]
+    for g, v in zip(got, want):
+        np.testing.assert_array_equal(g, v)
+    assert prepacked == [True]  # bound once, B packed then
+    with tg.reference_mode():
+        np.testing.assert_array_equal(product(hs[0]), hs[0] @ w.T)
+    monkeypatch.setenv("TRACEGRAD_MATMUL", NUMPY)
+    np.testing.assert_allclose(product(hs[1]), hs[1] @ w.T, rtol=1e-5, atol=1e-4)

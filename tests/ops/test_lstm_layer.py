@@ -253,3 +253,20 @@ def test_a_compiled_lstm_holds_the_one_op_layer_and_equals_eager(bidirectional, 
     report = compiled.explain(_leaf((6, 2, 3), 0, dtype))
     ops = [node.op.name for node in report.graphs[-1].graph.nodes]
     assert ops.count("lstm_layer") == (4 if bidirectional else 2) and "lstm_gates" not in ops
+
+
+def test_a_layer_of_w8s_size_has_the_composites_values_to_the_bit(monkeypatch):
+    # Big enough that the recurrent products run on the generated GEMM, with W_hh packed
+    # once for the layer (`linalg.fixed_right_product`): the composite packs it per step.
+    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    tg.manual_seed(0)
+    lstm = tg.nn.LSTM(200, 200, 1)
+    x = tg.randn(12, 20, 200)
+    state = (tg.randn(1, 20, 200), tg.randn(1, 20, 200))
+    for _ in range(3):  # (the generated kernel is taken from a product's third sighting)
+        with tg.no_grad():
+            out, (h, c) = lstm(x, state)
+            with _traced_composite():
+                want_out, (want_h, want_c) = lstm(x, state)
+    for got, want in zip((out, h, c), (want_out, want_h, want_c)):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())

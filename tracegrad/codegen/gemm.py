@@ -21,7 +21,8 @@ from collections.abc import Callable
 import numpy as np
 
 from tracegrad.codegen import gemm_narrow
-from tracegrad.codegen.gemm_ir import COL, P_A, P_B, P_C, PARAMETER_COUNT, ROW, GemmEmitter, tile_shape as _tile_shape
+from tracegrad.codegen.gemm_ir import (COL, P_A, P_B, P_C, P_PACKED_B, P_PACKED_B_WIDTH, PARAMETER_COUNT, ROW,
+                                      GemmEmitter, tile_shape as _tile_shape)
 from tracegrad.runtime import kernel_key, spin_handoff, threads as kernel_threads
 from tracegrad.runtime.buffers import data_address
 from tracegrad.runtime.llvm_engine import compile_kernel_keyed, load_keyed
@@ -156,10 +157,10 @@ class _Workspace:
         chunks, chunk_size, split_n = plan[6:]
         if not batch:
             return (*operands, *plan[:6], self.pack_a, self.pack_b, counter_address, chunks, chunk_size, split_n,
-                    *epilogue, chunks, 1, 0, 0, 0, 0, 0, 0)
+                    *epilogue, chunks, 1, 0, 0, 0, 0, 0, 0, 0, 0)
         outer, inner, *strides = batch
         return (*operands, *plan[:6], self.pack_a, self.pack_b, counter_address, chunks * outer * inner,
-                chunk_size, split_n, *epilogue, chunks, inner, *strides)
+                chunk_size, split_n, *epilogue, chunks, inner, *strides, 0, 0)
 
     def fill(self, operands: tuple, plan: tuple, counter_address: int, epilogue: tuple[int, int],
              batch: tuple = ()) -> int:
@@ -570,13 +571,39 @@ class BoundProduct:
         return True
 
 
+def prepack_b(b: np.ndarray, kc: int) -> tuple[np.ndarray, int]:
+    """B packed as the loop nest packs it for depth blocks of `kc` rows (`gemm_ir`'s
+    PACKED_B): the block of rows pc.. holds, from element pc * width on, its NR-wide
+    panels in turn, each kc x NR laid out [k][column], zero past N. Returns (the packed
+    array, width: N rounded up to NR)."""
+    k, n = b.shape
+    cols = _tile_shape(b.dtype)[1]
+    width = _round_up(n, cols)
+    packed = _Workspace._aligned(k * width, b.dtype)
+    full = n // cols
+    for pc in range(0, k, kc):
+        depth = min(kc, k - pc)
+        block = packed[pc * width:(pc + depth) * width].reshape(width // cols, depth, cols)
+        rows = b[pc:pc + depth]
+        block[:full] = rows[:, :full * cols].reshape(depth, full, cols).transpose(1, 0, 2)
+        if full < width // cols:
+            block[full, :, :n - full * cols] = rows[:, full * cols:]
+            block[full, :, n - full * cols:] = 0
+    return packed, width
+
+
 def bind(a: np.ndarray, b: np.ndarray, out: np.ndarray, epilogue: tuple[int, int] | None = None,
-         split_n: bool | None = None) -> BoundProduct | None:
+         split_n: bool | None = None, prepack: bool = False) -> BoundProduct | None:
     """`matmul(a, b, out=out, epilogue=epilogue, split_n=split_n)` as a `BoundProduct` for
     arrays of these geometries, making the choices `matmul` makes for these (kernel,
     narrow route, threads, plan); None where `matmul` would copy an operand or the product,
     or pass through a temporary (those run through `matmul`). The epilogue's buffer array
-    must stay where it is for as long as the binding is used. Loads or compiles the kernel."""
+    must stay where it is for as long as the binding is used. Loads or compiles the kernel.
+
+    `prepack`: B is packed now (`prepack_b`), once, and every run reads those panels
+    instead of packing B again: the product of any A of the bound geometry with B's
+    values as they are now (the caller keeps them so: a recurrent weight over a sequence).
+    The values are those of the product packed run by run. None where it would not pack."""
     _check_operands(a, b)
     (m, k), n, dtype = a.shape, b.shape[1], a.dtype
     if (not isinstance(out, np.ndarray) or out.shape != (m, n) or out.dtype != dtype or not out.flags.c_contiguous
@@ -616,4 +643,13 @@ def bind(a: np.ndarray, b: np.ndarray, out: np.ndarray, epilogue: tuple[int, int
         blocks = [w.parameters(operands, plan, ctypes.addressof(counter), epilogue or (0, 0)) for w in workspaces]
         fields = (P_A, P_B, P_C)
         keep = tuple(workspaces)
+        if prepack:
+            packed, width = prepack_b(b, plan[3])
+            for i, values in enumerate(blocks):
+                values = list(values)
+                values[P_PACKED_B], values[P_PACKED_B_WIDTH] = data_address(packed), width
+                blocks[i] = tuple(values)
+            keep += (packed,)
+    if prepack and narrow is not None:
+        return None
     return BoundProduct(geometry, function, blocks, fields, addresses, threads, counter, after, (m, n), keep)

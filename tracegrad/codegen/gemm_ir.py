@@ -56,10 +56,14 @@ ROW, COL = "row", "col"  # operand layouts: unit stride along axis 1 (row-major)
 # chunk i % MATRIX_CHUNKS of matrix i // MATRIX_CHUNKS, whose index splits into an outer
 # and an inner one (BATCH_INNER matrices per outer index), each with its element strides
 # for A, B and C. A single product: MATRIX_CHUNKS = CHUNKS and BATCH_INNER 1.
+# PACKED_B, if not 0, is B packed beforehand for the plan's depth blocks (`gemm.prepack_b`:
+# the depth block starting at row pc holds PACKED_B_WIDTH columns' panels from element
+# pc * PACKED_B_WIDTH on): the loop nest reads its panels there instead of packing B.
 (P_A, P_LDA, P_B, P_LDB, P_C, P_LDC, P_M, P_N, P_K, P_KC, P_MC, P_NC, P_PACK_A, P_PACK_B,
  P_COUNTER, P_CHUNKS, P_CHUNK_SIZE, P_SPLIT_N, P_EPILOGUE, P_EPILOGUE_BUFFERS,
- P_MATRIX_CHUNKS, P_BATCH_INNER, P_A_OUTER, P_A_INNER, P_B_OUTER, P_B_INNER, P_C_OUTER, P_C_INNER) = range(28)
-PARAMETER_COUNT = 28
+ P_MATRIX_CHUNKS, P_BATCH_INNER, P_A_OUTER, P_A_INNER, P_B_OUTER, P_B_INNER, P_C_OUTER, P_C_INNER,
+ P_PACKED_B, P_PACKED_B_WIDTH) = range(30)
+PARAMETER_COUNT = 30
 EPILOGUE_TYPE = ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer(), I64, I64, I64, I64])
 
 # ----------------------------------------------------------------------------- tiles
@@ -304,14 +308,16 @@ class GemmEmitter(VectorEmitter):
     # -- the loop nest --
     def _block_function(self):
         """block(a, lda, b, ldb, c, ldc, m0, m1, n0, n1, k, kc_block, mc_block, nc_block,
-        pack_a, pack_b, epilogue, epilogue_buffers): C[m0:m1, n0:n1] = A[m0:m1, :] @ B[:, n0:n1],
-        the BLIS loop nest; the epilogue (if not 0) runs on each finished column strip."""
+        pack_a, pack_b, epilogue, epilogue_buffers, packed_b, packed_b_width): C[m0:m1, n0:n1]
+        = A[m0:m1, :] @ B[:, n0:n1], the BLIS loop nest; the epilogue (if not 0) runs on each
+        finished column strip; B's panels are read from `packed_b` when it is not null."""
         buffers_type = I8.as_pointer().as_pointer()
         function, b = self._function("block", [self.pointer, I64, self.pointer, I64, self.pointer, I64]
-                                     + [I64] * 8 + [self.pointer, self.pointer, I64, buffers_type])
+                                     + [I64] * 8 + [self.pointer, self.pointer, I64, buffers_type, self.pointer, I64])
         (a, lda, b_matrix, ldb, c, ldc, m0, m1, n0, n1, k, kc_block, mc_block, nc_block,
-         pack_a, pack_b, epilogue, epilogue_buffers) = function.args
+         pack_a, pack_b_buffer, epilogue, epilogue_buffers, packed_b, packed_b_width) = function.args
         has_epilogue = b.icmp_unsigned("!=", epilogue, I64(0))
+        prepacked = b.icmp_unsigned("!=", b.ptrtoint(packed_b, I64), I64(0))
 
         def column_block(jc):
             nc = _smin(b, nc_block, b.sub(n1, jc))
@@ -320,7 +326,10 @@ class GemmEmitter(VectorEmitter):
                 kc = _smin(b, kc_block, b.sub(k, pc))
                 accumulate = b.icmp_signed(">", pc, I64(0))
                 run_epilogue = b.and_(has_epilogue, b.icmp_signed("==", b.add(pc, kc), k))
-                b.call(self.pack_b, [b_matrix, ldb, jc, nc, pc, kc, pack_b])
+                with b.if_then(b.not_(prepacked)):
+                    b.call(self.pack_b, [b_matrix, ldb, jc, nc, pc, kc, pack_b_buffer])
+                pack_b = b.select(prepacked, _at(b, packed_b, b.add(b.mul(pc, packed_b_width), b.mul(jc, kc))),
+                                  pack_b_buffer)
 
                 def row_block(ic):
                     mc = _smin(b, mc_block, b.sub(m1, ic))
@@ -363,7 +372,8 @@ class GemmEmitter(VectorEmitter):
         blocking = [read(P_KC), read(P_MC), read(P_NC), pointer(P_PACK_A), pointer(P_PACK_B)]
         counter = b.inttoptr(read(P_COUNTER), I64.as_pointer())
         chunks, chunk_size, split_n = read(P_CHUNKS), read(P_CHUNK_SIZE), b.trunc(read(P_SPLIT_N), I1)
-        epilogue = [read(P_EPILOGUE), b.inttoptr(read(P_EPILOGUE_BUFFERS), I8.as_pointer().as_pointer())]
+        rest = [read(P_EPILOGUE), b.inttoptr(read(P_EPILOGUE_BUFFERS), I8.as_pointer().as_pointer()),
+                pointer(P_PACKED_B), read(P_PACKED_B_WIDTH)]
 
         claim = b.append_basic_block("claim")
         work = b.append_basic_block("work")
@@ -385,7 +395,7 @@ class GemmEmitter(VectorEmitter):
         stop = _smin(b, b.add(start, chunk_size), b.select(split_n, n, m))
         m0, m1 = b.select(split_n, I64(0), start), b.select(split_n, m, stop)
         n0, n1 = b.select(split_n, start, I64(0)), b.select(split_n, stop, n)
-        b.call(block, operands + [m0, m1, n0, n1, k] + blocking + epilogue)
+        b.call(block, operands + [m0, m1, n0, n1, k] + blocking + rest)
         b.branch(claim)
         b.position_at_end(done)
         b.ret_void()

@@ -6,6 +6,8 @@ the rewrite of a sum of thin products into one product.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from tracegrad.ir.graph import Node, Value
@@ -49,6 +51,27 @@ def set_eager_matmul(impl) -> None:
 
 def _matmul_impl(a, b):
     return _eager_matmul(np.asarray(a), np.asarray(b))
+
+
+def _products_by_eager_matmul(b):
+    return lambda a: _eager_matmul(np.asarray(a), b)
+
+
+_fixed_right_products = _products_by_eager_matmul  # (the code generator's: set_fixed_right_products)
+
+
+def set_fixed_right_products(make) -> None:
+    """Make `make(b)` the maker of `fixed_right_product`s (`tracegrad.codegen.matmul_steps`
+    installs one that packs a generated product's B once)."""
+    global _fixed_right_products
+    _fixed_right_products = make
+
+
+def fixed_right_product(b) -> Callable:
+    """`a -> a @ b` (arrays) for a run of products with one right operand whose values do
+    not change while it is used (an LSTM layer's recurrent weight over its time steps):
+    the values `_matmul_impl(a, b)` gives, made knowing that `b` stays."""
+    return _fixed_right_products(np.asarray(b))
 
 
 MATMUL_PRIM = Primitive("matmul", shape_rule=_matmul_rule, impl=_matmul_impl, kind=MATMUL,

@@ -67,13 +67,13 @@ def _lstm_layer_impl(gi, h0, c0, w_hh, b_hh, reverse):
     hidden = gates // 4
     record = np.empty((steps, batch, 6 * hidden), gi.dtype)
     out = np.empty((steps, batch, hidden), gi.dtype)
-    w_t = w_hh.T
+    recurrent = linalg.fixed_right_product(w_hh.T)  # (h @ W_hh^T, step after step: B packed once)
     cell = neural.LSTM_GATES.impl  # (its compiled program from a geometry's second call)
     h, c = h0, c0
     for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
         row = record[t]
         pre = row[:, :gates]
-        np.add(gi[t], np.add(linalg._matmul_impl(h, w_t), b_hh), out=pre)
+        np.add(gi[t], np.add(recurrent(h), b_hh), out=pre)
         h, c = cell(pre, c)
         row[:, gates:gates + hidden] = c
         row[:, gates + hidden:] = h
