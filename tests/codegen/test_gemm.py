@@ -370,3 +370,20 @@ def test_prepack_b_lays_out_each_depth_blocks_panels_zero_padded():
     assert not first[1, :, 3:].any()
     second = packed[3 * width:5 * width].reshape(2, 2, cols)  # rows 3-4: the last, shorter block
     np.testing.assert_array_equal(second[0], b[3:, :cols])
+
+
+def test_a_binding_reads_a_packing_the_caller_keeps_current():
+    rng = np.random.default_rng(17)
+    a, b = rng.standard_normal((20, 300)), rng.standard_normal((300, 90))
+    out = np.empty((20, 90))
+    packed = gemm.PackedB(b, gemm.depth_block(20, 90, 300, b.dtype))
+    bound = gemm.bind(a, b, out, packed=packed)
+    assert bound.packed is packed
+    assert bound.run(gemm.data_address(a), gemm.data_address(b), gemm.data_address(out))
+    np.testing.assert_array_equal(out, gemm.matmul(a, b))
+    b *= -3.0
+    packed.pack(b)  # (the caller's part: the panels follow B's new values)
+    assert bound.run(gemm.data_address(a), gemm.data_address(b), gemm.data_address(out))
+    np.testing.assert_array_equal(out, gemm.matmul(a, b))
+    other_plan = gemm.PackedB(b, packed.kc // 2)
+    assert gemm.bind(a, b, out, packed=other_plan).packed is None  # (not this plan's: B packed per run)

@@ -6,7 +6,7 @@ import pytest
 
 import tracegrad as tg
 from tracegrad.codegen import matmul_steps
-from tracegrad.codegen.matmul_steps import GENERATED, NUMPY, MatmulStep
+from tracegrad.codegen.matmul_steps import GENERATED, NUMPY, EpilogueMatmulStep, MatmulStep
 
 
 @pytest.fixture(params=[NUMPY, GENERATED])
@@ -278,3 +278,77 @@ def test_a_fixed_right_product_packs_b_once_with_eager_matmuls_values(monkeypatc
         np.testing.assert_array_equal(product(hs[0]), hs[0] @ w.T)
     monkeypatch.setenv("TRACEGRAD_MATMUL", NUMPY)
     np.testing.assert_allclose(product(hs[1]), hs[1] @ w.T, rtol=1e-5, atol=1e-4)
+
+
+def test_products_sharing_a_right_operand_read_it_packed_once_per_run(monkeypatch):
+    # An LSTM layer's backward through time: one product per step with the recurrent weight.
+    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    rng = np.random.default_rng(9)
+    xs = [tg.tensor(rng.standard_normal((20, 800)), dtype=tg.float64) for _ in range(5)]
+
+    def fn(w, *xs):
+        total = tg.zeros(20, 200, dtype=tg.float64)
+        for x in xs:
+            total = total + (x @ w).tanh() * (x @ w)  # (the product read twice: no epilogue)
+        return total
+
+    compiled = tg.compile(fn)
+    w = tg.tensor(rng.standard_normal((800, 200)) * 0.05, dtype=tg.float64)
+    for run in range(6):
+        if run == 3:
+            w = tg.tensor(rng.standard_normal((800, 200)) * 0.05, dtype=tg.float64)  # another weight
+        if run == 5:
+            w.mul_(-2.0)  # the same buffer, new values
+        np.testing.assert_allclose(compiled(w, *xs).numpy(), fn(w, *xs).numpy(), rtol=1e-12, atol=1e-12)
+    (program,) = compiled._programs.values()
+    products = [s for s in program.steps if type(s) is MatmulStep]
+    assert len(products) >= matmul_steps.SHARED_RIGHT_MIN_READERS
+    assert all(s.shared_right is products[0].shared_right for s in products)
+    assert products[0].shared_right.owner is products[0]
+    assert all(s.binding is not None and s.binding.product.packed is products[0].shared_right.packed
+               for s in products)
+
+
+def test_a_shared_right_operand_is_refreshed_only_on_its_own_thread(monkeypatch):
+    import threading
+    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    rng = np.random.default_rng(10)
+    xs = [tg.tensor(rng.standard_normal((20, 800)), dtype=tg.float64) for _ in range(4)]
+
+    def fn(w, *xs):
+        return sum(((x @ w).tanh() * (x @ w)).sum() for x in xs)
+
+    compiled = tg.compile(fn)
+    w = tg.tensor(rng.standard_normal((800, 200)) * 0.05, dtype=tg.float64)
+    for _ in range(3):
+        compiled(w, *xs)
+    other = tg.tensor(rng.standard_normal((800, 200)) * 0.05, dtype=tg.float64)
+    results = []
+    thread = threading.Thread(target=lambda: results.append(compiled(other, *xs).item()))
+    thread.start()
+    thread.join()
+    np.testing.assert_allclose(results[0], fn(other, *xs).item(), rtol=1e-12)
+    np.testing.assert_allclose(compiled(w, *xs).item(), fn(w, *xs).item(), rtol=1e-12)
+
+
+def test_products_with_epilogues_share_a_right_operand_and_equal_eager(monkeypatch):
+    # W8's backward through time: each step's (N, 4H) @ (4H, H) product has an epilogue.
+    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    rng = np.random.default_rng(11)
+    xs = [tg.tensor(rng.standard_normal((20, 800)), dtype=tg.float64) for _ in range(5)]
+
+    def fn(w, *xs):
+        h = tg.ones(20, 200, dtype=tg.float64)
+        for x in xs:
+            h = ((x * h.repeat(1, 4)) @ w + h).tanh()  # (the product's epilogue: add, tanh)
+        return h
+
+    compiled = tg.compile(fn)
+    for _ in range(5):  # (a new weight each run)
+        w = tg.tensor(rng.standard_normal((800, 200)) * 0.05, dtype=tg.float64)
+        np.testing.assert_allclose(compiled(w, *xs).numpy(), fn(w, *xs).numpy(), rtol=1e-12, atol=1e-12)
+    (program,) = compiled._programs.values()
+    products = [s for s in program.steps if isinstance(s, MatmulStep)]
+    assert len(products) == 5 and any(isinstance(s, EpilogueMatmulStep) for s in products)
+    assert all(s.shared_right is products[0].shared_right is not None for s in products)
+    assert all(s.binding.product.packed is products[0].shared_right.packed for s in products)

@@ -521,7 +521,7 @@ class BoundProduct:
     the general `matmul`."""
 
     __slots__ = ("geometry", "thread", "num_threads", "misalignment", "extents", "c_bytes",
-                 "function", "blocks", "first", "second", "counter", "after", "shape", "keep")
+                 "function", "blocks", "first", "second", "counter", "after", "shape", "keep", "packed")
 
     def __init__(self, geometry, function, blocks: list[tuple], fields: tuple[int, int, int], addresses,
                  threads: int, counter, after, shape, keep):
@@ -571,15 +571,35 @@ class BoundProduct:
         return True
 
 
-def prepack_b(b: np.ndarray, kc: int) -> tuple[np.ndarray, int]:
+def depth_block(m: int, n: int, k: int, dtype) -> int:
+    """The depth blocks' K (KC) of the packed loop nest's plan for an (m, k) @ (k, n) product."""
+    return _plan(m, n, k, np.dtype(dtype), 1)[3]
+
+
+class PackedB:
+    """A right operand packed for the depth blocks of `kc` rows (`prepack_b`), packed again
+    in place by `pack` (for bindings that read its panels: `bind(..., packed=...)`)."""
+
+    __slots__ = ("array", "width", "kc", "shape", "dtype")
+
+    def __init__(self, b: np.ndarray, kc: int):
+        self.array, self.width = prepack_b(b, kc)
+        self.kc, self.shape, self.dtype = kc, b.shape, b.dtype
+
+    def pack(self, b: np.ndarray) -> None:
+        prepack_b(b, self.kc, out=self.array)
+
+
+def prepack_b(b: np.ndarray, kc: int, out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """B packed as the loop nest packs it for depth blocks of `kc` rows (`gemm_ir`'s
     PACKED_B): the block of rows pc.. holds, from element pc * width on, its NR-wide
     panels in turn, each kc x NR laid out [k][column], zero past N. Returns (the packed
-    array, width: N rounded up to NR)."""
+    array, width: N rounded up to NR); `out`: an earlier packing of a B of this shape to
+    write over."""
     k, n = b.shape
     cols = _tile_shape(b.dtype)[1]
     width = _round_up(n, cols)
-    packed = _Workspace._aligned(k * width, b.dtype)
+    packed = _Workspace._aligned(k * width, b.dtype) if out is None else out
     full = n // cols
     for pc in range(0, k, kc):
         depth = min(kc, k - pc)
@@ -593,7 +613,7 @@ def prepack_b(b: np.ndarray, kc: int) -> tuple[np.ndarray, int]:
 
 
 def bind(a: np.ndarray, b: np.ndarray, out: np.ndarray, epilogue: tuple[int, int] | None = None,
-         split_n: bool | None = None, prepack: bool = False) -> BoundProduct | None:
+         split_n: bool | None = None, prepack: bool = False, packed: PackedB | None = None) -> BoundProduct | None:
     """`matmul(a, b, out=out, epilogue=epilogue, split_n=split_n)` as a `BoundProduct` for
     arrays of these geometries, making the choices `matmul` makes for these (kernel,
     narrow route, threads, plan); None where `matmul` would copy an operand or the product,
@@ -603,7 +623,9 @@ def bind(a: np.ndarray, b: np.ndarray, out: np.ndarray, epilogue: tuple[int, int
     `prepack`: B is packed now (`prepack_b`), once, and every run reads those panels
     instead of packing B again: the product of any A of the bound geometry with B's
     values as they are now (the caller keeps them so: a recurrent weight over a sequence).
-    The values are those of the product packed run by run. None where it would not pack."""
+    The values are those of the product packed run by run. None where it would not pack.
+    `packed`: B's panels are read from that packing, kept current by the caller, where it
+    is for this plan (else B is packed run by run); `BoundProduct.packed` says which."""
     _check_operands(a, b)
     (m, k), n, dtype = a.shape, b.shape[1], a.dtype
     if (not isinstance(out, np.ndarray) or out.shape != (m, n) or out.dtype != dtype or not out.flags.c_contiguous
@@ -643,13 +665,20 @@ def bind(a: np.ndarray, b: np.ndarray, out: np.ndarray, epilogue: tuple[int, int
         blocks = [w.parameters(operands, plan, ctypes.addressof(counter), epilogue or (0, 0)) for w in workspaces]
         fields = (P_A, P_B, P_C)
         keep = tuple(workspaces)
-        if prepack:
-            packed, width = prepack_b(b, plan[3])
+        if packed is not None and (packed.kc != plan[3] or packed.shape != b.shape or packed.dtype != dtype):
+            packed = None
+        if prepack and packed is None:
+            packed = PackedB(b, plan[3])
+        if packed is not None:
             for i, values in enumerate(blocks):
                 values = list(values)
-                values[P_PACKED_B], values[P_PACKED_B_WIDTH] = data_address(packed), width
+                values[P_PACKED_B], values[P_PACKED_B_WIDTH] = data_address(packed.array), packed.width
                 blocks[i] = tuple(values)
             keep += (packed,)
-    if prepack and narrow is not None:
-        return None
-    return BoundProduct(geometry, function, blocks, fields, addresses, threads, counter, after, (m, n), keep)
+    if narrow is not None:
+        if prepack:
+            return None
+        packed = None
+    product = BoundProduct(geometry, function, blocks, fields, addresses, threads, counter, after, (m, n), keep)
+    product.packed = packed
+    return product

@@ -17,7 +17,7 @@ def build_program(graph: Graph, fuse: bool = True, donations: tuple = ()) -> Pro
     from tracegrad.codegen.epilogue import MatmulEpilogue
     from tracegrad.codegen.fusion import FusedKernel, Unfused, lowered_dtypes, plan, touches_empty
     from tracegrad.codegen.kernels import KernelStep
-    from tracegrad.codegen.matmul_steps import EpilogueMatmulStep, MatmulStep
+    from tracegrad.codegen.matmul_steps import EpilogueMatmulStep, MatmulStep, share_right_operands
 
     slot_of: dict[Value, int] = {v: i for i, v in enumerate(graph.inputs)}
 
@@ -45,6 +45,7 @@ def build_program(graph: Graph, fuse: bool = True, donations: tuple = ()) -> Pro
         step_type = (MatmulStep if fuse and node.op.kind == MATMUL and not touches_empty(node)
                      and lowered_dtypes(node) else NumpyStep)
         steps.append(step_type(node, inputs, outputs))
+    share_right_operands(steps)
     return Program(graph, steps, slot_of, len(slot_of))
 
 
