@@ -277,8 +277,10 @@ class Tensor:
         self._grad = value
 
     def retain_grad(self) -> None:
-        if self._base is not None and self._data is not None:
-            self._check_view_is_current()  # (on a view's current history, as PyTorch)
+        if self._base is not None:
+            # (On a view's current history, as PyTorch; a traced view's too: after its
+            # base's in-place update, the retained gradient is its regenerated node's.)
+            self._check_view_is_current()
         if not self._requires_grad:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         if self._grad_fn is not None and not self._retains_grad:
@@ -292,8 +294,8 @@ class Tensor:
     def register_hook(self, hook):
         """Call `hook(grad)` when this tensor's gradient is computed; a non-None return
         replaces the gradient. Returns a handle with `.remove()`."""
-        if self._base is not None and self._data is not None:
-            self._check_view_is_current()  # (on a view's current history, as PyTorch)
+        if self._base is not None:
+            self._check_view_is_current()  # (on a view's current history, as PyTorch; a traced one's too)
         if not self._requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self._grad_fn is not None:

@@ -96,6 +96,30 @@ def _retain_grad_on_a_stale_view(w):
     return [v.grad, w.grad]
 
 
+def _retain_grad_after_the_base_was_updated(w):
+    # (fuzz seed 82000036) The view's graph is regenerated from the base's new history
+    # first, as eagerly: the retained gradient is that node's, which the loss (computed
+    # from the view before the update) never reaches.
+    h = w * 2
+    v = h[:, 1:]
+    before = v.repeat_interleave(2)
+    h.mul_(w)
+    v.retain_grad()
+    (before * before).sum().backward()
+    return [tg.tensor(float(v.grad is None)), w.grad]
+
+
+def _hook_after_the_base_was_updated(w):
+    seen = []
+    h = w * 2
+    v = h[1]
+    before = v * 1
+    h.add_(w)
+    v.register_hook(lambda g: seen.append(g))
+    (before * before + v).sum().backward()
+    return [tg.tensor(float(len(seen))), seen[0] if seen else tg.zeros(3, dtype=tg.float64), w.grad]
+
+
 def _detached_alias_of_a_view(w):
     h = w * 2
     v = h[1]
@@ -112,6 +136,8 @@ CASES = {
     "base_without_grad_gets_history": _base_without_grad_gets_history,
     "regenerated_then_written_again": _regenerated_then_written_again,
     "retain_grad_on_a_stale_view": _retain_grad_on_a_stale_view,
+    "retain_grad_after_the_base_was_updated": _retain_grad_after_the_base_was_updated,
+    "hook_after_the_base_was_updated": _hook_after_the_base_was_updated,
     "detached_alias_of_a_view": _detached_alias_of_a_view,
 }
 
