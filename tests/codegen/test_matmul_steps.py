@@ -84,7 +84,12 @@ def test_batched_products_equal_numpys_whichever_runs_them(forced, monkeypatch):
     compiled = tg.compile(lambda a, b: a @ b)
     for _ in range(3):
         np.testing.assert_allclose(compiled(a, b).numpy(), a.numpy() @ b.numpy(), rtol=1e-12)
-    assert len(used) == (3 if forced == GENERATED else 0)
+    (program,) = compiled._programs.values()
+    (step,) = [s for s in program.steps if isinstance(s, MatmulStep)]
+    if forced == GENERATED:  # (the first run bound the step: the next ones run the bound product)
+        assert step.binding is not None and step.binding.product.geometry[0][0] == (3, 4, 5)
+    else:
+        assert not used and step.binding is None
 
 
 def test_attention_products_and_their_gradients_run_generated_and_equal_eager(monkeypatch):
@@ -115,6 +120,7 @@ def test_eager_batched_products_use_the_generated_kernel_from_the_third_of_a_kin
     monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
     monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(matmul_steps, "_sightings", {})
+    monkeypatch.setattr(matmul_steps, "_eager_bound", {})
     monkeypatch.setattr(gemm, "_kernels", {})
     monkeypatch.setattr(gemm, "_SOURCE_HASH", "batched-" + tmp_path.name)  # a key nothing has compiled
     used = []
@@ -123,7 +129,7 @@ def test_eager_batched_products_use_the_generated_kernel_from_the_third_of_a_kin
     rng = np.random.default_rng(6)
     a = rng.standard_normal((8, 4, 64, 32)).astype(np.float32)
     b = rng.standard_normal((8, 4, 32, 64)).astype(np.float32)
-    for expected in (0, 0, 1, 2):
+    for expected in (0, 0, 1, 1):  # (the fourth: the product bound at the third)
         np.testing.assert_allclose(matmul_steps.eager_matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
         assert len(used) == expected
     small = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 4, 5))  # below EAGER_MIN_WORK
@@ -133,7 +139,7 @@ def test_eager_batched_products_use_the_generated_kernel_from_the_third_of_a_kin
     monkeypatch.delenv("TRACEGRAD_MATMUL")
     with tg.reference_mode():
         np.testing.assert_array_equal(matmul_steps.eager_matmul(a, b), np.matmul(a, b))
-    assert len(used) == 2
+    assert len(used) == 1
 
 
 def test_a_product_buffer_is_reused_within_a_run(forced):
@@ -352,3 +358,33 @@ def test_products_with_epilogues_share_a_right_operand_and_equal_eager(monkeypat
     assert len(products) == 5 and any(isinstance(s, EpilogueMatmulStep) for s in products)
     assert all(s.shared_right is products[0].shared_right is not None for s in products)
     assert all(s.binding.product.packed is products[0].shared_right.packed for s in products)
+
+
+def test_batched_products_are_bound_to_their_geometry_in_programs_and_eagerly(monkeypatch):
+    from tracegrad.codegen import gemm
+    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+    monkeypatch.setattr(matmul_steps, "_eager_bound", {})
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((4, 64, 96)).astype(np.float32)
+    q = x[..., :32].reshape(4, 64, 2, 16).transpose(0, 2, 1, 3)  # (batch, head) of a projection
+    k_t = x[..., 32:64].reshape(4, 64, 2, 16).transpose(0, 2, 3, 1)
+    for _ in range(4):
+        np.testing.assert_allclose(matmul_steps.eager_matmul(q, k_t), np.matmul(q, k_t), rtol=1e-4, atol=1e-5)
+    (entry,) = matmul_steps._eager_bound.values()
+    assert entry[2] == (4, 2, 64, 64)
+    general = []
+    monkeypatch.setattr(gemm, "matmul_batched", lambda *args, **kwargs: general.append(1))
+    other = rng.standard_normal((4, 64, 96)).astype(np.float32)  # another array of the geometry
+    q2 = other[..., :32].reshape(4, 64, 2, 16).transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(matmul_steps.eager_matmul(q2, k_t), np.matmul(q2, k_t), rtol=1e-4, atol=1e-5)
+    assert not general  # (the bound product ran)
+    monkeypatch.undo()
+    monkeypatch.delenv("TRACEGRAD_MATMUL", raising=False)
+
+    compiled = tg.compile(lambda a, b: (a @ b).relu() @ b.transpose(-2, -1))
+    a, b = tg.tensor(rng.standard_normal((6, 70, 40))), tg.tensor(rng.standard_normal((6, 40, 90)))
+    for _ in range(4):
+        want = np.maximum(a.numpy() @ b.numpy(), 0) @ b.numpy().transpose(0, 2, 1)
+        np.testing.assert_allclose(compiled(a, b).numpy(), want, rtol=1e-10)
+    (program,) = compiled._programs.values()
+    assert all(s.binding is not None for s in program.steps if isinstance(s, MatmulStep))

@@ -468,6 +468,37 @@ def matmul_batched(layout: tuple, out: np.ndarray | None = None, threads: int | 
     return out
 
 
+def bind_batched(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> BoundProduct | None:
+    """`matmul_batched(batched_layout(a, b), out)` as a `BoundProduct` for arrays of these
+    geometries (as `bind` for one product: the batch's strides, the plan and parameter
+    blocks worked out once; the first matrices' addresses are the arrays'); None where
+    `batched_layout` is, or `out` is not a C-contiguous array of the result apart from both."""
+    layout = batched_layout(a, b)
+    if layout is None:
+        return None
+    batch, a_first, b_first, strides = layout
+    (m, k), n, dtype = a_first.shape, b_first.shape[1], a_first.dtype
+    if (out.__class__ is not np.ndarray or out.shape != batch + (m, n) or out.dtype != dtype
+            or not out.flags.c_contiguous or not out.flags.aligned or np.may_share_memory(out, a)
+            or np.may_share_memory(out, b)):
+        return None
+    count = strides[0] * strides[1]
+    (a_layout, lda), (b_layout, ldb) = _operand_layout(a_first), _operand_layout(b_first)
+    function = _kernel(dtype, a_layout, b_layout)
+    threads = min(_packed_threads(m * count, n, k, None), kernel_threads.NUM_THREADS, 2)
+    plan = _plan(m, n, k, dtype, 1 if count >= threads else threads)
+    workspaces = _own_workspaces(dtype, threads)
+    counter = (ctypes.c_int64 * 1)()
+    addresses = (data_address(a), data_address(b), data_address(out))
+    operands = (addresses[0], lda, addresses[1], ldb, addresses[2], n)
+    blocks = [w.parameters(operands, plan, ctypes.addressof(counter), (0, 0), strides) for w in workspaces]
+    geometry = tuple((x.shape, x.strides, x.dtype) for x in (a, b, out))
+    product = BoundProduct(geometry, function, blocks, (P_A, P_B, P_C), addresses, threads, counter, None, (m, n),
+                           tuple(workspaces))
+    product.packed = None
+    return product
+
+
 def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int, epilogue: tuple[int, int] | None,
          split_n: bool | None = None) -> None:
     """C = A @ B with the kernel for the operands' layouts, on one or two threads, running
