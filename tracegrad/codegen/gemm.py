@@ -107,7 +107,12 @@ def ready(a: np.ndarray, b: np.ndarray, compile: bool = False) -> bool:  # noqa:
     if narrow is not None:
         return gemm_narrow.kernel(narrow, a.dtype, gemm_narrow.narrow_side(narrow, a, b), compile=compile) is not None
     a_layout, b_layout = (_operand_layout(x) or (ROW, 0) for x in (a, b))
-    key = (a.dtype, a_layout[0], b_layout[0])
+    return _packed_kernel_ready((a.dtype, a_layout[0], b_layout[0]), compile)
+
+
+def _packed_kernel_ready(key: tuple, compile: bool) -> bool:  # noqa: A002
+    """Whether the packed kernel of (dtype, A layout, B layout) is in memory or loads from
+    the disk cache now; with `compile`, compiled when it is neither."""
     if key in _kernels:
         return True
     address = load_keyed(_description(*key))
@@ -424,17 +429,7 @@ MAX_BATCH_DIMS = 2
 def batched_ready(layout: tuple, compile: bool = False) -> bool:  # noqa: A002
     """`ready` for a batched product (`batched_layout`): its packed kernel is at hand."""
     _, a_first, b_first, _ = layout
-    key = (a_first.dtype, _operand_layout(a_first)[0], _operand_layout(b_first)[0])
-    if key in _kernels:
-        return True
-    address = load_keyed(_description(*key))
-    if address is not None:
-        _kernels.setdefault(key, KERNEL_SIGNATURE(address))
-        return True
-    if compile:
-        _kernel(*key)
-        return True
-    return False
+    return _packed_kernel_ready((a_first.dtype, _operand_layout(a_first)[0], _operand_layout(b_first)[0]), compile)
 
 
 def matmul_batched(layout: tuple, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
