@@ -440,18 +440,13 @@ def matmul_batched(layout: tuple, out: np.ndarray | None = None, threads: int | 
     `out`: a C-contiguous array of the result's shape and dtype to write, else a new one.
     (Whether a thread takes whole matrices changes only who computes what, not a value.)"""
     batch, a, b, strides = layout
-    (m, k), n, dtype = a.shape, b.shape[1], a.dtype
+    m, n, dtype = a.shape[0], b.shape[1], a.dtype
     if out is None:
         out = np.empty(batch + (m, n), dtype)
     elif out.shape != batch + (m, n) or out.dtype != dtype or not out.flags.c_contiguous or not out.flags.aligned:
         raise ValueError(f"matmul_batched: out must be a C-contiguous {batch + (m, n)} {dtype} array, got "
                          f"{out.shape} {out.dtype}")
-    count = strides[0] * strides[1]
-    (a_layout, lda), (b_layout, ldb) = _operand_layout(a), _operand_layout(b)
-    function = _kernel(dtype, a_layout, b_layout)
-    threads = min(_packed_threads(m * count, n, k, threads), kernel_threads.NUM_THREADS, 2)
-    plan = _plan(m, n, k, dtype, 1 if count >= threads else threads)
-    workspaces = _own_workspaces(dtype, threads)
+    function, (lda, ldb), threads, plan, workspaces = _batched_run(layout, threads)
     counter = workspaces[0]
     counter.counter[0] = 0
     operands = (data_address(a), lda, data_address(b), ldb, data_address(out), n)
@@ -463,6 +458,19 @@ def matmul_batched(layout: tuple, out: np.ndarray | None = None, threads: int | 
     return out
 
 
+def _batched_run(layout: tuple, threads: int | None) -> tuple:
+    """(kernel, leading dimensions of A and B, threads, plan, the calling thread's
+    workspaces) of a batched product: a plan per matrix, of whole matrices per thread when
+    there are as many as threads."""
+    _, a, b, strides = layout
+    (m, k), n, dtype = a.shape, b.shape[1], a.dtype
+    count = strides[0] * strides[1]
+    (a_layout, lda), (b_layout, ldb) = _operand_layout(a), _operand_layout(b)
+    threads = min(_packed_threads(m * count, n, k, threads), kernel_threads.NUM_THREADS, 2)
+    plan = _plan(m, n, k, dtype, 1 if count >= threads else threads)
+    return _kernel(dtype, a_layout, b_layout), (lda, ldb), threads, plan, _own_workspaces(dtype, threads)
+
+
 def bind_batched(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> BoundProduct | None:
     """`matmul_batched(batched_layout(a, b), out)` as a `BoundProduct` for arrays of these
     geometries (as `bind` for one product: the batch's strides, the plan and parameter
@@ -472,17 +480,12 @@ def bind_batched(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> BoundProduct 
     if layout is None:
         return None
     batch, a_first, b_first, strides = layout
-    (m, k), n, dtype = a_first.shape, b_first.shape[1], a_first.dtype
+    m, n, dtype = a_first.shape[0], b_first.shape[1], a_first.dtype
     if (out.__class__ is not np.ndarray or out.shape != batch + (m, n) or out.dtype != dtype
             or not out.flags.c_contiguous or not out.flags.aligned or np.may_share_memory(out, a)
             or np.may_share_memory(out, b)):
         return None
-    count = strides[0] * strides[1]
-    (a_layout, lda), (b_layout, ldb) = _operand_layout(a_first), _operand_layout(b_first)
-    function = _kernel(dtype, a_layout, b_layout)
-    threads = min(_packed_threads(m * count, n, k, None), kernel_threads.NUM_THREADS, 2)
-    plan = _plan(m, n, k, dtype, 1 if count >= threads else threads)
-    workspaces = _own_workspaces(dtype, threads)
+    function, (lda, ldb), threads, plan, workspaces = _batched_run(layout, None)
     counter = (ctypes.c_int64 * 1)()
     addresses = (data_address(a), data_address(b), data_address(out))
     operands = (addresses[0], lda, addresses[1], ldb, addresses[2], n)

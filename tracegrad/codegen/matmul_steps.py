@@ -664,9 +664,9 @@ def fixed_right_product(b: np.ndarray):
         if found is None and len(prepacked) < FIXED_RIGHT_GEOMETRIES and a.ndim == 2 and b.ndim == 2:
             bound = _eager_bound.get((a.shape, a.strides, b.shape, b.strides, a.dtype, b.dtype))
             if bound is not None:  # (run generated and bound: the same product, B packed once)
-                product = gemm.bind(a, b, np.empty_like(result), prepack=True)
-                if product is not None:
-                    prepacked[key] = (bound[0], product)
+                packed_product = gemm.bind(a, b, np.empty_like(result), prepack=True)
+                if packed_product is not None:
+                    prepacked[key] = (bound[0], packed_product)
         return result
 
     return product
