@@ -447,9 +447,10 @@ def group_rows(steps: list) -> list:
             result.append(step)
             continue
         outer = len(step.domain) - 1
+        own = [v for v in step.leaves if any(v in m.results for m in members)]
         joins = members and members[0].domain == step.domain and all(
-            v in readable and _reads_only_its_row(step, v, outer) and v not in _checked_reads(step)
-            for v in step.leaves if any(v in m.results for m in members))
+            v in readable and _reads_only_its_row(step, v, outer) for v in own) and (
+            not own or _checked_reads(step).isdisjoint(own))
         if joins and not any(_worth_joining(step, m) for m in members):
             result.append(step)  # (before the group: it reads nothing the group writes)
             continue
