@@ -133,12 +133,16 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: In
         kernel_matrix = mv.reshape(kernel_matrix, (groups, out_channels // groups, offsets * group_channels))
         out = matmul(columns, mv.permute(kernel_matrix, (0, 2, 1)))  # (groups, rows, O/groups)
         out = mv.reshape(mv.permute(out, (1, 0, 2)), (rows, out_channels))
-    out = mv.permute(mv.reshape(out, (batch, out_h, out_w, out_channels)), (0, 3, 1, 2))
     if bias is not None:
         if bias.shape != (out_channels,):
             raise RuntimeError(f"conv2d: expected bias of shape [{out_channels}], got "
                                f"{list(bias.shape)}")
-        return arith.add(out, mv.reshape(ew.convert(bias, dtype), (out_channels, 1, 1)))
+        # Added to the product's channels-last rows, not to the channels-first result: the
+        # bias gradient is then a sum over the rows of the gradient the weight's product
+        # reads, folded into the kernel that writes them, instead of a sum over the
+        # channels-first gradient beside a copy of it to rows (W9: 1.1 ms a step).
+        out = arith.add(out, ew.convert(bias, dtype))
+    out = mv.permute(mv.reshape(out, (batch, out_h, out_w, out_channels)), (0, 3, 1, 2))
     # PyTorch's result is a fresh contiguous tensor, not a view of the matmul, so a program
     # may write into it (DCGAN's LeakyReLU(inplace=True) right after a bias-free conv).
     return ew.copy(out)
