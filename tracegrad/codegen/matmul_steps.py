@@ -243,10 +243,14 @@ class MatmulStep(NumpyStep):
         self.binding, self.misses = None, 0
         return True
 
-    def run(self, slots: list, pool: dict | None = None) -> None:
+    def _refresh_shared_right(self, slots: list) -> None:
+        """The owner of a shared right operand packs this run's B before any reads it."""
         shared = self.shared_right
         if shared is not None and shared.owner is self:
             shared.refresh(self.right_operand(slots))
+
+    def run(self, slots: list, pool: dict | None = None) -> None:
+        self._refresh_shared_right(slots)
         binding = self.binding
         if binding is not None and binding.thread == threading.get_ident():
             a, b = slots[self.inputs[0]], slots[self.inputs[1]]
@@ -409,9 +413,7 @@ class EpilogueMatmulStep(MatmulStep):
         return str(self.module).replace('@"kernel"', f'@"{self.symbol}"')
 
     def run(self, slots: list, pool: dict | None = None) -> None:
-        shared = self.shared_right
-        if shared is not None and shared.owner is self:
-            shared.refresh(self.right_operand(slots))
+        self._refresh_shared_right(slots)
         binding = self.binding
         if binding is not None and binding.thread == threading.get_ident():
             if self._run_bound(binding, slots, pool):
@@ -582,20 +584,12 @@ def eager_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         layout = _batched_layout(a, b, mode, EAGER_MIN_WORK)
         if layout is None:
             return np.matmul(a, b)
-        batch, a_first, b_first, _ = layout
-        kind = (a.dtype, _layout(a_first), _layout(b_first))
-        seen = _sightings.get(kind, 0)
-        if seen < COMPILE_AFTER:
-            _sightings[kind] = seen + 1
-        if not gemm.batched_ready(layout, compile=seen >= COMPILE_AFTER or mode == GENERATED):
+        _, a_first, b_first, _ = layout
+        if not gemm.batched_ready(layout, compile=_compile_now((a.dtype, _layout(a_first), _layout(b_first)), mode)):
             return np.matmul(a, b)
         out = gemm.matmul_batched(layout)
         if bound is None and mode != MEASURE:
-            product = gemm.bind_batched(a, b, np.empty_like(out))
-            if product is not None:
-                if len(_eager_bound) >= EAGER_BOUND_KEPT:
-                    _eager_bound.clear()
-                _eager_bound[key] = (mode, product, out.shape)
+            _keep_bound(key, mode, gemm.bind_batched(a, b, np.empty_like(out)), out.shape)
         return out
     if a.shape[0] * a.shape[1] * b.shape[1] < EAGER_MIN_WORK or reference.ACTIVE:
         return np.matmul(a, b)
@@ -611,19 +605,28 @@ def eager_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     mode = _mode()
     if choose(a, b, out, mode) != GENERATED:
         return np.matmul(a, b, out=out)
-    kind = (a.dtype, _layout(a), _layout(b))
+    if not gemm.ready(a, b, compile=_compile_now((a.dtype, _layout(a), _layout(b)), mode)):
+        return np.matmul(a, b, out=out)
+    if bound is None and mode != MEASURE:  # (a measured choice may change when made again)
+        _keep_bound(key, mode, gemm.bind(a, b, out))
+    return gemm.matmul(a, b, out=out)
+
+
+def _compile_now(kind: tuple, mode: str | None) -> bool:
+    """Whether an eager product of `kind` (dtype, layouts) compiles its missing kernel now:
+    at its COMPILE_AFTER-th sighting, or at once when TRACEGRAD_MATMUL asks for it."""
     seen = _sightings.get(kind, 0)
     if seen < COMPILE_AFTER:
         _sightings[kind] = seen + 1
-    if not gemm.ready(a, b, compile=seen >= COMPILE_AFTER or mode == GENERATED):
-        return np.matmul(a, b, out=out)
-    if bound is None and mode != MEASURE:  # (a measured choice may change when made again)
-        product = gemm.bind(a, b, out)
-        if product is not None:
-            if len(_eager_bound) >= EAGER_BOUND_KEPT:
-                _eager_bound.clear()
-            _eager_bound[key] = (mode, product)
-    return gemm.matmul(a, b, out=out)
+    return seen >= COMPILE_AFTER or mode == GENERATED
+
+
+def _keep_bound(key: tuple, mode: str | None, product, *shape) -> None:
+    """Remember an eager geometry's bound product (and a batched one's result shape)."""
+    if product is not None:
+        if len(_eager_bound) >= EAGER_BOUND_KEPT:
+            _eager_bound.clear()
+        _eager_bound[key] = (mode, product, *shape)
 
 
 def _batched_layout(a: np.ndarray, b: np.ndarray, mode: str | None, min_work: int = NUMPY_MAX_WORK + 1):
