@@ -64,7 +64,7 @@ NON_LEAF_GRAD_WARNING = (
 class Tensor:
     __slots__ = ("_data", "_type", "_value", "_grad_fn", "_requires_grad", "_grad",
                  "_version_counter", "_base", "_retains_grad", "_hooks", "_inference",
-                 "_volatile", "_view_history", "__weakref__", "__dict__")
+                 "_volatile", "_view_version", "__weakref__", "__dict__")
 
     # Make NumPy defer to our reflected operators (ndarray + Tensor -> Tensor.__radd__).
     __array_priority__ = 1000
@@ -90,7 +90,7 @@ class Tensor:
         self._hooks = None
         self._inference = inference
         self._volatile = False
-        self._view_history = 0
+        self._view_version = 0
 
     @classmethod
     def _make(cls, array, typ: TensorType, inference: bool = False) -> Tensor:
@@ -134,24 +134,25 @@ class Tensor:
         return self._value
 
     def _check_view_is_current(self) -> None:
-        # A real view shares its base's memory: only its recorded graph can be out of date,
-        # after an in-place update with grad of its base (the history moved and the base has
-        # another grad_fn; a detached alias shares the counter, but its re-recording is not
-        # this view's base's, as PyTorch's detach is no differentiable view). It is then
-        # regenerated from the base's new history (`tensor_methods._regenerate_view`), as
-        # PyTorch regenerates a view's grad_fn. A lazy view (inside a trace) holds values
-        # computed from its base when it was taken: any in-place update of the base since
-        # (the version) makes them stale, and its graph as a real view's (the history); the
-        # tracer brings it up to date (`CompileTrace.refresh_view`).
-        # (`dispatch._share_storage` records which.)
+        # A view's recorded graph is out of date after any in-place update of its base (or
+        # of another view of it) since it was taken: PyTorch then regenerates the view's
+        # grad_fn from its base's current one at its next use, even when the update was made
+        # without grad or through a detached alias (a new node: a gradient taken with
+        # respect to the view, its retained grad and its hooks see the uses from then on).
+        # A real view shares its base's memory, so only its graph is regenerated
+        # (`tensor_methods._regenerate_view`). A lazy view (inside a trace) holds values
+        # computed from its base when it was taken: they go stale too; the tracer brings
+        # both up to date (`CompileTrace.refresh_view`).
         counter = self._version_counter
-        if self._data is not None:
-            if self._view_history != counter.history and self._base._grad_fn is not self._view_base_grad_fn:
+        if self._view_version != counter.value:
+            if self._data is not None:
                 self._regenerate_view()
-        elif self._view_history != counter.value or self._view_graph_history != counter.history:
-            tracer = MODE.tracer
-            if tracer is None or not tracer.refresh_view(self):
-                raise RuntimeError(STALE_VIEW_MESSAGE)
+                return
+        elif self._data is not None or self._view_graph_history == counter.history:
+            return
+        tracer = MODE.tracer
+        if tracer is None or not tracer.refresh_view(self):
+            raise RuntimeError(STALE_VIEW_MESSAGE)
 
     # --- metadata ---------------------------------------------------------------------
 
@@ -352,7 +353,7 @@ class Tensor:
     def volatile(self, flag: bool) -> None:
         self._volatile = bool(flag)
 
-    # A lazy view: its base's history count when it was taken (`jit.alias.refresh_view`).
+    # A view: its base's history count when it was taken (`_check_view_is_current`).
     _view_graph_history = None
     # A view: its base's grad_fn when it was taken (`_check_view_is_current`).
     _view_base_grad_fn = None
@@ -367,7 +368,7 @@ class Tensor:
             # either must reach the other (`Tracer.note_detached`). An alias of a lazy view
             # is a view of the same base (refreshed as the view would be, on a read).
             if self._base is not None:
-                t._base, t._view_history = self._base, self._view_history
+                t._base, t._view_version = self._base, self._view_version
                 t._view_graph_history = self._view_graph_history
                 t._view_detached = True
             else:

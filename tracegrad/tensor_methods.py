@@ -293,7 +293,8 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False, replac
     if rebase:
         self._version_counter.history += 1  # views taken before now have a stale grad_fn
         _take_identity(self._base, new_base)
-        self._view_history = self._version_counter.history  # (current: before its retain_grad moves)
+        # (current: before its retain_grad moves)
+        self._view_version, self._view_graph_history = self._version_counter.value, self._version_counter.history
         self._view_base_grad_fn = self._base._grad_fn
         _take_identity(self, view_identity)
     elif result._requires_grad:
@@ -351,33 +352,38 @@ def _gathered(base: Tensor, positions: np.ndarray, shape: tuple) -> Tensor:
 
 
 def _regenerate_view(view: Tensor) -> None:
-    """A real view whose base was re-recorded (updated in place with grad) since the view
-    was taken: from now on, for autograd, it is the elements of its base's current value
-    at its positions, as PyTorch regenerates a view's grad_fn from its base's new history
-    at its next use. Its values are already right (it shares its base's memory). Hooks on
-    its old value stay there; retain_grad follows it (as for an in-place op)."""
+    """A real view whose base was updated in place since the view was taken (or since its
+    graph was last regenerated): from now on, for autograd, it is the elements of its base's
+    current value at its positions, as PyTorch regenerates a view's grad_fn at its next use.
+    Its values are already right (it shares its base's memory). Hooks on its old value stay
+    there; retain_grad follows it (as for an in-place op). A view taken under no_grad has no
+    graph to regenerate: it raises once its base was updated with grad, as in PyTorch."""
     base = view._base
+    counter = view._version_counter
     if view._view_base_grad_fn is MADE_WITHOUT_GRAD:
-        raise RuntimeError(NO_GRAD_VIEW_REBASED_MESSAGE)
+        if view._view_graph_history != counter.history:
+            raise RuntimeError(NO_GRAD_VIEW_REBASED_MESSAGE)
+        view._view_version = counter.value
+        return
     tracer = MODE.tracer
     if tracer is not None and id(base) in tracer.overrides:
-        # Re-recorded inside this compiled call (its memory is written at the call's end):
-        # the trace gives the view the elements it shares with the base's new value, rebased
+        # Updated inside this compiled call (its memory is written at the call's end): the
+        # trace gives the view the elements it shares with the base's new value, rebased
         # onto its graph, when it reads the view (`jit.alias.SharedMemory`).
-        stale = view._view_history, view._view_base_grad_fn
-        view._view_history = view._version_counter.history  # (capturing it reads its identity)
-        view._view_base_grad_fn = base._grad_fn
+        stale = view._view_version, view._view_graph_history, view._view_base_grad_fn
+        view._view_version, view._view_graph_history = counter.value, counter.history
+        view._view_base_grad_fn = base._grad_fn  # (capturing it reads its identity)
         tracer.value_of(view)
         if id(view) not in tracer.overrides:
-            view._view_history, view._view_base_grad_fn = stale
+            view._view_version, view._view_graph_history, view._view_base_grad_fn = stale
             raise RuntimeError(STALE_VIEW_MESSAGE)
         return
     if base._requires_grad and not layout.views_memory_of(view._data, base._data):
-        # (A view a compiled call returned, in a buffer of its own, whose base was
-        # re-recorded after the call: no positions to read its elements at.)
+        # (A view a compiled call returned, in a buffer of its own, whose base was updated
+        # after the call: no positions to read its elements at, and values of before.)
         raise RuntimeError(STALE_VIEW_MESSAGE)
     # (Current from here on: retain_grad, which `_take_identity` calls, checks it.)
-    view._view_history = view._version_counter.history
+    view._view_version, view._view_graph_history = counter.value, counter.history
     view._view_base_grad_fn = base._grad_fn
     if base._requires_grad:
         positions = layout.positions_in(view._data, base._data).reshape(-1)

@@ -311,14 +311,14 @@ def test_a_hook_put_on_a_stale_view_goes_on_its_regenerated_history():
     np.testing.assert_array_equal(seen[0], [5, 5])
 
 
-def test_a_write_through_a_detached_alias_leaves_the_views_of_the_base_alone():
+def test_a_write_through_a_detached_alias_regenerates_the_views_of_the_base_from_its_history():
     w = tg.tensor([1.0, 2.0, 3.0], requires_grad=True)
     h = w * 2
     v = h[1:]
     node = v.grad_fn
     alias = h.detach()
     alias.mul_(w)  # (the alias takes this history: it is no view of h for autograd)
-    assert v.grad_fn is node
+    assert v.grad_fn is not node  # (a new node, as PyTorch's, from h's unchanged history)
     np.testing.assert_array_equal(v.detach().numpy(), [8, 18])
     v.sum().backward()
     np.testing.assert_array_equal(w.grad.numpy(), [0, 2, 2])
@@ -438,6 +438,82 @@ def test_values_and_gradients_of_retain_grad_and_hooks_equal_torch():
 
     for got, want in zip(run(tg), run(torch), strict=True):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+# --- any in-place update of the base regenerates the view, with grad or without -------------
+
+
+def _uses_around_a_base_update(m, base_kind: str, update: str):
+    """`v`'s uses before and after an update of its base: a gradient taken with respect to
+    `v`, its retained grad and a hook put on it before the update (PyTorch: the view's
+    grad_fn is regenerated at its next use after any change of its base's version)."""
+    w = m.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    base = w if base_kind == "leaf" else w * 1
+    v = base[:2]
+    if base_kind != "leaf":
+        v.retain_grad()
+    seen = []
+    v.register_hook(lambda g: seen.append(g * 1))
+    before = (v * 2).sum()
+    if update == "no_grad":
+        with m.no_grad():
+            base.add_(1)
+    elif update == "detached":
+        base.detach().add_(1)
+    else:
+        base.mul_(w)
+    after = (v * 3).sum()
+    total = before + after
+    wrt_view, = m.autograd.grad(total, v, retain_graph=True)
+    total.backward()
+    retained = [v.grad] if base_kind != "leaf" else []
+    return [wrt_view, w.grad, *retained, *seen]
+
+
+UPDATES = [("leaf", "no_grad"), ("product", "no_grad"), ("product", "detached"), ("product", "with_grad")]
+
+
+@pytest.mark.parametrize("base_kind,update", UPDATES)
+def test_a_view_sees_only_its_uses_since_its_base_was_last_updated(base_kind, update):
+    got = _uses_around_a_base_update(tg, base_kind, update)
+    np.testing.assert_array_equal(got[0].numpy(), [3, 3])  # (not 5: the use before is the old view's)
+    np.testing.assert_array_equal(got[-1].numpy(), [2, 2])  # (the hook stays on the old view)
+    if base_kind != "leaf":
+        # (retain_grad follows the view: its uses since, 3 by autograd.grad and 3 by backward,
+        # which both fill a retained grad, as PyTorch's)
+        np.testing.assert_array_equal(got[2].numpy(), [6, 6])
+
+
+@pytest.mark.parametrize("base_kind,update", UPDATES)
+def test_a_view_regenerated_after_any_base_update_compiled_equals_eager(base_kind, update):
+    want = _uses_around_a_base_update(tg, base_kind, update)
+    compiled = tg.compile(lambda: _uses_around_a_base_update(tg, base_kind, update))
+    for _ in range(3):
+        got = compiled()
+        for g, e in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g.detach().numpy(), e.detach().numpy())
+
+
+@pytest.mark.parametrize("base_kind,update", UPDATES)
+def test_a_view_regenerated_after_any_base_update_equals_torch(base_kind, update):
+    torch = pytest.importorskip("torch")
+    for got, want in zip(_uses_around_a_base_update(tg, base_kind, update),
+                         _uses_around_a_base_update(torch, base_kind, update), strict=True):
+        np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+
+
+def test_a_view_regenerated_after_a_no_grad_update_differentiates_twice():
+    w = tg.tensor([1.0, 2.0, 3.0], dtype=tg.float64, requires_grad=True)
+    h = w * w
+    v = h[1:]
+    first = (v * 2).sum()
+    with tg.no_grad():
+        h.mul_(2)  # (the values change; h's history stays w * w)
+    second = (v * v).sum()
+    grad, = tg.autograd.grad(second, v, create_graph=True)
+    np.testing.assert_array_equal(grad.detach().numpy(), [16, 36])
+    (grad.sum() + first).backward()  # 2 v through h's history w * w: 4 w; and the first use, 4 w
+    np.testing.assert_array_equal(w.grad.numpy(), [0, 16, 24])
 
 
 # --- errors, as PyTorch raises them ----------------------------------------------------------

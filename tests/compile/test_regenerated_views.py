@@ -262,17 +262,86 @@ def test_a_view_taken_under_no_grad_and_kept_raises_at_its_next_use_with_grad():
             v * 1
 
 
-def test_a_view_a_call_returned_in_memory_of_its_own_raises_after_its_base_is_rebased():
-    # (the remaining limit: a compiled call returns a view and its base in buffers of their
-    # own, so the view cannot read the base's elements; it raises rather than differentiate
-    # its old history)
+def test_a_view_a_call_returned_with_its_base_is_regenerated_after_its_base_is_rebased():
+    # (the call leaves the view as a view of its base's memory, as eagerly: after the base's
+    # update with grad, the view reads its elements of the base's new history)
     def program(w):
         h = w * 2
         return h, h[0]
 
+    def run(fn):
+        w = _leaf()
+        h, v = fn(w)
+        h.mul_(3)
+        (v * v).sum().backward()  # v is 6 w at row 0
+        return [v.detach().numpy().copy(), w.grad.numpy().copy()]
+
+    want = run(program)
+    np.testing.assert_array_equal(want[1][0], 72 * _leaf().detach().numpy()[0])
     compiled = tg.compile(program)
     for _ in range(3):
-        h, v = compiled(_leaf())
-        h.mul_(3)
-        with pytest.raises(RuntimeError, match="This view was created before an in-place operation"):
-            v.sum()
+        for g, e in zip(run(compiled), want, strict=True):
+            np.testing.assert_array_equal(g, e)
+
+
+# --- an update without grad regenerates a view too (PyTorch: any change of its version) ---
+
+
+def _write_without_grad(how: str, base, other, x):
+    """Update `base` (or `other`, another view of it) in place without grad."""
+    if how == "base_under_no_grad":
+        with tg.no_grad():
+            base.add_(1.0)
+    elif how == "other_view_under_no_grad":
+        with tg.no_grad():
+            other.add_(1.0)
+    else:  # through a detached alias
+        base.detach().mul_(x)
+
+
+WRITES = ["base_under_no_grad", "other_view_under_no_grad", "detached_alias"]
+
+
+def _uses_around(how, base, other, view, x):
+    """A gradient taken with respect to `view` sees only its uses after the update; the
+    backward reaches the leaf through both."""
+    before = (view * 2).sum()
+    _write_without_grad(how, base, other, x)
+    after = (view * 3).sum()
+    wrt_view, = tg.autograd.grad(before + after, view, retain_graph=True)
+    (before + after).backward(retain_graph=True)
+    return wrt_view
+
+
+@pytest.mark.parametrize("how", WRITES)
+def test_a_view_argument_regenerated_by_an_update_without_grad_in_the_call(how):
+    def program(base, other, view, x, w):
+        return [_uses_around(how, base, other, view, x), w.grad, view * 1]
+
+    def make():
+        w = _leaf()
+        h = w * 1
+        return [h, h[0, :2], h[:, 1:], tg.full((2, 3), 2.0, dtype=tg.float64), w]
+
+    _assert_compiled_equals_eager(program, make)
+    got = tg.compile(program)(*make())
+    np.testing.assert_array_equal(got[0].numpy(), np.full((2, 2), 3.0))
+
+
+@pytest.mark.parametrize("how", WRITES)
+def test_a_captured_view_regenerated_by_an_update_without_grad_in_the_call(how):
+    state = {}
+
+    def program(x):
+        return [_uses_around(how, state["h"], state["other"], state["v"], x), state["w"].grad,
+                state["v"] * 1]
+
+    def make():
+        w = _leaf()
+        h = w * 1
+        state.update(w=w, h=h, other=h[0, :2], v=h[:, 1:])
+        return [tg.full((2, 3), 2.0, dtype=tg.float64)]
+
+    _assert_compiled_equals_eager(program, make)
+    state["v"].sum().backward()  # (after the call: its regenerated graph reaches the leaf)
+    np.testing.assert_array_equal(state["w"].grad.numpy(), [[0, 6, 6], [0, 6, 6]])

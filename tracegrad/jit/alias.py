@@ -44,7 +44,7 @@ from tracegrad.ir.types import TensorType
 from tracegrad.ops import elementwise, indexing
 from tracegrad.ops.dispatch import bind
 from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
-from tracegrad.ops.layout import array_strides, keep_layout, value_strides
+from tracegrad.ops.layout import array_strides, keep_layout, value_strides, views_memory_of
 from tracegrad.ir.primitive import MOVEMENT
 from tracegrad.runtime.buffers import data_address
 from tracegrad.tensor import MADE_WITHOUT_GRAD, NO_GRAD_VIEW_REBASED_MESSAGE, Tensor, lazy_tensor
@@ -173,6 +173,13 @@ class SharedMemory:
         strides = array_strides(reader._data)  # (its layout, which the write keeps)
         if keeps:  # (then a value of its own)
             new = trace.leaf_update(current, new, fresh=all(new._value is not value._value for _, value in sources))
+            if _regenerated_by(reader, sources):
+                # (a new node over the value standing for its old identity: gradients taken
+                # with respect to it see its uses from now on, as a regenerated grad_fn's)
+                rebased = True
+                new._requires_grad = True  # (a temporary standing for its old identity)
+                with enable_grad():
+                    new = elementwise.copy(new)
         if not keep_layout(new._value, strides, trace.array_of, own=keeps):
             with enable_grad() if rebased else no_grad():
                 new = elementwise.copy(new)  # (a value of its own, to carry the layout)
@@ -192,6 +199,16 @@ class SharedMemory:
         self.changed[id(reader)] = reader
         if all(reader._version_counter is not s._version_counter for s, _ in sources):
             reader._version_counter.value += 1  # traced views of it taken before now are stale
+
+
+def _regenerated_by(reader: Tensor, sources: list[tuple[Tensor, Tensor]]) -> bool:
+    """Whether a write without grad into `reader`'s memory regenerates its graph: PyTorch
+    regenerates a view's grad_fn after any in-place update of its base or of another view
+    of it (even without grad, even through a detached alias: they share its version
+    counter), for a view taken with grad of a base that requires grad."""
+    base = reader._base
+    return (base is not None and base._requires_grad and reader._view_base_grad_fn is not MADE_WITHOUT_GRAD
+            and any(reader._version_counter is source._version_counter for source, _ in sources))
 
 
 def _view_family(tensor: Tensor) -> Tensor:
@@ -214,36 +231,34 @@ def _without_grad(trace, tensor: Tensor) -> Tensor:
 
 def refresh_view(trace, view: Tensor) -> bool:
     """Bring a stale lazy view up to date as eager execution would see it: its values
-    (`view_now`), and after an update with grad of its base (its history moved and the
-    base has another grad_fn), its graph, regenerated with grad from the base's new one
-    at its next use with grad, as an eager view's (`tensor_methods._regenerate_view`).
+    (`view_now`), and its graph, regenerated with grad from its base's current one, as an
+    eager view's after any in-place update of its base (`tensor_methods._regenerate_view`;
+    eagerly at its next use with grad: the same graph, as the base has not changed since).
     False when it cannot be: its ops are not found."""
     counter = view._version_counter
-    if view._view_graph_history != counter.history:
-        if view._view_detached or view._base._grad_fn is view._view_base_grad_fn:
-            view._view_graph_history = counter.history  # (a write through a detached alias)
+    if _regenerates(view):
+        found = view_now(trace, view, grad=True)
+        if found is None:
+            return False
+        if not found[1]:  # (else a copy in eager execution: no view to regenerate)
+            _regenerated(view, found[0])
+            return True
+    elif view._view_graph_history != counter.history:
+        if view._view_base_grad_fn is not MADE_WITHOUT_GRAD or view._view_detached:
+            view._view_graph_history = counter.history  # (no graph of its base to read)
         elif MODE.grad_enabled:
-            if view._view_base_grad_fn is MADE_WITHOUT_GRAD:
-                raise RuntimeError(NO_GRAD_VIEW_REBASED_MESSAGE)
-            found = view_now(trace, view, grad=True)
-            if found is None:
-                return False
-            if not found[1]:  # (else a copy in eager execution: no view to regenerate)
-                _regenerated(view, found[0])
-                return True
-        elif view._view_history == counter.value:
-            return True  # (its graph is regenerated at its next use with grad, as eagerly)
-    if view._view_history == counter.value:
+            raise RuntimeError(NO_GRAD_VIEW_REBASED_MESSAGE)
+        # (else it raises at its next use with grad, as eagerly)
+    if view._view_version == counter.value:
         return True
     found = view_now(trace, view)
     if found is None:
         return False
     value, copied = found
     if value is not view._value and view._requires_grad:
-        # Updated without grad (or under no_grad): the view shows the new values and keeps
-        # its graph, as an eager view keeps its grad_fn (an update without grad of a tensor
-        # with history).
-        view._view_history = counter.value  # (its graph is current: leaf_update reads it)
+        # A view of a base without grad, made to require grad itself: it shows the new
+        # values and keeps its graph, as an eager one keeps its grad_fn.
+        view._view_version = counter.value  # (its graph is current: leaf_update reads it)
         strides = value_strides(value, trace.array_of)
         value = trace.leaf_update(view, lazy_tensor(value, view._type, trace))._value
         keep_layout(value, strides, trace.array_of, own=True)  # (a copy standing for the view)
@@ -251,21 +266,25 @@ def refresh_view(trace, view: Tensor) -> bool:
         view._base = None
         counter = view._version_counter = type(counter)()
     view._value = value
-    view._view_history = counter.value
+    view._view_version = counter.value
     return True
+
+
+def _regenerates(view: Tensor) -> bool:
+    """Whether a lazy view whose base was updated in place since it was taken has its
+    graph regenerated from its base's, as PyTorch regenerates a view's grad_fn: a view
+    taken with grad (not a detached alias) of a base that requires grad."""
+    return (view._view_version != view._version_counter.value and not view._view_detached
+            and view._view_base_grad_fn is not MADE_WITHOUT_GRAD and view._base._requires_grad)
 
 
 def current_view(trace, view: Tensor) -> Value:
     """The value to give a view kept past the call whose base was updated in place since it
-    was taken. After an update with grad of its base, its graph is regenerated now (as
-    eager execution would at its next use: `refresh_view`), but for a view taken under
-    no_grad (which raises then) or a detached alias of a view; any other view's own value
-    stays its autograd identity, as an eager view's grad_fn."""
-    counter = view._version_counter
+    was taken: its graph regenerated now (as eager execution would at its next use:
+    `refresh_view`), but for a view taken under no_grad (which raises at its next use with
+    grad after an update with grad of its base) or a detached alias of a view."""
     with trace:
-        if (view._view_graph_history != counter.history and not view._view_detached
-                and view._view_base_grad_fn is not MADE_WITHOUT_GRAD
-                and view._base._grad_fn is not view._view_base_grad_fn):
+        if _regenerates(view):
             found = view_now(trace, view, grad=True)
             if found is not None and not found[1]:
                 _regenerated(view, found[0])
@@ -309,6 +328,65 @@ def view_now(trace, view: Tensor, grad: bool = False) -> tuple[Value, bool] | No
         for node in reversed(chain):
             replayed = bind(node.op, (replayed,), node.attrs)
     return replayed._value, False
+
+
+def view_recipes(trace, alive: list[Tensor], alive_values: list[Value]) -> list[tuple]:
+    """How each live lazy view is made real at the call's end as eager execution's view of
+    its base: a NumPy view of the base's memory, so that later writes to either reach the
+    other (and the view's version counter is its base's). Per view: (its position in
+    `alive`, its base's: a position in `alive`, `-(k + 1)` for the k-th argument, whose
+    stand-in the view was taken of, or None for a real tensor the call captured; the
+    movement nodes from the base's value to the view's, the view's side first). A view
+    whose value is no chain of movement ops on its base's current value keeps a buffer of
+    its own."""
+    recipes = []
+    position = None
+    for i, t in enumerate(alive):
+        base = t._base
+        if base is None or t._view_detached:
+            continue
+        if position is None:
+            position = {id(tensor): j for j, tensor in enumerate(alive)}
+            arguments = {id(proxy): -(k + 1) for k, (_, proxy, _) in enumerate(trace.arguments)}
+        where = arguments.get(id(base))
+        if where is None:
+            where = position.get(id(base))
+        if where is not None:
+            current = base._value
+        elif base._data is not None:
+            current = trace.lookup(base)
+        else:
+            continue
+        chain = []
+        value = alive_values[i]
+        while value is not current:
+            node = value.node
+            if not _new_identity(value):
+                if node is None or node.op.kind != MOVEMENT or len(node.inputs) != 1:
+                    chain = None
+                    break
+                chain.append(node)
+            value = node.inputs[0]
+        if chain is not None:
+            recipes.append((i, where, tuple(chain)))
+    return recipes
+
+
+def real_views(alive: list[Tensor], recipes: list[tuple], arguments: list) -> None:
+    """Make each live view of `recipes` (`view_recipes`) a NumPy view of its base's array,
+    now real; the view of an argument's stand-in becomes a view of the argument (the tensor
+    eager execution would have made it of). Where NumPy copies instead (a layout the
+    program gave the base), the view keeps the buffer it has."""
+    for i, where, chain in recipes:
+        view = alive[i]
+        base = view._base if where is None else alive[where] if where >= 0 else arguments[-where - 1][0]
+        array = base._data
+        for node in reversed(chain):
+            array = node.op.impl(array, **node.attrs)
+        if array.shape == view._data.shape and array.dtype == view._data.dtype and views_memory_of(array, base._data):
+            view._data = array
+            view._base = base if base._base is None else base._base
+            view._version_counter = base._version_counter
 
 
 def base_update(trace, view: Tensor, result: Tensor, rebase: bool = False) -> Tensor | None:
@@ -376,7 +454,7 @@ def _regenerated(view: Tensor, value: Value) -> None:
     """`view` is from now on `value`, its ops replayed with grad on its base's current value
     (retain_grad follows it; hooks stay with its old value, as for an in-place op)."""
     counter = view._version_counter
-    view._view_history = counter.value
+    view._view_version = counter.value
     view._view_graph_history = counter.history
     view._view_base_grad_fn = view._base._grad_fn
     if view._retains_grad:

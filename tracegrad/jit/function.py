@@ -47,7 +47,7 @@ from tracegrad.ops.tracer import Tracer
 from tracegrad.runtime.program import Program
 from tracegrad.ir.types import TensorType, float32
 from tracegrad.ops import elementwise
-from tracegrad.tensor import Tensor, lazy_tensor, owned_array
+from tracegrad.tensor import MADE_WITHOUT_GRAD, Tensor, lazy_tensor, owned_array
 
 
 class CompileTrace(Tracer):
@@ -758,6 +758,8 @@ class CompiledFunction:
             except BaseException:
                 _undo(trace)
                 raise
+            if trace.arguments:
+                result = _arguments_returned(result, {id(proxy): real for real, proxy, _ in trace.arguments})
         finally:
             trace.end()
         trace.recompiled = compile_events.call_finished(trace)
@@ -922,6 +924,27 @@ def _substitute(value, trace: CompileTrace, name: str):
     return value
 
 
+def _arguments_returned(result, real: dict):
+    """`result` with each argument's stand-in that it returns replaced by the argument, as
+    eager execution returns the tensor it was given (the same object: its memory, version
+    counter and autograd identity, which the call's end gave it)."""
+    if isinstance(result, Tensor):
+        return real.get(id(result), result)
+    if isinstance(result, (list, tuple)):
+        items = [_arguments_returned(item, real) for item in result]
+        if all(map(operator.is_, items, result)):
+            return result
+        if isinstance(result, tuple) and hasattr(result, "_fields"):  # (a named tuple)
+            return type(result)(*items)
+        return type(result)(items)
+    if isinstance(result, dict):
+        items = {key: _arguments_returned(item, real) for key, item in result.items()}
+        if all(items[key] is item for key, item in result.items()):
+            return result
+        return type(result)(items) if type(result) is not dict else items
+    return result
+
+
 def _finish_failed(trace: CompileTrace) -> None:
     """After the traced function raised: run the graph built up to the raise and apply it
     as a call's end does (results, `.grad`, optimizer state, writes), which leaves the
@@ -978,7 +1001,7 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
         alive = trace.live_lazy_tensors()
     alive_values = [t._value for t in alive]
     for i, t in enumerate(alive):
-        if t._base is not None and (t._view_history != t._version_counter.value
+        if t._base is not None and (t._view_version != t._version_counter.value
                                     or t._view_graph_history != t._version_counter.history):
             alive_values[i] = compile_alias.current_view(trace, t)
     replay = trace.replay
@@ -1055,10 +1078,11 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
     # Per live tensor and per write: its program output, or -(its graph input + 1).
     slots = [_slot(value, position, traced.inputs) for value in alive_values]
     write_slots = [_slot(value, position, traced.inputs) for _, value in writes]
-    _deliver(alive, slots, writes, write_slots, arrays, inputs)
+    views = compile_alias.view_recipes(trace, alive, alive_values) if not failed else ()
+    _deliver(alive, slots, writes, write_slots, arrays, inputs, views, trace.arguments)
     if replay is not None and program is not None:
         replay.recording.finish = (alive_values, [v for _, v in writes], graph, slots, write_slots, position,
-                                   donations, key, program, sources, made)
+                                   donations, key, program, sources, made, views)
     # A failed call's written tensors take their new histories too (eager's state at the
     # raise), but the call is never remembered to be followed.
     alive = _rebase(rebased, alive) if rebased else alive
@@ -1111,8 +1135,10 @@ def _slot(value: Value, position: dict, inputs: list[Value]) -> int:
 
 
 def _deliver(alive: list[Tensor], slots: list[int], writes: list, write_slots: list[int],
-             arrays: list[np.ndarray], inputs: list[np.ndarray]) -> None:
-    """Give the live tensors their values, and write the written tensors'."""
+             arrays: list[np.ndarray], inputs: list[np.ndarray], views: list = (), arguments: list = ()) -> None:
+    """Give the live tensors their values, write the written tensors', and make the live
+    views views of their bases' memory (`views`: `alias.view_recipes`)."""
+    made_views = None
     for t, slot in zip(alive, slots):
         # A program result becomes the tensor's own buffer (results may be views or
         # read-only broadcasts); an input passed through stays the array it is.
@@ -1129,28 +1155,35 @@ def _deliver(alive: list[Tensor], slots: list[int], writes: list, write_slots: l
         if t._grad_fn is None:
             t._value = None
         if t._base is not None:  # now real (its values current): a view, as eagerly
-            _view_made_real(t)
+            if made_views is None:
+                made_views = []
+            made_views.append(t)
     for (target, _), slot in zip(writes, write_slots):
         array = arrays[slot] if slot >= 0 else inputs[-slot - 1]
         # (not when the program wrote it in place, a donation; nor into an empty target,
         # which may be a read-only expanded view: a write there changes nothing)
         if array is not target._data and target._data.size:
             np.copyto(target._data, array, casting="unsafe")
+    if views:  # (after the writes: a view of a written argument shows its new values)
+        compile_alias.real_views(alive, views, arguments)
+    if made_views is not None:
+        for t in made_views:
+            _view_made_real(t)
 
 
 def _view_made_real(view: Tensor) -> None:
     """A lazy view made real at the end of a call: a detached alias of a view is none
-    eagerly; a view taken under no_grad whose base was re-recorded since stays out of date
-    (it raises at its next use with grad, as eagerly); any other's graph is current
+    eagerly; a view taken under no_grad whose base was updated with grad since stays out of
+    date (it raises at its next use with grad, as eagerly); any other's graph is current
     (`alias.current_view` regenerated it)."""
     counter = view._version_counter
     if view._view_detached:
         view._base = None
-    elif view._view_graph_history == counter.history or view._base._grad_fn is view._view_base_grad_fn:
-        view._view_history = counter.history
-        view._view_base_grad_fn = view._base._grad_fn
+    elif view._view_base_grad_fn is MADE_WITHOUT_GRAD and view._view_graph_history != counter.history:
+        view._view_version = -1  # (a version it never has: checked at its next use)
     else:
-        view._view_history = -1  # (a history it never has: out of date until regenerated)
+        view._view_version, view._view_graph_history = counter.value, counter.history
+        view._view_base_grad_fn = view._base._grad_fn
 
 
 def _is_one_of(array: np.ndarray, arrays: list[np.ndarray]) -> bool:
@@ -1171,7 +1204,7 @@ def _finish_followed(trace: CompileTrace, recording, alive: list[Tensor], alive_
     if (last is None or len(last[0]) != len(alive_values) or len(last[1]) != len(writes)
             or not all(map(operator.is_, last[0], alive_values))):
         return False
-    _, written, graph, slots, write_slots, position, donations, key, program, sources, made = last
+    _, written, graph, slots, write_slots, position, donations, key, program, sources, made, views = last
     if writes and not all(map(operator.is_, written, [v for _, v in writes])):
         return False
     # A call that followed to the end captured every input in order (`Replay.input`).
@@ -1191,7 +1224,7 @@ def _finish_followed(trace: CompileTrace, recording, alive: list[Tensor], alive_
     arrays = trace.compiled._run_hit(program, graph, inputs, trace, key)
     if made:
         arrays = arrays[:len(graph.outputs)] + [trace.realized[value] for value in made]
-    _deliver(alive, slots, writes, write_slots, arrays, call_inputs)
+    _deliver(alive, slots, writes, write_slots, arrays, call_inputs, views, trace.arguments)
     return True
 
 

@@ -145,11 +145,11 @@ def _save(node, prim, inputs: tuple, outputs: tuple, versions: tuple) -> None:
     # as the node read it, not brought up to date (`Tensor._check_view_is_current`).
     stale = None
     for t in inputs:  # (a loop, not a comprehension: every followed saving node pays this)
-        if t._base is not None and t._data is None and t._view_history != t._version_counter.value:
+        if t._base is not None and t._data is None and t._view_version != t._version_counter.value:
             if stale is None:
                 stale = []
-            stale.append((t, t._view_history))
-            t._view_history = t._version_counter.value
+            stale.append((t, t._view_version))
+            t._view_version = t._version_counter.value
     if stale is None:
         _record(prim, node, inputs, outputs)
     else:
@@ -157,7 +157,7 @@ def _save(node, prim, inputs: tuple, outputs: tuple, versions: tuple) -> None:
             _record(prim, node, inputs, outputs)
         finally:
             for t, history in stale:
-                t._view_history = history
+                t._view_version = history
     if node.saved:
         for slot, saved in enumerate(node.saved):
             if saved is not None and saved.output_index is None:

@@ -103,8 +103,8 @@ def copied_by_view_op(source, view, tracer) -> bool:
 
 def _share_storage(source, view, tracer=None) -> None:
     """A view shares its base's memory (in eager mode when NumPy made a view), so it shares
-    its version counter, and remembers the base's history (a lazy view: its version) to
-    detect going stale (`Tensor._check_view_is_current`). `tracer`: the trace that made a
+    its version counter, and remembers the base's version and history to detect going
+    stale (`Tensor._check_view_is_current`). `tracer`: the trace that made a
     lazy view, when it is no longer the active one (a composite's tensors made at its end)."""
     tracer = tracer if tracer is not None else MODE.tracer
     if view._data is None and copied_by_view_op(source, view, tracer):
@@ -116,7 +116,7 @@ def _share_storage(source, view, tracer=None) -> None:
             # do. Its base is that tensor, whose values the trace follows (not its own base).
             if tracer.writes_real_tensors:
                 counter = view._version_counter = source._version_counter
-                view._view_history = counter.value
+                view._view_version = counter.value
                 view._view_graph_history = counter.history
                 view._view_base_grad_fn = source._grad_fn if MODE.grad_enabled else MADE_WITHOUT_GRAD
                 view._base = source
@@ -127,8 +127,8 @@ def _share_storage(source, view, tracer=None) -> None:
     base = view._base = source._base if source._base is not None else source
     # (Under no_grad: a view that an update with grad of its base makes unusable with grad.)
     view._view_base_grad_fn = base._grad_fn if MODE.grad_enabled else MADE_WITHOUT_GRAD
-    if view._data is not None:
-        view._view_history = counter.history
-    else:  # (a lazy view: the values it holds go stale; and its graph, `refresh_view`)
-        view._view_history = counter.value
-        view._view_graph_history = counter.history
+    # Any in-place update of the base since (the version) regenerates the view's graph at its
+    # next use, as PyTorch regenerates a view's grad_fn; a lazy view's values go stale too
+    # (`refresh_view`). The history says whether that update was with grad.
+    view._view_version = counter.value
+    view._view_graph_history = counter.history
