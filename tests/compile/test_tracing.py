@@ -307,3 +307,30 @@ def test_compiled_function_passes_gradcheck_through_its_arguments():
     inputs = [tg.tensor(rng.standard_normal(s), requires_grad=True) for s in [(3, 5), (4, 5), (4,)]]
     forward = tg.compile(lambda x, w, b: ((x @ w.T) + b).sigmoid().sum())
     assert tg.autograd.gradcheck(forward, inputs)
+
+
+def test_a_realization_leaves_out_the_loop_steps_whose_results_were_dropped():
+    # (each step's matmul saves its input: only those saved tensors kept the outputs of the
+    # steps before the last, which no backward can reach)
+    torch_nn = tg.nn
+    layer = torch_nn.Linear(5, 3)
+
+    def step(x, y):
+        for i in range(4):
+            out = layer(x[i]).log_softmax(1)
+        loss = torch_nn.functional.nll_loss(out, y)
+        loss.backward()
+        return loss.item()
+
+    x, y = tg.randn(4, 1, 5), tg.tensor([2])
+    report = tg.compile(step).explain(x, y)
+    realization = report.graphs[0]
+    assert [node.op.name for node in realization.optimized.nodes].count("matmul") == 2  # (forward, weight grad)
+    compiled = tg.compile(step)
+    for _ in range(3):
+        layer.zero_grad()
+        want = step(x, y)
+        want_grad = layer.weight.grad.numpy().copy()
+        layer.zero_grad()
+        assert compiled(x, y) == pytest.approx(want, rel=1e-6)
+        np.testing.assert_allclose(layer.weight.grad.numpy(), want_grad, rtol=1e-6)

@@ -85,6 +85,7 @@ class CompileTrace(Tracer):
         self.recompiled = False  # whether the call made a new graph after the function's first call
         # The realizations a later call may follow (`replay.RealizationStep`), in order.
         self.realization_steps: list[compile_replay.RealizationStep] = []
+        self._saved_pruned_at = 0  # the graph's size at the last `_forget_unreachable_saved`
         self.proxies: dict[int, Tensor] = {}
         self.leaf_updates = False  # see leaf_update
         # Whether a graph input stands for a real tensor with a recorded history (an
@@ -404,6 +405,7 @@ class CompileTrace(Tracer):
             self.effects_realized = self.effects_realized or len(outputs) > len(step.targets)
         else:
             self.diverge()
+            self._forget_unreachable_saved()
             # Everything still referenced is computed too, so a later realization (the next
             # iteration of a loop) starts from these values instead of from the inputs.
             targets = [value] + [t._value for t in self.live_lazy_tensors()
@@ -420,6 +422,19 @@ class CompileTrace(Tracer):
         self.realizations.append(compile_events.Realization(user_location(), value.type, len(self.events) - 1))
         self.realization_count += 1
         return array
+
+    def _forget_unreachable_saved(self) -> None:
+        """Before a realization: forget the saved tensors of the nodes no live tensor can
+        reach (`replay.keep_reachable_saved`, as the call's end does). A loop's steps whose
+        results were dropped (a recurrent loop's outputs but the last) are then no values
+        to compute, where only their nodes' saved tensors kept them. A walk over the graph:
+        made when the graph has doubled since the last one, so a loop realizing once per
+        iteration pays it a few times, not once per iteration."""
+        count = len(self.graph.nodes)
+        if count < 2 * self._saved_pruned_at:
+            return
+        self._saved_pruned_at = count
+        compile_replay.keep_reachable_saved(self, [r._grad_fn for _, r in _rebased(self.writes)])
 
     def _realization_graph(self, targets: list[Value]) -> tuple[Graph, list[Value], list[np.ndarray], list[Value]]:
         """The nodes `targets` need since the values realized before (which enter as
