@@ -20,6 +20,8 @@ from tracegrad.ops import REGISTRY
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops import indexing, layout
 from tracegrad.ops.fp_errors import quiet
+from tracegrad.ir.primitive import MOVEMENT
+from tracegrad.ops.dispatch import bind
 from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
 from tracegrad.ops.trace import EAGER
 from tracegrad.tensor import (
@@ -382,18 +384,49 @@ def _regenerate_view(view: Tensor) -> None:
         # (A view a compiled call returned, in a buffer of its own, whose base was updated
         # after the call: no positions to read its elements at, and values of before.)
         raise RuntimeError(STALE_VIEW_MESSAGE)
+    chain = _view_ops(view) if base._requires_grad else None
     # (Current from here on: retain_grad, which `_take_identity` calls, checks it.)
     view._view_version, view._view_graph_history = counter.value, counter.history
     view._view_base_grad_fn = base._grad_fn
     if base._requires_grad:
-        positions = layout.positions_in(view._data, base._data).reshape(-1)
         previous = MODE.tracer, MODE.trace
         MODE.tracer, MODE.trace = None, EAGER  # (a real view: its identity is recorded eagerly)
         try:
             with enable_grad():
-                _take_identity(view, _gathered(base, positions, view.shape))
+                regenerated = None
+                if chain is not None:  # its view ops replayed on the base, as PyTorch's view_fn
+                    regenerated = base
+                    for node in reversed(chain):
+                        regenerated = bind(node.op, (regenerated,), node.attrs)
+                    if regenerated.shape != view.shape or regenerated._data.strides != view._data.strides:
+                        regenerated = None  # (not the view's elements: read them by address)
+                if regenerated is None:
+                    positions = layout.positions_in(view._data, base._data).reshape(-1)
+                    regenerated = _gathered(base, positions, view.shape)
+                _take_identity(view, regenerated)
         finally:
             MODE.tracer, MODE.trace = previous
+
+
+def _view_ops(view: Tensor) -> list | None:
+    """The movement ops (the view's side first) that made `view`'s autograd identity from
+    its base's when it was taken or last regenerated (`_view_base_grad_fn`, or the base's
+    leaf value), or None (an identity of another kind: a gather, a rebased write)."""
+    value = view._value
+    stop = view._view_base_grad_fn
+    chain = []
+    while value is not None:
+        node = value.node
+        if node is None:
+            leaf = value.leaf
+            return chain if stop is None and leaf is not None and leaf() is view._base else None
+        if node is stop:
+            return chain
+        if node.op.kind != MOVEMENT or len(node.inputs) != 1:
+            return None
+        chain.append(node)
+        value = node.inputs[0]
+    return None
 
 
 Tensor._regenerate_view = _regenerate_view

@@ -591,3 +591,21 @@ def test_a_view_made_under_no_grad_stays_usable_under_no_grad():
     h.mul_(3)
     with tg.no_grad():
         np.testing.assert_array_equal((v * 2).numpy(), [12, 12])
+
+
+def test_a_regenerated_view_replays_its_own_view_ops_on_its_base():
+    # (as PyTorch's view_fn: a slice of the base's new history, not a gather by address)
+    w = tg.arange(1.0, 7.0, dtype=tg.float64).reshape(2, 3).requires_grad_()
+    h = w * 1
+    row, column, middle = h[1], h.t()[1:], h.reshape(6)[2:5]
+    with tg.no_grad():
+        h.mul_(2)
+    assert "ViewBackward" in repr(row.grad_fn) and "SliceBackward" in repr(column.grad_fn)
+    assert "SliceBackward" in repr(middle.grad_fn)
+    (row.sum() + (column * column).sum() + middle.sum() * 3).backward()
+    # h's history is w * 1: row adds 1 to w[1]; column 2 h at h.t()[1:], h = 2 w; middle 3
+    expected = np.zeros((2, 3))
+    expected[1] += 1
+    expected[:, 1:] += 2 * 2 * w.detach().numpy()[:, 1:]
+    expected.reshape(6)[2:5] += 3
+    np.testing.assert_array_equal(w.grad.numpy(), expected)
