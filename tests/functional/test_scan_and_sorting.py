@@ -266,3 +266,16 @@ def test_float32_running_sums_and_products_accumulate_in_float64_as_torch():
     factors = 1.0 + 0.01 * array[:, :300]
     np.testing.assert_array_equal(tg.tensor(array).cumsum(1).numpy(), torch.tensor(array).cumsum(1).numpy())
     np.testing.assert_array_equal(tg.tensor(factors).cumprod(1).numpy(), torch.tensor(factors).cumprod(1).numpy())
+
+
+@pytest.mark.parametrize("kwargs,shape", [({}, ()), ({"dim": 0}, (3,)), ({"dim": 0, "keepdim": True}, (1, 3)),
+                                          ({"dim": 1}, (0,))])
+def test_the_empty_product_is_one_and_requires_grad_as_its_input(kwargs, shape):
+    x = tg.zeros(0, 3, dtype=tg.float64, requires_grad=True)
+    for fn in (lambda x: x.prod(**kwargs), tg.compile(lambda x: x.prod(**kwargs))):
+        out = fn(x)
+        assert out.requires_grad and out.grad_fn is not None
+        np.testing.assert_array_equal(out.detach().numpy(), np.ones(shape))
+        (out.sum() * 2).backward()
+        assert x.grad.shape == (0, 3) and not x.grad.numpy().any()
+        x.grad = None

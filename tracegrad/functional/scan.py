@@ -93,8 +93,8 @@ def prod(input: Tensor, dim: int | None = None, keepdim: bool = False, *,
             return x if dtype is None and input.dtype.is_floating else ew.copy(x)
         out_shape = red.reduced_shape(x.shape, (axis,), keepdim)
     n = x.shape[axis]
-    if n == 0:  # the empty product
-        return ew.full(out_shape, 1, x.dtype)
+    if n == 0:  # the empty product: 1, computed from x so that it requires grad as x does
+        return ew.add(red.sum_(x, (axis,), keepdim=keepdim), ew.full(out_shape, 1, x.dtype))
     starts, stops = [0] * x.ndim, list(x.shape)
     starts[axis] = n - 1
     last = mv.slice_(sc.cumprod(x, axis), starts, stops, [1] * x.ndim)
