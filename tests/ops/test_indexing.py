@@ -212,15 +212,21 @@ def test_setitem_gradient_flows_to_the_written_value_and_the_kept_elements():
     np.testing.assert_array_equal(base.grad.numpy(), [1.0, 0.0, 0.0, 4.0])
 
 
-@pytest.mark.parametrize("repeats", ["few", "more_than_the_rounds"])
+@pytest.mark.parametrize("repeats", ["few", "more_than_the_rounds", "some_more_than_the_rounds"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
 def test_index_add_of_rows_equals_numpys_add_at_to_the_bit(dtype, repeats):
     # Rows added at repeated indices (an embedding's gradient) are summed in order of
-    # appearance, as np.add.at sums them: same bits, -0.0 and infinities included.
+    # appearance, as np.add.at sums them: same bits, -0.0 and infinities included; also
+    # where a few indices repeat more than the rounds take (a language model's frequent
+    # words) and the others are added in rounds.
     from tracegrad.ops import indexing
     rng = np.random.default_rng(7)
     count = 3 * indexing.MAX_ADD_ROUNDS if repeats == "more_than_the_rounds" else 24
-    index = rng.integers(-5, 5, (count // 4, 4)) if repeats == "few" else np.zeros((count // 4, 4), np.int64)
+    if repeats == "some_more_than_the_rounds":
+        count = 12 * indexing.MAX_ADD_ROUNDS
+        index = np.minimum(rng.zipf(1.5, (count // 4, 4)) - 1, 9) - 5  # (0 and -5 the most repeated)
+    else:
+        index = rng.integers(-5, 5, (count // 4, 4)) if repeats == "few" else np.zeros((count // 4, 4), np.int64)
     src = (rng.standard_normal((count // 4, 4, 3)) * 1e3).astype(dtype)
     if dtype != np.int64:
         src[rng.random(src.shape) < 0.2] = -0.0

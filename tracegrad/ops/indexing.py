@@ -213,17 +213,20 @@ def _index_add_impl(src, *indices, shape, axis):
     return out
 
 
-# `_index_add_rows` adds one occurrence of every index at a time: up to this many rounds.
-MAX_ADD_ROUNDS = 32
+# `_index_add_rows` adds one occurrence of every index at a time, for the indices repeated
+# at most this many times; each index repeated more is summed on its own.
+MAX_ADD_ROUNDS = 16
 
 
 def _index_add_rows(src, index, shape):
     """np.add.at(zeros(shape), index, src) along axis 0 for rows of several elements (an
-    embedding's gradient) in rounds: round k adds every index's k-th occurrence at once
-    (one fancy-indexed add without repeats), so each row's terms are summed in order of
-    appearance from 0, as add.at sums them, and the result is the same to the bit, at a
-    fraction of add.at's per-element cost (W7's (512, 128) rows into 65: 600 -> 150 µs).
-    An index repeated more than MAX_ADD_ROUNDS times goes to add.at."""
+    embedding's gradient), the same to the bit at a fraction of add.at's per-element cost
+    (W7's (512, 128) rows into 65: 600 -> 150 µs): in rounds, round k adding every index's
+    k-th occurrence at once (one fancy-indexed add without repeats), so each row's terms
+    are summed in order of appearance from 0, as add.at sums them; an index repeated more
+    than MAX_ADD_ROUNDS times (a frequent word of a language model's batch: W8's 700 tokens
+    repeat one 170 times) in one reduction of its rows, which adds them in that order too,
+    from an initial 0."""
     flat = index.reshape(-1)
     flat = np.where(flat < 0, flat + shape[0], flat)
     rows = src.reshape(len(flat), -1)
@@ -231,13 +234,20 @@ def _index_add_rows(src, index, shape):
     targets = flat[order]
     first = np.concatenate(([True], targets[1:] != targets[:-1]))
     starts = np.flatnonzero(first)
-    occurrence = np.arange(len(flat)) - np.repeat(starts, np.diff(np.append(starts, len(flat))))
+    counts = np.diff(np.append(starts, len(flat)))
+    occurrence = np.arange(len(flat)) - np.repeat(starts, counts)
     out = np.zeros((shape[0], rows.shape[1]), dtype=src.dtype)
-    if occurrence.max(initial=0) >= MAX_ADD_ROUNDS:
-        np.add.at(out, flat, rows)
-        return out.reshape(shape)
+    heavy = counts > MAX_ADD_ROUNDS
+    if heavy.any():
+        zero = src.dtype.type(0)
+        for group in np.flatnonzero(heavy):
+            begin = starts[group]
+            out[targets[begin]] = np.add.reduce(rows[order[begin:begin + counts[group]]], axis=0, initial=zero)
+        light = ~np.repeat(heavy, counts)
+        order, occurrence = order[light], occurrence[light]
+    rounds = int(occurrence.max(initial=-1)) + 1
     by_round = np.argsort(occurrence, kind="stable")
-    bounds = np.searchsorted(occurrence[by_round], np.arange(occurrence.max(initial=0) + 2))
+    bounds = np.searchsorted(occurrence[by_round], np.arange(rounds + 1))
     for begin, end in zip(bounds[:-1], bounds[1:]):
         picked = order[by_round[begin:end]]
         out[flat[picked]] += rows[picked]
