@@ -285,7 +285,7 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False, replac
         saved.data = saved.data.copy()
         saved.counter = type(saved.counter)()
         saved.version = 0
-    if not self._data.flags.writeable and self._data.size:  # (an empty one overlaps nothing, as in PyTorch)
+    if self._data.size and layout.overlaps_itself(self._data):  # (an empty one overlaps nothing, as in PyTorch)
         raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
     if rebase:
         new_base, view_identity = _rebased(self, result)
@@ -335,7 +335,7 @@ def _rebased(view: Tensor, result: Tensor) -> tuple[Tensor, Tensor]:
     from the base's new value). The base's old value keeps the elements the view does
     not show and gets no gradient at those it shows; `result` gets theirs."""
     base = view._base
-    if not view._data.flags.writeable and view._data.size:
+    if view._data.size and layout.overlaps_itself(view._data):
         raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
     positions = layout.positions_in(view._data, base._data).reshape(-1)
     shown = np.zeros(base.numel(), dtype=bool)
@@ -496,6 +496,14 @@ def _write_through_view(view: Tensor, result: Tensor, name: str, tracer, rebase:
     autograd graph involved) writes its base, as eager execution writes the shared memory;
     the view then shows the base's new value."""
     view._check_view_is_current()
+    written = None if rebase else tracer.memory_view(view)
+    if written is not None:
+        # A view of a real tensor that repeats its elements (an expanded argument): the
+        # write goes to the view's own memory, as eagerly (written whole, the tensor's
+        # copies of an element would be written over each other); the tensor shows it.
+        _apply_traced_inplace(written, result, name)
+        view._check_view_is_current()  # (refreshed from the tensor's new value)
+        return view
     if rebase and result._grad_fn is not None:
         _keep_value_read(view, result._grad_fn, tracer)
     base_result = tracer.base_update(view, result, rebase)
@@ -576,7 +584,7 @@ def _writes_data_only(self: Tensor, other, kwargs: dict) -> bool:
         return False
     data = self._data
     if (data is None or self._inference or self._volatile or self._type.dtype not in _NUMPY_INPLACE_DTYPES
-            or not data.flags.writeable or data.size > _NUMPY_INPLACE_MAX):
+            or data.size > _NUMPY_INPLACE_MAX or layout.overlaps_itself(data)):
         return False
     alpha = kwargs.get("alpha", 1)
     if alpha.__class__ not in (int, float):
@@ -630,7 +638,34 @@ def _copy_(self, src):
 
 
 def _setitem(self, key, value):
+    if _basic_key(key) and _overlaps_itself(self):
+        # An expanded tensor written through a view that repeats no element (a row): the
+        # view's memory is written, which every copy of the row shows, as PyTorch copies
+        # into self[key]. (Written whole, the rows would be written over each other; in a
+        # compiled call the view's memory is written: `CompileTrace.memory_view`.)
+        view = self[key]
+        if isinstance(value, Tensor):
+            view.copy_(value)
+        else:
+            view.fill_(value)
+        return
     _apply_inplace(self, "setitem", lambda: F.index_put(self, key, value))
+
+
+def _basic_key(key) -> bool:
+    """Whether `key` indexes by ints, slices, None and Ellipsis only (`x[key]` is a view)."""
+    items = key if key.__class__ is tuple else (key,)
+    return all(item is None or item is Ellipsis or item.__class__ in (int, slice) for item in items)
+
+
+def _overlaps_itself(tensor: Tensor) -> bool:
+    """Whether two elements of `tensor` lie at one address (an expanded tensor), eagerly
+    or as a trace would lay it out."""
+    if tensor._data is not None:
+        return bool(tensor._data.size) and layout.overlaps_itself(tensor._data)
+    strides = layout.tensor_strides(tensor, MODE.tracer.array_of)
+    return any(n > 1 and not stride for n, stride in zip(tensor.shape, strides))
+
 
 
 def _masked_fill_(self, mask, value):

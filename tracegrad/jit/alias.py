@@ -42,9 +42,9 @@ from tracegrad.ir.graph import Node, Value
 from tracegrad.ops.tracer import VIEW_WRITE_MESSAGE
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import elementwise, indexing
-from tracegrad.ops.dispatch import bind
-from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
-from tracegrad.ops.layout import array_strides, keep_layout, value_strides, views_memory_of
+from tracegrad.ops.dispatch import _share_storage as share_storage, bind
+from tracegrad.ops.movement import EXPAND, OVERLAPPING_WRITE_MESSAGE
+from tracegrad.ops.layout import array_strides, keep_layout, overlaps_itself, value_strides, views_memory_of
 from tracegrad.ir.primitive import MOVEMENT
 from tracegrad.runtime.buffers import data_address
 from tracegrad.tensor import MADE_WITHOUT_GRAD, NO_GRAD_VIEW_REBASED_MESSAGE, Tensor, lazy_tensor
@@ -389,6 +389,35 @@ def real_views(alive: list[Tensor], recipes: list[tuple], arguments: list) -> No
             view._version_counter = base._version_counter
 
 
+def memory_view(trace, view: Tensor) -> Tensor | None:
+    """A real tensor for the memory the lazy `view` shows of a real tensor whose elements
+    repeat (an expanded argument or captured tensor): its view ops run on the tensor's
+    array, as eager execution makes the view, when that is a NumPy view that repeats none
+    of them. None otherwise (a tensor that repeats no element is written whole)."""
+    base = view._base
+    real = base if base._data is not None else trace.real_tensor(base)
+    if real is None or not real._data.size or not overlaps_itself(real._data):
+        return None
+    current = base._value if base._data is None else trace.lookup(base)
+    chain: list[Node] = []
+    value = view._value
+    while value is not current:
+        node = value.node
+        if not _new_identity(value):
+            if node is None or node.op.kind != MOVEMENT or len(node.inputs) != 1:
+                return None
+            chain.append(node)
+        value = node.inputs[0]
+    array = real._data
+    for node in reversed(chain):
+        array = node.op.impl(array, **node.attrs)
+    if array.shape != view.shape or not views_memory_of(array, real._data) or overlaps_itself(array):
+        return None
+    written = Tensor._make(array, TensorType(array.shape, real._type.dtype))
+    share_storage(real, written)
+    return written
+
+
 def base_update(trace, view: Tensor, result: Tensor, rebase: bool = False) -> Tensor | None:
     """The new value of a lazy `view`'s base when `result` is written into the view in place
     (eager execution writes the base's memory; checked by the caller as eager execution
@@ -416,6 +445,10 @@ def base_update(trace, view: Tensor, result: Tensor, rebase: bool = False) -> Te
     trace.diverge()  # (not a recorded op: the graph goes on as this call's own)
     if rebase:
         return _rebased(base, chain, result)
+    if any(node.op is EXPAND and node.inputs[0].type.shape != node.out_types[0].shape for node in chain):
+        # (A view of an expanded tensor that repeats no element, a row: written by address,
+        # as expand's write_back cannot tell which of the copies was written.)
+        return _rebased(base, chain, result, grad=False)
     with no_grad():
         new = result
         for node in chain:  # from the view's side to the base's
@@ -424,10 +457,11 @@ def base_update(trace, view: Tensor, result: Tensor, rebase: bool = False) -> Te
     return new
 
 
-def _rebased(base: Tensor, chain: list[Node], result: Tensor) -> Tensor:
+def _rebased(base: Tensor, chain: list[Node], result: Tensor, grad: bool = True) -> Tensor:
     """`base` with `result` written where the view made by the movement ops `chain` (last
-    first) shows its elements, recorded with grad. The positions are the view ops run on
-    the base's element numbers (data of the graph, as the view ops are its structure)."""
+    first) shows its elements, recorded with grad (or, `grad` False, without). The
+    positions are the view ops run on the base's element numbers (data of the graph, as
+    the view ops are its structure)."""
     count = base._type.numel
     positions = np.arange(count, dtype=np.int64).reshape(base.shape)
     for node in reversed(chain):
@@ -437,7 +471,7 @@ def _rebased(base: Tensor, chain: list[Node], result: Tensor) -> Tensor:
         raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
     shown = np.zeros(count, dtype=bool)
     shown[positions] = True
-    with enable_grad():
+    with enable_grad() if grad else no_grad():
         flat = shape.reshape(result, (-1,))
         scattered = indexing.index_add((count,), flat, (_constant(positions),), 0)
         return arith.where(_constant(shown.reshape(base.shape)), shape.reshape(scattered, base.shape), base)

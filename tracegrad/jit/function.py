@@ -47,6 +47,7 @@ from tracegrad.ops.tracer import Tracer
 from tracegrad.runtime.program import Program
 from tracegrad.ir.types import TensorType, float32
 from tracegrad.ops import elementwise
+from tracegrad.ops.layout import overlaps_itself
 from tracegrad.tensor import MADE_WITHOUT_GRAD, Tensor, lazy_tensor, owned_array
 
 
@@ -329,6 +330,9 @@ class CompileTrace(Tracer):
     def refresh_view(self, view: Tensor) -> bool:
         return compile_alias.refresh_view(self, view)
 
+    def memory_view(self, view: Tensor) -> Tensor | None:
+        return compile_alias.memory_view(self, view)
+
     def base_update(self, view: Tensor, result: Tensor, rebase: bool = False) -> Tensor | None:
         return compile_alias.base_update(self, view, result, rebase)
 
@@ -376,7 +380,7 @@ class CompileTrace(Tracer):
     def write(self, target: Tensor, result: Tensor) -> None:
         """`target` (a real tensor) gets `result`'s value when the call ends; its version
         counter is bumped once now (`_apply_traced_inplace`)."""
-        if not target._data.flags.writeable and target._data.size:  # (an expanded view, as eagerly)
+        if target._data.size and overlaps_itself(target._data):  # (an expanded view, as eagerly)
             raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
         if self.memory is None:
             self.memory = SharedMemory(self)

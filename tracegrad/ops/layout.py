@@ -50,6 +50,19 @@ def views_memory_of(view: np.ndarray, source: np.ndarray) -> bool:
     return _buffer(view) is _buffer(source)
 
 
+def overlaps_itself(array: np.ndarray) -> bool:
+    """Whether two elements of `array` lie at one address, as far as a write needs to know
+    (PyTorch's internal-overlap check): an expanded view (a stride 0 over more than one
+    element), or an array NumPy keeps read-only (a window view). A write into it is
+    refused; a view of it that repeats no element (a row of an expanded matrix) is not."""
+    if not array.flags.writeable:
+        return True
+    for n, stride in zip(array.shape, array.strides):
+        if n > 1 and not stride:
+            return True
+    return False
+
+
 def _buffer(array: np.ndarray) -> np.ndarray:
     while isinstance(array.base, np.ndarray):
         array = array.base

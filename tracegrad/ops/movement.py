@@ -152,6 +152,16 @@ OVERLAPPING_WRITE_MESSAGE = (
     "memory location. Please clone() the tensor before performing the operation.")
 
 
+def _expanded(x: np.ndarray, shape) -> np.ndarray:
+    """NumPy's broadcast view of `x`, writable where `x` is: a view of it that repeats no
+    element may be written, as PyTorch writes a row of an expanded tensor, into the memory
+    every row shares (`layout.overlaps_itself` refuses a write into the rest)."""
+    view = np.broadcast_to(x, shape)
+    if x.flags.writeable and view is not x:
+        view.flags.writeable = True
+    return view
+
+
 def _expand_write_back(new, source, shape):
     if 0 in new.shape:  # an empty view: nothing written, nothing repeated (PyTorch takes it)
         return source
@@ -167,7 +177,7 @@ def _expand_vjp(ctx, g):
 
 
 EXPAND = Primitive("expand", shape_rule=_expand_rule, kind=MOVEMENT, vjp=_expand_vjp,
-                   impl=lambda x, shape: np.broadcast_to(x, shape),
+                   impl=lambda x, shape: _expanded(x, shape),
                 index_map=lambda b, index, src, dst, shape: [b.index_const(0) if s == 1 and t != 1 else i
                                                              for i, s, t in zip(index, src.shape, dst.shape)],
                 simplify=lambda inputs, attrs: _view_of_view(inputs[0], EXPAND, attrs['shape']),

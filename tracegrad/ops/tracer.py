@@ -227,6 +227,12 @@ class Tracer(Trace):
         from tracegrad.tensor import Tensor
         return Tensor._make_lazy(self.graph.add_input(type, name), type)
 
+    def memory_view(self, view):
+        """For a lazy view of a real tensor whose elements repeat (an expanded one), the real
+        NumPy view of its memory that eager execution writes in place, or None
+        (`CompileTrace.memory_view`; other traces write no real tensor)."""
+        return None
+
     def real_tensor(self, tensor):
         """The real tensor a lazy stand-in stands for (`CompileTrace.argument`), else None."""
         return None
