@@ -458,6 +458,8 @@ def _apply_traced_inplace(self: Tensor, result: Tensor, name: str, fresh: bool =
             raise RuntimeError(VIEW_INPLACE_MESSAGE.format(op=name))
     elif self._data is None:
         real = tracer.real_tensor(self)
+        if real is not None and real._data.size and layout.overlaps_itself(real._data):
+            raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)  # (an expanded argument, before anything changes)
         if real is not None and real._base is not None and _check_view_update(real, result, name):
             # an argument that is a real view
             raise RuntimeError(VIEW_INPLACE_MESSAGE.format(op=name))

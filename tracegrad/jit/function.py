@@ -363,6 +363,11 @@ class CompileTrace(Tracer):
         group = self._detached_group(tensor) if self.detached else None
         if group is None:
             return
+        for ref in group:  # (an expanded argument raises before anything is changed)
+            other = ref()
+            real = self.proxies.get(id(other)) if other is not None else None
+            if real is not None and real._data.size and overlaps_itself(real._data):
+                raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
         for ref in group:
             other = ref()
             if other is None or other is tensor:
@@ -1000,8 +1005,11 @@ def _finish(trace: CompileTrace, failed: bool = False) -> None:
     # by that write: jit.alias.)
     refreshed = trace.memory.changed if trace.memory is not None else ()
     for tensor, proxy, value in trace.arguments:
-        if proxy._value is not value and id(tensor) not in pending and id(tensor) not in refreshed:
-            pending[id(tensor)] = (tensor, proxy)  # an in-place op rebound the stand-in
+        if (proxy._value is not value and id(tensor) not in pending and id(tensor) not in refreshed
+                and not (tensor._data.size and overlaps_itself(tensor._data))):
+            # An in-place op rebound the stand-in. (Never one whose elements repeat: a
+            # write into it raised, and its memory is written through views only.)
+            pending[id(tensor)] = (tensor, proxy)
     rebased = _rebased(pending) if pending else ()
     alive = trace.live_lazy_tensors()
     if failed:  # an op that raised may have made tensors of a node it did not append
