@@ -357,16 +357,7 @@ def view_recipes(trace, alive: list[Tensor], alive_values: list[Value]) -> list[
             current = trace.lookup(base)
         else:
             continue
-        chain = []
-        value = alive_values[i]
-        while value is not current:
-            node = value.node
-            if not _new_identity(value):
-                if node is None or node.op.kind != MOVEMENT or len(node.inputs) != 1:
-                    chain = None
-                    break
-                chain.append(node)
-            value = node.inputs[0]
+        chain = _movement_chain(alive_values[i], current)
         if chain is not None:
             recipes.append((i, where, tuple(chain)))
     return recipes
@@ -389,6 +380,21 @@ def real_views(alive: list[Tensor], recipes: list[tuple], arguments: list) -> No
             view._version_counter = base._version_counter
 
 
+def _movement_chain(value: Value, current: Value) -> list[Node] | None:
+    """The movement nodes (each of one input) from `current` to `value`, `value`'s side
+    first, passing over copies that stand for a tensor's new identity; None when `value`
+    is no such chain of views of `current`."""
+    chain: list[Node] = []
+    while value is not current:
+        node = value.node
+        if not _new_identity(value):
+            if node is None or node.op.kind != MOVEMENT or len(node.inputs) != 1:
+                return None
+            chain.append(node)
+        value = node.inputs[0]
+    return chain
+
+
 def memory_view(trace, view: Tensor) -> Tensor | None:
     """A real tensor for the memory the lazy `view` shows of a real tensor whose elements
     repeat (an expanded argument or captured tensor): its view ops run on the tensor's
@@ -398,16 +404,9 @@ def memory_view(trace, view: Tensor) -> Tensor | None:
     real = base if base._data is not None else trace.real_tensor(base)
     if real is None or not real._data.size or not overlaps_itself(real._data):
         return None
-    current = base._value if base._data is None else trace.lookup(base)
-    chain: list[Node] = []
-    value = view._value
-    while value is not current:
-        node = value.node
-        if not _new_identity(value):
-            if node is None or node.op.kind != MOVEMENT or len(node.inputs) != 1:
-                return None
-            chain.append(node)
-        value = node.inputs[0]
+    chain = _movement_chain(view._value, base._value if base._data is None else trace.lookup(base))
+    if chain is None:
+        return None
     array = real._data
     for node in reversed(chain):
         array = node.op.impl(array, **node.attrs)
