@@ -48,8 +48,15 @@ def _real_expanded_inside(m, a, b):
     return e * 1, b * 1
 
 
+def _empty_slice_set(m, a, b):
+    a[1:1, ::2] = 5.0  # (writes nothing, so it overlaps nothing; fuzz seed 83700524)
+    a.t()[1:1] = 5.0  # (an empty view whose other dim still repeats its element)
+    a[0:0].add_(1.0)
+    return a * 1, b * 1
+
+
 WRITES = {f.__name__[1:]: f for f in (_row_set, _element_set, _row_add, _row_set_from_a_tensor,
-                                       _expanded_inside, _real_expanded_inside)}
+                                       _expanded_inside, _real_expanded_inside, _empty_slice_set)}
 
 
 def _inputs(m):
