@@ -120,7 +120,9 @@ class Primitive:
         # traced result is a view of its input only where the input's layout allows it.
         self.view_may_copy = view_may_copy
         # `write_back(new, source, **attrs)`: `source` with `new` written where the view
-        # shows it (an in-place write through a traced view reaching its base).
+        # shows it (an in-place write through a traced view reaching its base), or None
+        # where the view repeats elements of `source` (expand): the write is then made by
+        # address (`jit.alias.base_update`).
         self.write_back = write_back
         # The user-facing function `tg.<name>` and method `Tensor.<name>` (with its in-place
         # `<name>_` for a unary op) are generated from the entry by `functional.arith` when

@@ -43,7 +43,7 @@ from tracegrad.ops.tracer import VIEW_WRITE_MESSAGE
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import elementwise, indexing
 from tracegrad.ops.dispatch import _share_storage as share_storage, bind
-from tracegrad.ops.movement import EXPAND, OVERLAPPING_WRITE_MESSAGE
+from tracegrad.ops.movement import OVERLAPPING_WRITE_MESSAGE
 from tracegrad.ops.layout import array_strides, keep_layout, overlaps_itself, value_strides, views_memory_of
 from tracegrad.ir.primitive import MOVEMENT
 from tracegrad.runtime.buffers import data_address
@@ -444,15 +444,15 @@ def base_update(trace, view: Tensor, result: Tensor, rebase: bool = False) -> Te
     trace.diverge()  # (not a recorded op: the graph goes on as this call's own)
     if rebase:
         return _rebased(base, chain, result)
-    if any(node.op is EXPAND and node.inputs[0].type.shape != node.out_types[0].shape for node in chain):
-        # (A view of an expanded tensor that repeats no element, a row: written by address,
-        # as expand's write_back cannot tell which of the copies was written.)
-        return _rebased(base, chain, result, grad=False)
     with no_grad():
         new = result
         for node in chain:  # from the view's side to the base's
             source = lazy_tensor(node.inputs[0], node.inputs[0].type, trace)
             new = node.op.write_back(new, source, **node.attrs)
+            if new is None:
+                # (A view of an expanded tensor, a row: which copy was written is not in
+                # the values; written by address, refused where it repeats an element.)
+                return _rebased(base, chain, result, grad=False)
     return new
 
 

@@ -166,7 +166,7 @@ def _expand_write_back(new, source, shape):
     if 0 in new.shape:  # an empty view: nothing written, nothing repeated (PyTorch takes it)
         return source
     if source.shape != new.shape:
-        raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
+        return None  # (which of the copies was written is not in `new`: written by address)
     return new
 
 
