@@ -355,9 +355,10 @@ def _gathered(base: Tensor, positions: np.ndarray, shape: tuple) -> Tensor:
 
 def _regenerate_view(view: Tensor) -> None:
     """A real view whose base was updated in place since the view was taken (or since its
-    graph was last regenerated): from now on, for autograd, it is the elements of its base's
-    current value at its positions, as PyTorch regenerates a view's grad_fn at its next use.
-    Its values are already right (it shares its base's memory). Hooks on its old value stay
+    graph was last regenerated): from now on, for autograd, it is its view ops replayed on
+    its base's current value (or, where they are not found, the elements of that value at
+    its positions), as PyTorch regenerates a view's grad_fn at its next use. Its values
+    are already right (it shares its base's memory). Hooks on its old value stay
     there; retain_grad follows it (as for an in-place op). A view taken under no_grad has no
     graph to regenerate: it raises once its base was updated with grad, as in PyTorch."""
     base = view._base
@@ -667,7 +668,6 @@ def _overlaps_itself(tensor: Tensor) -> bool:
         return bool(tensor._data.size) and layout.overlaps_itself(tensor._data)
     strides = layout.tensor_strides(tensor, MODE.tracer.array_of)
     return any(n > 1 and not stride for n, stride in zip(tensor.shape, strides))
-
 
 
 def _masked_fill_(self, mask, value):
