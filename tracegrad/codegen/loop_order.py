@@ -64,29 +64,43 @@ def _unit_stride_axis(offsets: np.ndarray, shape: tuple[int, ...]) -> int | None
 
 def _read_offsets(kernel: FusedKernel) -> list[np.ndarray]:
     """For each way an output reads a full-size leaf through views and elementwise ops,
-    the leaf's flat offset read at each element of the domain."""
+    the leaf's flat offset read at each element of the domain; and a larger leaf too
+    where an op that reads it at other elements says which one stands for its reads
+    (`Primitive.read_probe`: max pooling's windows)."""
     shape = kernel.domain
     size = math.prod(shape)
-    carried: dict = {leaf: {leaf: np.arange(size, dtype=np.int64).reshape(leaf.type.shape)}
-                     for leaf in kernel.leaves if leaf.type.shape and leaf.type.numel == size}
+    # value -> {leaf: (offsets, whether they came through a read_probe)}
+    carried: dict = {leaf: {leaf: (np.arange(leaf.type.numel, dtype=np.int64).reshape(leaf.type.shape), False)}
+                     for leaf in kernel.leaves if leaf.type.shape and size <= leaf.type.numel <= PROBE_LIMIT}
     for node in kernel.nodes:
         if len(node.out_types) != 1:
             continue
         out = node.output(0)
-        if node.op.kind == MOVEMENT and node.op.lower_indexed is None:
+        op = node.op
+        if op.kind == MOVEMENT and op.lower_indexed is None:
             source = carried.get(node.inputs[0])
             if source:
-                carried[out] = {leaf: np.asarray(node.op.impl(offsets, **node.attrs))
-                                for leaf, offsets in source.items()}
-        elif node.op.kind == ELEMENTWISE and node.op.lower_indexed is None:
+                carried[out] = {leaf: (np.asarray(op.impl(offsets, **node.attrs)), probed)
+                                for leaf, (offsets, probed) in source.items()}
+        elif op.kind == ELEMENTWISE and op.lower_indexed is None:
             merged: dict = {}
             for value in node.inputs:
                 if value.type.shape == out.type.shape:
                     merged.update(carried.get(value, {}))
             if merged:
                 carried[out] = merged
+        elif op.lower_indexed is not None and op.read_probe is not None:
+            merged = {}
+            for k, value in enumerate(node.inputs):
+                for leaf, (offsets, _) in carried.get(value, {}).items():
+                    read = op.read_probe(k, offsets, **node.attrs)
+                    if read is not None:
+                        merged[leaf] = (np.asarray(read), True)
+            if merged:
+                carried[out] = merged
     found = []
     for output in kernel.outputs:
         if output.type.shape == shape:
-            found.extend(offsets for offsets in carried.get(output, {}).values() if offsets.shape == shape)
+            found.extend(offsets for leaf, (offsets, probed) in carried.get(output, {}).items()
+                         if offsets.shape == shape and (probed or leaf.type.numel == size))
     return found

@@ -3,11 +3,12 @@
 All three read the input's windows with one primitive, `ops.window.im2col`, after zero
 padding (a `pad_slice`, the transpose of slice). Convolution takes the windows of the
 channels-last input as one matrix (a row per output position) and contracts it with the
-weight in one matmul; pooling takes each channel as an image of its own and reduces its
-flattened windows: a sum for average pooling, `max(dim=-1)` for max pooling, so the
-gradient goes to the first maximum of each window, as PyTorch's does. No gradient code
-lives here: the backward is the primitives' rules (im2col -> col2im, the sum of
-overlapping windows, in one pass).
+weight in one matmul; average pooling takes each channel as an image of its own and sums
+its flattened windows. Max pooling of float32/float64 is one primitive over the padded
+input, `ops.window_max.window_select` (its gradient goes to the first maximum of each
+window, as PyTorch's does); other dtypes take `max(dim=-1)` of the windows. No gradient
+code lives here: the backward is the primitives' rules (im2col -> col2im, the sum of
+overlapping windows, in one pass; window_select -> window_scatter).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import math
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops import movement as mv
-from tracegrad.ops import window
+from tracegrad.ops import window, window_max
 from tracegrad.tensor import Tensor
 from tracegrad.functional import arith, reduce
 from tracegrad.functional.eager_fusion import fused
@@ -188,6 +189,10 @@ def max_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None =
     if return_indices:
         raise NotImplementedError("max_pool2d: return_indices=True is not supported")
     kernel, stride, padding, dilation = _pool_args("max_pool2d", kernel_size, stride, padding, dilation)
+    if input.dtype in window_max.DTYPES:
+        for size, k, s, d, (p, _) in zip(input.shape[-2:], kernel, stride, dilation, padding):
+            _output_size("max_pool2d", size + 2 * p, k, s, d)  # (its error, before the primitive's)
+        return window_max.window_select(input, input, kernel, stride, dilation, (padding[0][0], padding[1][0]))
     x = _pad(input, padding, value=float("-inf"))
     windows = _pool_windows("max_pool2d", x, kernel, stride, dilation)
     if windows.shape[-1] == 1:

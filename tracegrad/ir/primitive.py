@@ -30,7 +30,7 @@ class Primitive:
                  "kind", "num_outputs", "backward_name", "lower", "index_map", "reduction",
                  "simplify", "rewrite", "constant", "aligned", "lower_indexed", "lowers",
                  "index_checks", "view_strides", "view_may_copy", "write_back", "api", "effect", "carried_dim",
-                 "reads_aligned", "index_range", "__dict__")
+                 "reads_aligned", "index_range", "read_probe", "__dict__")
 
     # False for a custom Function's primitive (its backward is user code, its node holds the
     # call's ctx): never cached or replayed. (A class default: read per node per backward.)
@@ -48,7 +48,7 @@ class Primitive:
                  index_checks: Callable | None = None, view_strides: Callable | None = None,
                  view_may_copy: bool = False, write_back: Callable | None = None, effect: bool = False,
                  carried_dim: Callable | None = None, reads_aligned: tuple[int, ...] = (),
-                 index_range: Callable | None = None):
+                 index_range: Callable | None = None, read_probe: Callable | None = None):
         if name in REGISTRY:
             raise ValueError(f"primitive {name!r} is defined twice")
         self.name = name
@@ -106,6 +106,13 @@ class Primitive:
         # passes a check accepting that range without being looked at.
         self.reads_aligned = reads_aligned
         self.index_range = index_range
+        # `read_probe(k, offsets, **attrs)`: for an op with `lower_indexed`, given an array
+        # (input k's shape) of where each element of input k lies in a buffer, the same for
+        # one element of input k that each element of the result reads (a window's first),
+        # in the result's shape; None when no read stands for the others. The loop-order
+        # planner finds the buffers a kernel reads contiguously through it (max pooling's
+        # windows of a channels-last product: codegen/loop_order.py).
+        self.read_probe = read_probe
         # Layout (codegen.fusion): `carried_dim(in_type, out_type, dim, **attrs)` of an op
         # of one input read at other elements than the current one (a view, im2col): the
         # dim of its result along which its input's dim `dim` advances one element per
