@@ -186,6 +186,26 @@ def test_cat_promotes_dtypes():
     np.testing.assert_array_equal(out.numpy(), [1.0, 2.0, 0.5])
 
 
+def test_cat_of_transposed_tensors_is_contiguous_so_its_reshape_is_a_view_eager_and_compiled():
+    # As PyTorch's cat (NumPy's concatenate keeps the inputs' transposed order): a matmul
+    # of the batch against a matrix saves a reshape of it, which a later in-place write
+    # then makes stale, eagerly as compiled (fuzz seed 84101043: only compiled raised).
+    def run(a, w):
+        t = tg.cat([a.transpose(3, 1), a.transpose(3, 1)], 0)
+        assert t.is_contiguous() and t.reshape(-1, t.shape[-1])._base is t
+        out = t.matmul(w)
+        t.add_(0.5)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()
+        return t.detach()
+
+    a = tg.tensor(np.random.default_rng(0).standard_normal((2, 5, 4, 3)), requires_grad=True)
+    w = tg.tensor(np.random.default_rng(1).standard_normal((5, 2)), requires_grad=True)
+    want = np.concatenate([a.detach().numpy().transpose(0, 3, 2, 1)] * 2, 0) + 0.5
+    for fn in (run, tg.compile(run)):
+        np.testing.assert_array_equal(fn(a, w).numpy(), want)
+
+
 def test_cat_of_one_tensor_is_a_copy():
     x = tg.zeros(2)
     out = tg.cat([x])

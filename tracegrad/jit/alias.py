@@ -575,6 +575,8 @@ def _positions(reader: np.ndarray, written: np.ndarray) -> tuple[np.ndarray | st
     share no element."""
     if not reader.size or not written.size:
         return None
+    if reader is written and not _self_overlapping(written):  # (a tensor and its `.data`: one array)
+        return SAME_ELEMENTS, None
     if (reader.shape == written.shape and reader.strides == written.strides and reader.dtype == written.dtype
             and data_address(reader) == data_address(written) and not _self_overlapping(written)):
         # One memory viewed alike (`p` and `p.data`, as every optimizer step of the

@@ -20,12 +20,24 @@ import numpy as np
 from tracegrad.ir.graph import Value
 
 
+# Memo tables of the two functions below: every in-place write of a compiled call asks
+# both (an optimizer step's parameters repeat a few shapes). Emptied when full.
+_C_STRIDES: dict[tuple[int, ...], tuple[int, ...]] = {}
+_ELEMENT_STRIDES: dict[tuple, tuple[int, ...]] = {}
+MEMO_ENTRIES = 4096
+
+
 def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
+    found = _C_STRIDES.get(shape)
+    if found is None:
+        strides, step = [], 1
+        for n in reversed(shape):
+            strides.append(step)
+            step *= max(n, 1)
+        if len(_C_STRIDES) >= MEMO_ENTRIES:
+            _C_STRIDES.clear()
+        found = _C_STRIDES[shape] = tuple(reversed(strides))
+    return found
 
 
 def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
@@ -70,8 +82,15 @@ def _buffer(array: np.ndarray) -> np.ndarray:
 
 
 def array_strides(array: np.ndarray) -> tuple[int, ...]:
-    size = array.itemsize
-    return tuple(s // size for s in array.strides)
+    """NumPy's strides in elements."""
+    key = (array.strides, array.itemsize)
+    found = _ELEMENT_STRIDES.get(key)
+    if found is None:
+        size = array.itemsize
+        if len(_ELEMENT_STRIDES) >= MEMO_ENTRIES:
+            _ELEMENT_STRIDES.clear()
+        found = _ELEMENT_STRIDES[key] = tuple(s // size for s in array.strides)
+    return found
 
 
 def reshape_strides(shape: tuple[int, ...], strides: tuple[int, ...],

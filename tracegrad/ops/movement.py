@@ -273,8 +273,18 @@ def _concat_vjp(ctx, g):
     return tuple(grads)
 
 
+def _concat_impl(*xs, axis):
+    # C-ordered whatever the inputs' layouts, as PyTorch's cat and compiled code make it
+    # (NumPy keeps transposed inputs' order): a reshape of the result is then a view
+    # sharing its version counter in eager execution too (fuzz seed 84101043: a write into
+    # a cat of transposes after a matmul saved its reshape raised compiled only).
+    shape = list(xs[0].shape)
+    shape[axis] = sum(x.shape[axis] for x in xs)
+    return np.concatenate(xs, axis=axis, out=np.empty(shape, xs[0].dtype))
+
+
 CONCAT = Primitive("concat", shape_rule=_concat_rule, kind=MOVEMENT, vjp=_concat_vjp,
-                   impl=lambda *xs, axis: np.concatenate(xs, axis=axis), backward_name="CatBackward")
+                   impl=_concat_impl, backward_name="CatBackward")
 
 
 def _sum_of_pad_slices(inputs, attrs, uses):
