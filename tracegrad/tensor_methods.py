@@ -640,6 +640,14 @@ def _copy_(self, src):
     return _apply_inplace(self, "copy_", compute, fresh=True, replaces=True)
 
 
+def assign_new_value(self: Tensor, value: Tensor) -> None:
+    """`self.copy_(value)` for a `value` of `self`'s type that nothing else holds (a new
+    value an optimizer's update computed: `optim.optimizer.write_new_values` checks it),
+    written as it is instead of through the copy `copy_` makes of its source: eagerly a
+    pass over the tensor less, traced a node less per written tensor."""
+    _apply_inplace(self, "copy_", lambda: value, fresh=True, replaces=True)
+
+
 def _setitem(self, key, value):
     if _basic_key(key) and _overlaps_itself(self):
         # An expanded tensor written through a view that repeats no element (a row): the

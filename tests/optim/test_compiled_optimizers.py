@@ -159,3 +159,38 @@ def test_learning_rate_reaches_the_compiled_graph_as_a_runtime_input():
                                                  for value in node.attrs.values() if isinstance(value, float))]
     assert baked == []
     assert any(v.type.shape == () for v in graph.inputs)
+
+
+def _write(values, p, q):
+    from tracegrad.optim.optimizer import write_new_values
+    with tg.no_grad():
+        write_new_values(values, (p, q), p, q)
+
+
+@pytest.mark.parametrize("values", [
+    lambda p, q: (p * 2, q + 1),  # new values: written as they are
+    lambda p, q: (q, p),          # the arguments themselves: copied (p takes q's old values)
+    lambda p, q: ((p * 2,) * 2),  # one new value for both: each gets a copy of its own
+], ids=["new", "arguments", "shared"])
+def test_written_new_values_are_the_tensors_own_eager_and_compiled(values):
+    def run(p, q):
+        before = (p._version, q._version)
+        _write(values, p, q)
+        assert (p._version, q._version) == (before[0] + 1, before[1] + 1)
+        (p.sum() + (q * 2).sum()).backward()  # (each keeps its own identity: its own .grad)
+        with tg.no_grad():
+            p.add_(100.0)  # (a later write to one changes neither the other nor the values' sources)
+        return p.detach() * 1, q.detach() * 1
+
+    start = (np.arange(6.0).reshape(2, 3), np.arange(6.0, 12.0).reshape(2, 3))
+    p, q = (tg.tensor(a) for a in start)
+    for target, value in zip((p, q), values(p, q)):  # (copy_ after copy_: the contract)
+        target.copy_(value)
+    want = (p.numpy() + 100.0, q.numpy())
+    for fn in (run, tg.compile(run), tg.compile(run)):
+        p, q = (tg.tensor(a, requires_grad=True) for a in start)
+        got = fn(p, q)
+        for tensor, result, wanted, grad in zip((p, q), got, want, (1.0, 2.0)):
+            np.testing.assert_array_equal(result.detach().numpy(), wanted)
+            np.testing.assert_array_equal(tensor.detach().numpy(), wanted)
+            np.testing.assert_array_equal(tensor.grad.numpy(), np.full((2, 3), grad))
