@@ -17,7 +17,6 @@ from typing import Any
 from tracegrad.functional.fused_update import update_in_place
 from tracegrad.grad_mode import MODE, enable_grad, no_grad
 from tracegrad.tensor import Tensor
-from tracegrad.tensor_methods import assign_new_value
 
 ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]]
 
@@ -167,7 +166,7 @@ def write_new_values(values: Callable[..., tuple], targets: tuple, *args: Any) -
     for target, value in zip(targets, new):
         if (value.__class__ is Tensor and value._type == target._type and value._base is None
                 and not any(value is arg for arg in args) and sum(value is other for other in new) == 1):
-            assign_new_value(target, value)  # (a new value nothing else holds: no copy of it first)
+            target._assign_new_value(value)  # (a new value nothing else holds: no copy of it first)
         else:
             target.copy_(value)
 
