@@ -234,3 +234,72 @@ def test_cat_gradient_only_for_inputs_that_require_it():
 @pytest.mark.parametrize("dim", [0, 1, -1])
 def test_stack_gradients(dim, check):
     assert check(lambda x, y: tg.stack([x, y], dim), (leaf(2, 3), transposed_leaf(2, 3)))
+
+
+# --- select: x[i] --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("index", [0, 2, -1])
+def test_an_int_index_is_one_select_view_as_pytorchs(index):
+    x = leaf(4, 3, 2)
+    row = x[index]
+    assert row.shape == (3, 2) and row._base is x and "SelectBackward" in repr(row.grad_fn)
+    assert row.grad_fn.next_functions[0][0] is not None and row._version_counter is x._version_counter
+    np.testing.assert_array_equal(row.detach().numpy(), x.detach().numpy()[index])
+    assert tg.arange(5.0)[3].shape == ()  # (a 0-d view of a vector, not a NumPy scalar)
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_select_gradients_eager_and_compiled(check):
+    x = transposed_leaf(3, 4)  # (a strided input)
+    assert check(lambda t: t[1] * t[-1], (x,))
+    assert check(tg.compile(lambda t: t[1] * t[-1]), (x,))
+    assert check(lambda t: t[0][2] * t[2], (leaf(3, 3),))
+
+
+def _backward_names(tensor) -> list[str]:
+    seen, names, stack = set(), [], [tensor.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        names.append(node.name())
+        stack.extend(fn for fn, _ in node.next_functions)
+    return names
+
+
+def test_select_in_a_loop_is_one_node_per_step_and_compiled_equals_eager():
+    def run(seq, h):
+        for i in range(seq.shape[0]):
+            h = (seq[i] + h).tanh()
+        return h
+
+    seq, h = leaf(5, 2, 3), leaf(2, 3)
+    names = _backward_names(run(seq, h))
+    assert names.count("SelectBackward") == 5 and "SliceBackward" not in names and "ViewBackward" not in names
+    compiled = tg.compile(run)
+    for _ in range(2):
+        np.testing.assert_allclose(compiled(seq, h).detach().numpy(), run(seq, h).detach().numpy(), rtol=1e-15)
+
+
+def test_a_write_through_a_selected_row_reaches_its_base_eager_and_compiled():
+    def run(w, g):
+        w[1].add_(g)  # (a view written in place: the base changes, as PyTorch's CopySlices)
+        return w * 1
+
+    g = leaf(3)
+    for fn in (run, tg.compile(run)):
+        w = tg.zeros(2, 3, dtype=tg.float64)
+        out = fn(w, g)
+        np.testing.assert_array_equal(w.detach().numpy()[1], g.detach().numpy())
+        np.testing.assert_array_equal(out.detach().numpy(), w.detach().numpy())
+        out.sum().backward()
+        np.testing.assert_array_equal(g.grad.numpy(), np.ones(3))
+        g.grad = None
+
+
+@pytest.mark.parametrize("index", [3, -4])
+def test_an_int_index_out_of_range_is_pytorchs_index_error(index):
+    with pytest.raises(IndexError, match=f"index {index} is out of bounds for dimension 0 with size 3"):
+        tg.zeros(3, 2)[index]

@@ -15,8 +15,8 @@ import numpy as np
 from tracegrad.functional import arith, reduce, shape
 from tracegrad.functional.pieces import flip, narrow
 from tracegrad.functional.counting import nonzero
-from tracegrad.functional.index import getitem
 from tracegrad.ops import elementwise as ew
+from tracegrad.ops import movement
 from tracegrad.tensor import Tensor
 
 _GENERATED = arith.GENERATED
@@ -65,7 +65,7 @@ def select(input: Tensor, dim: int, index: int) -> Tensor:
     if not -size <= index < size:
         raise IndexError(f"select(): index {index} out of range for tensor of size {list(input.shape)} "
                          f"at dimension {dim}")
-    return getitem(input, (slice(None),) * dim + (index,))
+    return movement.select(input, dim, index % size)
 
 
 def ravel(input: Tensor) -> Tensor:

@@ -165,17 +165,12 @@ def getitem(x: Tensor, key) -> Tensor:
 
 
 def _select(x: Tensor, index: int) -> Tensor:
-    """`x[index]`, the steps `_Plan` makes for an int key: a slice of dim 0 (none when it
-    has one entry) and a reshape dropping it."""
-    shape = x._type.shape
-    size = shape[0]
+    """`x[index]` in one op, as PyTorch's `SelectBackward` (the general plan makes a slice
+    and a reshape of the same view)."""
+    size = x._type.shape[0]
     if not -size <= index < size:
         raise IndexError(f"index {index} is out of bounds for dimension 0 with size {size}")
-    index %= size
-    if size != 1:
-        ndim = len(shape)
-        x = mv.slice_(x, (index,) + (0,) * (ndim - 1), (index + 1,) + shape[1:], (1,) * ndim)
-    return mv.reshape(x, shape[1:])
+    return mv.select(x, 0, index % size)
 
 
 def index_put(x: Tensor, key, value) -> Tensor:

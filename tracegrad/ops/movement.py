@@ -1,4 +1,4 @@
-"""Movement primitives: reshape, permute, expand, slice, pad_slice, concat.
+"""Movement primitives: reshape, permute, expand, slice, select, pad_slice, concat.
 
 They change how elements are laid out, never their values, so the compiler lowers them
 to index mappings that fuse into their consumers. In eager mode they return NumPy views
@@ -221,6 +221,47 @@ SLICE = Primitive("slice", shape_rule=_slice_rule, kind=MOVEMENT,
                 carried_dim=lambda x, out, dim, starts, stops, steps: dim if steps[dim] == 1 else None)
 
 
+def _select_rule(x: TensorType, axis: int, at: int):
+    if not 0 <= axis < x.ndim:
+        raise IndexError(f"select: dimension {axis} out of range for a tensor of shape {list(x.shape)}")
+    if not 0 <= at < x.shape[axis]:
+        raise IndexError(f"index {at} is out of bounds for dimension {axis} with size {x.shape[axis]}")
+    return (TensorType(x.shape[:axis] + x.shape[axis + 1:], x.dtype),)
+
+
+def _select_bounds(shape: tuple[int, ...], axis: int, at: int) -> tuple[tuple, tuple, tuple]:
+    """The slice (starts, stops, steps) of the one entry `at` along `axis`."""
+    starts = tuple(at if d == axis else 0 for d in range(len(shape)))
+    stops = tuple(at + 1 if d == axis else n for d, n in enumerate(shape))
+    return starts, stops, (1,) * len(shape)
+
+
+def _kept_dim(x, shape: tuple[int, ...], axis: int):
+    """`x` (a selected entry) with the selected axis back, of size 1."""
+    return reshape(x, shape[:axis] + (1,) + shape[axis + 1:])
+
+
+def _select_vjp(ctx, g):
+    shape = ctx.in_types[0].shape
+    axis, at = ctx.attrs["axis"], ctx.attrs["at"]
+    return (pad_slice(_kept_dim(g, shape, axis), shape, *_select_bounds(shape, axis, at)),)
+
+
+def _select_write_back(new, source, axis, at):
+    return _slice_write_back(_kept_dim(new, source.shape, axis), source, *_select_bounds(source.shape, axis, at))
+
+
+# x[..., at, ...] along `axis`, the axis dropped: `x[i]` (a time step of a sequence) as one
+# view op, where a slice and a reshape were two.
+SELECT = Primitive("select", shape_rule=_select_rule, kind=MOVEMENT,
+                   impl=lambda x, axis, at: x[(slice(None),) * axis + (at, Ellipsis)],
+                   vjp=_select_vjp, backward_name="SelectBackward",
+                   index_map=lambda b, index, src, dst, axis, at: [*index[:axis], b.index_const(at), *index[axis:]],
+                   view_strides=lambda x, strides, axis, at: [*strides[:axis], *strides[axis + 1:]],
+                   write_back=_select_write_back,
+                   carried_dim=lambda x, out, dim, axis, at: None if dim == axis else dim - (dim > axis))
+
+
 def _pad_slice_rule(x: TensorType, shape, starts, stops, steps):
     (sliced,) = _slice_rule(TensorType(tuple(shape), x.dtype), starts, stops, steps)
     if sliced.shape != x.shape:
@@ -420,6 +461,11 @@ def expand(x, shape):
 
 def slice_(x, starts, stops, steps):
     return bind(SLICE, (x,), {"starts": tuple(starts), "stops": tuple(stops), "steps": tuple(steps)})
+
+
+def select(x, axis: int, at: int):
+    """x's entry `at` (in range) along `axis`, that axis dropped: a view."""
+    return bind(SELECT, (x,), {"axis": axis, "at": at})
 
 
 def pad_slice(x, shape, starts, stops, steps):
