@@ -643,9 +643,9 @@ def _copy_(self, src):
 def assign_new_value(self: Tensor, value: Tensor) -> None:
     """`self.copy_(value)` for a `value` of `self`'s type that nothing else holds (a new
     value an optimizer's update computed: `optim.optimizer.write_new_values` checks it and
-    calls it as `Tensor._assign_new_value`),
-    written as it is instead of through the copy `copy_` makes of its source: eagerly a
-    pass over the tensor less, traced a node less per written tensor."""
+    calls this as `Tensor._assign_new_value`), written as it is instead of through the
+    copy `copy_` makes of its source: eagerly a pass over the tensor less, traced a node
+    less per written tensor."""
     _apply_inplace(self, "copy_", lambda: value, fresh=True, replaces=True)
 
 

@@ -46,6 +46,10 @@ def test_select_ravel_flips_and_diff():
     assert tg.select(x, 1, -1).tolist() == [3.0, 7.0, 11.0] and x.select(0, 1).tolist() == [4.0, 5.0, 6.0, 7.0]
     with pytest.raises(IndexError, match="index 3 out of range"):
         x.select(0, 3)
+    with pytest.raises(IndexError, match="cannot be applied to a 0-dim tensor"):  # (as PyTorch's)
+        tg.tensor(1.0).select(0, 0)
+    y = tg.zeros(3, 4, requires_grad=True)
+    assert y.select(1, 2)._base is y and "SelectBackward" in repr(y.select(1, 2).grad_fn)
     assert x.t().ravel().tolist() == x.numpy().T.ravel().tolist()
     assert tg.fliplr(x)[0].tolist() == [3.0, 2.0, 1.0, 0.0] and tg.flipud(x)[0].tolist() == [8.0, 9.0, 10.0, 11.0]
     np.testing.assert_array_equal(tg.diff(x ** 2, n=2, dim=1).numpy(), np.diff(x.numpy() ** 2, n=2, axis=1))

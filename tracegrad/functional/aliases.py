@@ -57,7 +57,9 @@ def rsub(input, other, *, alpha=1) -> Tensor:
 
 def select(input: Tensor, dim: int, index: int) -> Tensor:
     """input[..., index, ...] along `dim` (a view, the dim removed)."""
-    if not -input.ndim <= dim < max(input.ndim, 1):
+    if not input.ndim:
+        raise IndexError("select() cannot be applied to a 0-dim tensor.")
+    if not -input.ndim <= dim < input.ndim:
         raise IndexError(f"select(): Dimension out of range (expected to be in range of "
                          f"[{-input.ndim}, {input.ndim - 1}], but got {dim})")
     dim %= input.ndim
