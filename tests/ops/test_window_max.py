@@ -112,6 +112,14 @@ def test_float32_pooling_is_exact_and_compiled_equals_eager():
         np.testing.assert_array_equal(grad.numpy(), want_grad)
 
 
+def test_grad_fns_are_named_as_pytorchs():
+    x = _leaf((1, 1, 4, 4))
+    pooled = F.max_pool2d(x, 2)
+    (grad,) = tg.autograd.grad(pooled.sum(), [x], create_graph=True)
+    assert pooled.grad_fn.name() == "MaxPool2DWithIndicesBackward"
+    assert grad.grad_fn.name() == "MaxPool2DWithIndicesBackwardBackward"
+
+
 def test_scatter_is_the_transpose_of_select():
     rng = np.random.default_rng(5)
     attrs = dict(kernel=(3, 2), stride=(1, 2), dilation=(2, 1), padding=(1, 1))

@@ -249,13 +249,13 @@ def _scatter_probe(k: int, offsets: np.ndarray, **attrs) -> np.ndarray | None:
 
 WINDOW_SELECT = Primitive(
     "window_select", shape_rule=_select_rule, impl=_select_impl, kind=OTHER, lower_indexed=_select_lower,
-    read_probe=_select_probe, saves_inputs=(0,), saved_for={1: (0,)}, backward_name="MaxPool2DBackward",
+    read_probe=_select_probe, saves_inputs=(0,), saved_for={1: (0,)}, backward_name="MaxPool2DWithIndicesBackward",
     vjp=lambda ctx, g: (None, window_scatter(ctx.inputs[0], g, **ctx.attrs)))
 
 WINDOW_SCATTER = Primitive(
     "window_scatter", shape_rule=_scatter_rule, impl=_scatter_impl, kind=OTHER, lower_indexed=_scatter_lower,
     lowers=_scatter_lowers, read_probe=_scatter_probe, saves_inputs=(0,), saved_for={1: (0,)},
-    backward_name="MaxPool2DBackwardBackward",
+    backward_name="MaxPool2DWithIndicesBackwardBackward",
     vjp=lambda ctx, g: (None, window_select(ctx.inputs[0], g, **ctx.attrs)))
 
 
