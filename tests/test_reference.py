@@ -154,6 +154,17 @@ def test_reference_mode_runs_no_eager_fusion(monkeypatch):
     assert outside > 0 and inside == 0
 
 
+def test_the_eager_compile_switch_follows_the_environment_as_it_changes(monkeypatch):
+    monkeypatch.delenv("TRACEGRAD_EAGER_COMPILE", raising=False)
+    assert reference.eager_compile()
+    monkeypatch.setenv("TRACEGRAD_EAGER_COMPILE", "0")
+    assert not reference.eager_compile()
+    monkeypatch.setenv("TRACEGRAD_EAGER_COMPILE", "1")
+    assert reference.eager_compile()
+    with tg.reference_mode():
+        assert not reference.eager_compile()
+
+
 def test_reference_mode_multiplies_large_eager_matrices_with_numpy(monkeypatch):
     from tracegrad.codegen import gemm, matmul_steps
     monkeypatch.setenv("TRACEGRAD_MATMUL", "generated")

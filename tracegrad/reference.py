@@ -62,10 +62,23 @@ def is_reference_mode() -> bool:
     return ACTIVE
 
 
+# The process environment's own mapping and the switch's key in it, where `os.environ`
+# has them (CPython's `_Environ`): eager ops ask `eager_compile` on every call, and
+# `os.environ.get` (a Mapping method encoding the key) costs about half a microsecond,
+# while the switch must still follow the environment as it changes (tests set it).
+_ENVIRONMENT = getattr(os.environ, "_data", None)
+_SWITCH_KEY = os.environ.encodekey("TRACEGRAD_EAGER_COMPILE") if _ENVIRONMENT is not None else None
+_OFF = os.environ.encodevalue("0") if _ENVIRONMENT is not None else None
+
+
 def eager_compile() -> bool:
     """Whether eager execution may run compiled programs (eager fusion, the backward
     cache's LLVM tier): not in reference mode nor with `TRACEGRAD_EAGER_COMPILE=0`."""
-    return not ACTIVE and os.environ.get("TRACEGRAD_EAGER_COMPILE", "1") != "0"
+    if ACTIVE:
+        return False
+    if _ENVIRONMENT is not None:
+        return _ENVIRONMENT.get(_SWITCH_KEY) != _OFF
+    return os.environ.get("TRACEGRAD_EAGER_COMPILE", "1") != "0"
 
 
 class InterpretedProgram:

@@ -206,6 +206,15 @@ def test_cat_of_transposed_tensors_is_contiguous_so_its_reshape_is_a_view_eager_
         np.testing.assert_array_equal(fn(a, w).numpy(), want)
 
 
+@pytest.mark.parametrize("shapes", [[(2, 3), (2,)], [(2, 3), (2, 3, 1)], [(2, 3), (3, 3)]],
+                         ids=["fewer_dims", "more_dims", "other_size_off_the_dim"])
+def test_cat_of_mismatched_tensors_names_both_before_anything_is_recorded(shapes):
+    tensors = [tg.zeros(s, requires_grad=True) for s in shapes]
+    with pytest.raises((RuntimeError, IndexError), match="cat"):
+        tg.cat(tensors, 1)
+    assert all(t.grad_fn is None and t._version == 0 for t in tensors)
+
+
 def test_cat_of_one_tensor_is_a_copy():
     x = tg.zeros(2)
     out = tg.cat([x])

@@ -64,6 +64,21 @@ def test_softmax_is_one_recorded_op_with_the_composites_values(name, shape):
     np.testing.assert_array_equal(out.detach().numpy(), _composite(fn, x, dim).detach().numpy())
 
 
+@pytest.mark.parametrize("name", SOFTMAXES)
+def test_softmax_given_the_inputs_own_dtype_or_a_numpy_dim_is_the_same_one_op(name):
+    fn = SOFTMAXES[name]
+    x = _leaf((3, 5))
+    want = fn(x, 1).detach().numpy()
+    for out in (fn(x, 1, dtype=tg.float64), fn(x, np.int64(-1))):
+        assert out.grad_fn.name() == ("LogSoftmaxBackward" if name == "log_softmax" else "SoftmaxBackward")
+        np.testing.assert_array_equal(out.detach().numpy(), want)
+    out = fn(x, 1, dtype=tg.float32)  # another dtype: converted first, then the composite
+    assert out.dtype == tg.float32
+    np.testing.assert_allclose(out.detach().numpy(), want, rtol=1e-6, atol=1e-6)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        fn(x, 2)
+
+
 @pytest.mark.parametrize("check", CHECKS)
 @pytest.mark.parametrize("shape", SOFTMAX_SHAPES)
 @pytest.mark.parametrize("name", SOFTMAXES)

@@ -421,22 +421,36 @@ def _compiled_op(prim, arrays: tuple, attrs: dict):
     recorded here: the op is one node, and this is its implementation. A tuple of arrays
     for an op of several outputs."""
     composite = _DECOMPOSITIONS.get(prim.name)
-    if composite is None:
+    if composite is None or not reference.eager_compile():
         return None
-    largest = 0
-    for array in arrays:
-        largest = max(largest, array.size)
-    if largest < OP_MIN_ELEMENTS or not reference.eager_compile():
-        return None
-    key = (prim.name, tuple([(a.shape, a.strides, a.dtype) for a in arrays]), tuple(sorted(attrs.items())))
+    # (Unrolled for one array, the common call: every eager softmax or norm pays this.)
+    if len(arrays) == 1:
+        array = arrays[0]
+        if array.size < OP_MIN_ELEMENTS:
+            return None
+        geometry = ((array.shape, array.strides, array.dtype),)
+    else:
+        if max([a.size for a in arrays]) < OP_MIN_ELEMENTS:
+            return None
+        geometry = tuple([(a.shape, a.strides, a.dtype) for a in arrays])
+    # (The attributes in the order the op's binder gives them, not sorted: another order
+    # only makes another entry, and the pairs keep two orders' keys apart.)
+    key = (prim.name, geometry, tuple(attrs.items()))
     entry = held_entry(_op_programs, key, _sighted_enough, lambda: _op_program(composite, arrays, attrs))
     if not entry:
         return None
-    outs = list(run_entry(entry, _programs, arrays))
+    outs = run_entry(entry, _programs, arrays)
     for i, out in enumerate(outs):
-        if not out.flags.owndata or any(out is a for a in arrays):
+        if not out.flags.owndata or _is_one_of(out, arrays):
             outs[i] = np.array(out, copy=True)  # a simplification returned an input or a view
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _is_one_of(array, arrays) -> bool:
+    for other in arrays:
+        if array is other:
+            return True
+    return False
 
 
 def _op_program(composite, arrays: tuple, attrs: dict):

@@ -48,28 +48,41 @@ def _shifted(input: Tensor, axes: tuple[int, ...]) -> Tensor:
     return ew.sub(input, mv.expand(shift, input.shape))
 
 
-def _one_op(x: Tensor, axes: tuple[int, ...]) -> bool:
-    """Whether eager softmax/log_softmax of `x` runs as one primitive (`ops/neural.py`):
-    over one non-empty dim."""
-    return len(axes) == 1 and x._type.shape[axes[0]] != 0 and neural_ops.one_op(x)
+def _one_op_axis(input: Tensor, dim: int, dtype) -> int | None:
+    """The axis over which eager softmax/log_softmax of `input` runs as one primitive
+    (`ops/neural.py`): a float32/float64 input of at least one dim, without another dtype
+    to convert to, over a non-empty dim; None otherwise (the composite, which also raises)."""
+    shape = input._type.shape
+    ndim = len(shape)
+    if dim.__class__ is not int:
+        if not hasattr(dim, "__index__"):
+            return None
+        dim = dim.__index__()  # (a NumPy integer)
+    if ((dtype is not None and dtype is not input._type.dtype) or not ndim or not -ndim <= dim < ndim
+            or not neural_ops.one_op(input)):
+        return None
+    axis = dim % ndim
+    return axis if shape[axis] != 0 else None
 
 
 @composite
 def softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
+    axis = _one_op_axis(input, dim, dtype)
+    if axis is not None:
+        return neural_ops.softmax(input, axis)
     x = _float(input if dtype is None else ew.convert(input, dtype))
     axes = _softmax_axes("softmax", x, dim)
-    if _one_op(x, axes):
-        return neural_ops.softmax(x, axes[0])
     e = ew.exp(_shifted(x, axes))
     return ew.div(e, mv.expand(red.sum_(e, axes, keepdim=True), x.shape))
 
 
 @composite
 def log_softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
+    axis = _one_op_axis(input, dim, dtype)
+    if axis is not None:
+        return neural_ops.log_softmax(input, axis)
     x = _float(input if dtype is None else ew.convert(input, dtype))
     axes = _softmax_axes("log_softmax", x, dim)
-    if _one_op(x, axes):
-        return neural_ops.log_softmax(x, axes[0])
     shifted = _shifted(x, axes)
     total = ew.log(red.sum_(ew.exp(shifted), axes, keepdim=True))
     return ew.sub(shifted, mv.expand(total, x.shape))

@@ -122,6 +122,8 @@ def cat(tensors, dim: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
         raise RuntimeError("cat(): expected a non-empty list of Tensors")
+    if len(tensors) > 1 and _alike(tensors):  # the common call: nothing to convert or check here
+        return mv.concat(tensors, normalize_dim("cat", dim, len(tensors[0]._type.shape)))
     from tracegrad.functional._util import result_dtype
     dtype = result_dtype(*tensors)
     axis = normalize_dim("cat", dim, tensors[0].ndim)
@@ -136,6 +138,18 @@ def cat(tensors, dim: int = 0) -> Tensor:
 
 
 concat = cat
+
+
+def _alike(tensors: list) -> bool:
+    """Whether `tensors` are all Tensors of one dtype and one number of dims."""
+    first = tensors[0]
+    if not isinstance(first, Tensor):
+        return False
+    dtype, ndim = first._type.dtype, len(first._type.shape)
+    for x in tensors:
+        if not isinstance(x, Tensor) or x._type.dtype is not dtype or len(x._type.shape) != ndim:
+            return False
+    return True
 
 
 def stack(tensors, dim: int = 0) -> Tensor:

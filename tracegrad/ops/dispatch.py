@@ -33,12 +33,14 @@ def traced_view(prim: Primitive, n_inputs: int, out_type) -> bool:
 
 def _record(prim: Primitive, node: Node, inputs: tuple, outputs: tuple) -> None:
     """Make `node` the grad_fn of `outputs` and save what its gradient rule reads."""
-    # (Unrolled for one and two inputs and one output: every recorded op pays this.)
+    # (Unrolled for up to three inputs and one output: every recorded op pays this.)
     n_inputs = len(inputs)
     if n_inputs == 1:
         node.needs_input_grad = (inputs[0]._requires_grad,)
     elif n_inputs == 2:
         node.needs_input_grad = (inputs[0]._requires_grad, inputs[1]._requires_grad)
+    elif n_inputs == 3:  # (linear with a bias)
+        node.needs_input_grad = (inputs[0]._requires_grad, inputs[1]._requires_grad, inputs[2]._requires_grad)
     else:
         node.needs_input_grad = tuple([t._requires_grad for t in inputs])
     if len(outputs) == 1:

@@ -254,7 +254,7 @@ def _select_write_back(new, source, axis, at):
 # x[..., at, ...] along `axis`, the axis dropped: `x[i]` (a time step of a sequence) as one
 # view op, where a slice and a reshape were two.
 SELECT = Primitive("select", shape_rule=_select_rule, kind=MOVEMENT,
-                   impl=lambda x, axis, at: x[(slice(None),) * axis + (at, Ellipsis)],
+                   impl=lambda x, axis, at: x[at, ...] if axis == 0 else x[(slice(None),) * axis + (at, Ellipsis)],
                    vjp=_select_vjp, backward_name="SelectBackward",
                    index_map=lambda b, index, src, dst, axis, at: [*index[:axis], b.index_const(at), *index[axis:]],
                    view_strides=lambda x, strides, axis, at: [*strides[:axis], *strides[axis + 1:]],
@@ -288,14 +288,17 @@ def _concat_rule(*xs: TensorType, axis):
         raise RuntimeError("cat: zero-dimensional tensor (at position 0) cannot be concatenated")
     if not 0 <= axis < first.ndim:
         raise IndexError(f"cat: axis {axis} out of range for tensors of shape {list(first.shape)}")
-    for other in xs[1:]:
-        same = all(a == b for i, (a, b) in enumerate(zip(first.shape, other.shape)) if i != axis)
-        if other.ndim != first.ndim or not same or other.dtype is not first.dtype:
+    # (Loops, not generators: every eager cat pays this.)
+    outer, inner = first.shape[:axis], first.shape[axis + 1:]
+    total = 0
+    for other in xs:
+        shape = other.shape
+        if (len(shape) != len(first.shape) or shape[:axis] != outer or shape[axis + 1:] != inner
+                or other.dtype is not first.dtype):
             raise RuntimeError(f"cat: sizes of tensors must match except in dimension {axis}: got "
                                f"{first} and {other}")
-    shape = list(first.shape)
-    shape[axis] = sum(x.shape[axis] for x in xs)
-    return (TensorType(tuple(shape), first.dtype),)
+        total += shape[axis]
+    return (TensorType(outer + (total,) + inner, first.dtype),)
 
 
 def _concat_vjp(ctx, g):
@@ -320,7 +323,10 @@ def _concat_impl(*xs, axis):
     # sharing its version counter in eager execution too (fuzz seed 84101043: a write into
     # a cat of transposes after a matmul saved its reshape raised compiled only).
     shape = list(xs[0].shape)
-    shape[axis] = sum(x.shape[axis] for x in xs)
+    total = 0
+    for x in xs:
+        total += x.shape[axis]
+    shape[axis] = total
     return np.concatenate(xs, axis=axis, out=np.empty(shape, xs[0].dtype))
 
 

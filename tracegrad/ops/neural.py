@@ -63,7 +63,12 @@ def one_op(*tensors) -> bool:
     if MODE.tracer is not None:
         return False
     dtype = tensors[0]._type.dtype
-    return dtype in DTYPES and all(t is None or t._type.dtype is dtype for t in tensors[1:])
+    if dtype not in DTYPES:
+        return False
+    for t in tensors:  # (a loop, not `all` over a generator: every eager linear pays this)
+        if t is not None and t._type.dtype is not dtype:
+            return False
+    return True
 
 
 def set_compiled_impl(run) -> None:
@@ -142,7 +147,7 @@ def softmax(x, axis: int):
 
 
 def _linear_rule(x: TensorType, weight: TensorType):
-    if (x.ndim != 2 or weight.ndim != 2 or x.shape[1] != weight.shape[1] or x.dtype not in DTYPES
+    if (len(x.shape) != 2 or len(weight.shape) != 2 or x.shape[1] != weight.shape[1] or x.dtype not in DTYPES
             or weight.dtype is not x.dtype):
         raise RuntimeError(f"linear: expected input (N, in) and weight (out, in) of one dtype, float32 or "
                            f"float64; got {x} and {weight}")
@@ -164,7 +169,9 @@ def _linear_impl(x, weight):
 
 
 def _addmm_impl(bias, x, weight):
-    return np.add(_linear_impl(x, weight), bias)  # (then the bias added, as the composite)
+    # (then the bias added, as the composite: into the product, a new array of its own)
+    product = _linear_impl(x, weight)
+    return np.add(product, bias, out=product)
 
 
 def _linear_grads(g, x, weight, needs_x: bool, needs_weight: bool):

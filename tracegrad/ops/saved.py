@@ -5,6 +5,7 @@ from __future__ import annotations
 from tracegrad.grad_mode import MODE
 from tracegrad.ir import types
 from tracegrad.ir.graph import Node, Value
+from tracegrad.tensor import Tensor, VersionCounter
 
 FREED_MESSAGE = (
     "Trying to backward through the graph a second time (or directly access saved tensors "
@@ -49,13 +50,11 @@ class SavedTensor:
         updates of the tensor reach neither the copy nor the version check. (A traced tensor
         is kept as it is: a trace follows its in-place updates itself.)"""
         if self.data is not None:
-            from tracegrad.tensor import VersionCounter
             self.data = self.data.copy()
             self.counter = VersionCounter()
             self.version = 0
 
     def unpack(self, node: Node):
-        from tracegrad.tensor import Tensor
         self.check_version(node)  # a traced tensor too: an in-place op inside a trace bumps it
         if self.lazy is not None:
             if self.output_index is None:

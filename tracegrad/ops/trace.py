@@ -73,7 +73,7 @@ class EagerTrace(Trace):
         elif len(inputs) == 2:
             in_types = (inputs[0]._type, inputs[1]._type)
         else:
-            in_types = tuple(t._type for t in inputs)
+            in_types = tuple([t._type for t in inputs])
         out_types = prim.shape_rule(*in_types, **attrs) if attrs else prim.shape_rule(*in_types)
         grad_enabled = mode.grad_enabled
         volatile = requires_grad = False
