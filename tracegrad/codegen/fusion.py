@@ -249,7 +249,8 @@ def _sources_of_numpy_views(graph: Graph, consumers: dict[Value, list[Node]]) ->
         if node.op.kind != MOVEMENT or not lowerable(node):
             continue
         view = node.output(0)
-        if view in outputs or all(lowerable(reader) for reader in consumers.get(view, [])):
+        if view in outputs or all(lowerable(reader) or _reads_in_own_layout(reader, view)
+                                  for reader in consumers.get(view, [])):
             continue
         chain = [view]
         while (_is_lowerable_view(view) and view.node.inputs[0].type.numel <= view.type.numel
@@ -264,6 +265,13 @@ def _sources_of_numpy_views(graph: Graph, consumers: dict[Value, list[Node]]) ->
             # which the copy's kernel reads (two cores), rather than be recomputed there.
             sources.add(top)
     return sources
+
+
+def _reads_in_own_layout(reader: Node, value: Value) -> bool:
+    """Whether `reader` reads `value` only where it wants its own layout (then the value is
+    materialized itself, in its own order, not as a view of its source)."""
+    own = reader.op.own_layout_inputs
+    return bool(own) and all(i in own for i, v in enumerate(reader.inputs) if v == value)
 
 
 def _copy_point(chain: list[Value]) -> int:
@@ -316,8 +324,12 @@ def _worth_joining(part: FusedKernel, loop: FusedKernel) -> bool:
 
 def plan(graph: Graph) -> list:
     """Kernels, NumPy steps and matmuls with fused epilogues (`codegen/epilogue.py`), in an
-    order that respects dependencies."""
+    order that respects dependencies. Products of convolution windows read their image in
+    place (`codegen/window_products.py`)."""
+    from tracegrad.codegen.window_products import gather_windows  # it builds on this module
+    graph = gather_windows(graph)
     buffers = materialized_values(graph)
+    own_layout = _read_in_own_layout(graph)
     steps: list = []
     for node in graph.nodes:
         if not lowerable(node):
@@ -325,12 +337,18 @@ def plan(graph: Graph) -> list:
             continue
         if node.output(0) not in buffers:
             continue  # inlined into the kernels that read it
-        if node.op.kind == MOVEMENT and node.inputs[0] in buffers:
+        if node.op.kind == MOVEMENT and node.inputs[0] in buffers and node.output(0) not in own_layout:
             steps.append(Unfused(node))  # a view of a buffer: NumPy makes it for free
             continue
         steps.append(_collect(node, lambda value: value in buffers))
     from tracegrad.codegen.epilogue import fuse_epilogues  # it builds on this module
     return fuse_epilogues(drop_internal_outputs(group_rows(merge_loops(hoist_row_partners(steps))), graph), graph)
+
+
+def _read_in_own_layout(graph: Graph) -> set[Value]:
+    """The values an op reads best in their own C order (`Primitive.own_layout_inputs`):
+    written by a kernel in that order, never a NumPy view of another buffer."""
+    return {node.inputs[i] for node in graph.nodes for i in node.op.own_layout_inputs}
 
 
 def hoist_row_partners(steps: list) -> list:

@@ -15,13 +15,15 @@ logic.
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 from collections.abc import Callable
 
 import numpy as np
 
 from tracegrad.codegen import gemm_narrow
-from tracegrad.codegen.gemm_ir import (COL, P_A, P_B, P_C, P_PACKED_B, P_PACKED_B_WIDTH, PARAMETER_COUNT, ROW,
+from tracegrad.codegen.gemm_ir import (COL, GATHER, P_A, P_A_COL_TABLE, P_A_ROW_TABLE, P_B, P_B_COL_TABLE,
+                                      P_B_ROW_TABLE, P_C, P_PACKED_B, P_PACKED_B_WIDTH, PARAMETER_COUNT, ROW,
                                       GemmEmitter, tile_shape as _tile_shape)
 from tracegrad.runtime import kernel_key, spin_handoff, threads as kernel_threads
 from tracegrad.runtime.buffers import data_address
@@ -162,10 +164,10 @@ class _Workspace:
         chunks, chunk_size, split_n = plan[6:]
         if not batch:
             return (*operands, *plan[:6], self.pack_a, self.pack_b, counter_address, chunks, chunk_size, split_n,
-                    *epilogue, chunks, 1, 0, 0, 0, 0, 0, 0, 0, 0)
+                    *epilogue, chunks, 1, 0, 0, 0, 0, 0, 0, 0, 0, *_NO_TABLES)
         outer, inner, *strides = batch
         return (*operands, *plan[:6], self.pack_a, self.pack_b, counter_address, chunks * outer * inner,
-                chunk_size, split_n, *epilogue, chunks, inner, *strides, 0, 0)
+                chunk_size, split_n, *epilogue, chunks, inner, *strides, 0, 0, *_NO_TABLES)
 
     def fill(self, operands: tuple, plan: tuple, counter_address: int, epilogue: tuple[int, int],
              batch: tuple = ()) -> int:
@@ -173,6 +175,8 @@ class _Workspace:
         self.params[:] = self.parameters(operands, plan, counter_address, epilogue, batch)
         return self.address
 
+
+_NO_TABLES = (0, 0, 0, 0)  # the parameter block's offset tables of gathered operands: none
 
 _local = threading.local()
 
@@ -711,3 +715,162 @@ def bind(a: np.ndarray, b: np.ndarray, out: np.ndarray, epilogue: tuple[int, int
     product = BoundProduct(geometry, function, blocks, fields, addresses, threads, counter, after, (m, n), keep)
     product.packed = packed
     return product
+
+
+# ----------------------------------------------------------------------------- gathered operands
+
+class Gathered:
+    """An operand of `matmul_gathered` that is not in memory as a matrix: its element
+    (i, j) is `source`'s element at row_table[i] + col_table[j] (offsets in elements from
+    its first element's address). A convolution's windows of an image are such a matrix
+    (im2col: a row per output position, a column per (kh, kw, channel)), read where they
+    are instead of written out first."""
+
+    __slots__ = ("source", "rows", "columns", "shape", "dtype")
+
+    def __init__(self, source: np.ndarray, rows: np.ndarray, columns: np.ndarray):
+        self.source = source
+        self.rows = np.ascontiguousarray(rows, dtype=np.int64)
+        self.columns = np.ascontiguousarray(columns, dtype=np.int64)
+        self.shape = (len(self.rows), len(self.columns))
+        self.dtype = source.dtype
+        if self.rows.size and self.columns.size:
+            low, high = _extent(source.shape, source.strides, source.itemsize)
+            size = source.itemsize
+            first = (int(self.rows.min()) + int(self.columns.min())) * size
+            last = (int(self.rows.max()) + int(self.columns.max())) * size
+            if first < low or last + size > high:
+                raise ValueError(f"Gathered: offsets reach bytes [{first}, {last + size}) outside the source's "
+                                 f"[{low}, {high}) (shape {source.shape}, strides {source.strides})")
+
+    def with_source(self, source: np.ndarray) -> Gathered:
+        """The same tables over another source of this one's shape, strides and dtype."""
+        if (source.shape, source.strides, source.dtype) != (self.source.shape, self.source.strides, self.dtype):
+            raise ValueError(f"Gathered.with_source: expected a {self.dtype} source of shape {self.source.shape} "
+                             f"and strides {self.source.strides}, got {source.dtype} {source.shape} {source.strides}")
+        other = Gathered.__new__(Gathered)
+        other.source, other.rows, other.columns, other.shape, other.dtype = (
+            source, self.rows, self.columns, self.shape, self.dtype)
+        return other
+
+    def take(self) -> np.ndarray:
+        """The matrix written out (NumPy's product of it; tests)."""
+        low, high = _extent(self.source.shape, self.source.strides, self.source.itemsize)
+        size = self.source.itemsize
+        if low or any(stride % size for stride in self.source.strides):
+            raise ValueError("Gathered.take: expected a source of non-negative strides in whole elements")
+        memory = np.lib.stride_tricks.as_strided(self.source, ((high - low) // size,), (size,), writeable=False)
+        return memory[self.rows[:, None] + self.columns[None, :]]
+
+
+def gatherable(operand: Gathered, side: str) -> bool:
+    """Whether the packed kernel reads `operand` as A (`side` "a") or B ("b") of a
+    product: its source is aligned, and its column table runs through consecutive
+    elements in aligned groups of the vector width its packing loads (A: the in-register
+    transpose's block along K; B: a panel's NR columns)."""
+    if operand.dtype not in SUPPORTED_DTYPES or not operand.source.flags.aligned:
+        return False
+    rows, cols, lanes = _tile_shape(operand.dtype)
+    group = math.gcd(rows, lanes) if side == "a" else cols
+    columns = operand.columns
+    full = len(columns) // group * group
+    if not full:
+        return True
+    runs = columns[:full].reshape(-1, group)
+    return bool((runs - runs[:, :1] == np.arange(group)).all())
+
+
+def matmul_gathered(a, b, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    """a @ b where `a` or `b` (or both) is a `Gathered` operand (`gatherable` on its side),
+    the other a 2-D array, with the packed kernel: the values are those of `matmul` on the
+    operands written out, by the same plan (a deep product cut in two halves of K, as
+    `matmul` cuts it). `out`: a C-contiguous (M, N) array apart from the operands."""
+    (m, k), (k_b, n) = a.shape, b.shape
+    dtype = a.dtype
+    if k != k_b or b.dtype != dtype or dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"matmul_gathered: expected (M, K) and (K, N) operands of one float dtype, got "
+                         f"{a.shape} {a.dtype} and {b.shape} {b.dtype}")
+    for operand, side in ((a, "a"), (b, "b")):
+        if isinstance(operand, Gathered) and not gatherable(operand, side):
+            raise ValueError(f"matmul_gathered: the gathered {side.upper()} {operand.shape} is not read in runs "
+                             "of its packing's vector width")
+    if out is None:
+        out = np.empty((m, n), dtype)
+    elif (out.shape != (m, n) or out.dtype != dtype or not out.flags.c_contiguous or not out.flags.aligned
+          or any(np.may_share_memory(out, x.source if isinstance(x, Gathered) else x) for x in (a, b))):
+        raise ValueError(f"matmul_gathered: out must be a C-contiguous ({m}, {n}) {dtype} array apart from the "
+                         f"operands, got {out.shape} {out.dtype}")
+    if 0 in (m, n):
+        return out
+    if k == 0:
+        out[...] = 0
+        return out
+    operands, tables, layouts, k_steps = [], [], [], []
+    for operand in (a, b):
+        if isinstance(operand, Gathered):
+            operands += [data_address(operand.source), 0]
+            tables += [operand.rows.ctypes.data, operand.columns.ctypes.data]
+            layouts.append(GATHER)
+        else:
+            layout = _operand_layout(operand)
+            if layout is None:
+                operand = np.ascontiguousarray(operand)
+                layout = (ROW, operand.shape[1])
+            operands += [data_address(operand), layout[1]]
+            tables += [0, 0]
+            layouts.append(layout[0])
+        k_steps.append(operand)  # (kept alive until the calls return)
+    operands += [data_address(out), n]
+    function = _kernel(dtype, *layouts)
+    threads = min(_packed_threads(m, n, k, threads), kernel_threads.NUM_THREADS, 2)
+    if _splits_k(m, n, k):
+        # Two products over the halves of K, a call each (own counter), summed after.
+        half = k // 2
+        parts = np.empty((2, m, n), dtype)
+        plan = _plan(m, n, half, dtype, 1)
+        workspaces = _own_workspaces(dtype, 2)
+        blocks = []
+        for i, workspace in enumerate(workspaces):
+            values = list(workspace.parameters(tuple(operands), plan, workspace.counter_address, (0, 0)))
+            values[P_C] = data_address(parts[i])
+            values[P_A_ROW_TABLE], values[P_A_COL_TABLE], values[P_B_ROW_TABLE], values[P_B_COL_TABLE] = tables
+            if i:
+                _skip_depth(values, a, b, layouts, half, dtype.itemsize)
+            workspace.counter[0] = 0
+            workspace.params[:] = values
+            blocks.append(workspace.address)
+        if threads == 2:
+            kernel_threads.run_pair(function, blocks[0], blocks[1])
+        else:
+            function(blocks[0])
+            function(blocks[1])
+        np.add(parts[0], parts[1], out=out)
+        return out
+    workspaces = _own_workspaces(dtype, threads)
+    counter = workspaces[0]
+    counter.counter[0] = 0
+    plan = _plan(m, n, k, dtype, threads)
+    blocks = []
+    for workspace in workspaces:
+        values = list(workspace.parameters(tuple(operands), plan, counter.counter_address, (0, 0)))
+        values[P_A_ROW_TABLE], values[P_A_COL_TABLE], values[P_B_ROW_TABLE], values[P_B_COL_TABLE] = tables
+        workspace.params[:] = values
+        blocks.append(workspace.address)
+    if threads == 2:
+        kernel_threads.run_pair(function, blocks[0], blocks[1])
+    else:
+        function(blocks[0])
+    return out
+
+
+def _skip_depth(values: list, a, b, layouts: list, depth: int, itemsize: int) -> None:
+    """Move a parameter block's A and B on by `depth` along K (the second half of a
+    product cut along K): a gathered operand's K table, an array's address."""
+    if layouts[0] == GATHER:
+        values[P_A_COL_TABLE] += depth * 8
+    else:
+        values[P_A] += depth * itemsize * (1 if layouts[0] == ROW else values[P_A + 1])
+    if layouts[1] == GATHER:
+        values[P_B_ROW_TABLE] += depth * 8
+    else:
+        values[P_B] += depth * itemsize * (values[P_B + 1] if layouts[1] == ROW else 1)

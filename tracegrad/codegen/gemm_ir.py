@@ -46,6 +46,12 @@ from tracegrad.codegen.ir_builder import F32, F64, I1, I8, I64, emit_loop as _lo
 from tracegrad.runtime import host
 
 ROW, COL = "row", "col"  # operand layouts: unit stride along axis 1 (row-major) or axis 0
+# An operand read through two offset tables: element (i, j) of A or B is at its source's
+# address plus ROW_TABLE[i] + COL_TABLE[j] elements (`gemm.Gathered`: a convolution's
+# windows of an image, im2col without writing them out). A gathered A is read in runs of
+# consecutive elements along j, a gathered B along j too (its columns): the packing loads
+# vectors there (runs of the packing's vector width, aligned: `gemm.gatherable`).
+GATHER = "gather"
 
 # Positions in the i64 parameter block the generated function reads. The output is cut into
 # CHUNKS pieces of CHUNK_SIZE rows (or columns, if SPLIT_N) that the threads calling the
@@ -59,11 +65,12 @@ ROW, COL = "row", "col"  # operand layouts: unit stride along axis 1 (row-major)
 # PACKED_B, if not 0, is B packed beforehand for the plan's depth blocks (`gemm.prepack_b`:
 # the depth block starting at row pc holds PACKED_B_WIDTH columns' panels from element
 # pc * PACKED_B_WIDTH on): the loop nest reads its panels there instead of packing B.
+# *_ROW_TABLE, *_COL_TABLE: a GATHER operand's offset tables (i64 elements).
 (P_A, P_LDA, P_B, P_LDB, P_C, P_LDC, P_M, P_N, P_K, P_KC, P_MC, P_NC, P_PACK_A, P_PACK_B,
  P_COUNTER, P_CHUNKS, P_CHUNK_SIZE, P_SPLIT_N, P_EPILOGUE, P_EPILOGUE_BUFFERS,
  P_MATRIX_CHUNKS, P_BATCH_INNER, P_A_OUTER, P_A_INNER, P_B_OUTER, P_B_INNER, P_C_OUTER, P_C_INNER,
- P_PACKED_B, P_PACKED_B_WIDTH) = range(30)
-PARAMETER_COUNT = 30
+ P_PACKED_B, P_PACKED_B_WIDTH, P_A_ROW_TABLE, P_A_COL_TABLE, P_B_ROW_TABLE, P_B_COL_TABLE) = range(34)
+PARAMETER_COUNT = 34
 EPILOGUE_TYPE = ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer(), I64, I64, I64, I64])
 
 # ----------------------------------------------------------------------------- tiles
@@ -156,8 +163,11 @@ class GemmEmitter(VectorEmitter):
         super().__init__(dtype, tile, f"gemm_{dtype.name}_{a_layout}_{b_layout}")
         # Packing views an operand as X[w, k] (w: the rows of A or the columns of B). A
         # row-major A and a column-major B are contiguous along k: packed by transposes.
-        self.pack_a = self._pack_function("pack_a", self.rows, k_contiguous=a_layout == ROW)
-        self.pack_b = self._pack_function("pack_b", self.cols, k_contiguous=b_layout == COL)
+        # A gathered A is read in runs along k (transposes), a gathered B along w (copies).
+        self.gather_a, self.gather_b = a_layout == GATHER, b_layout == GATHER
+        self.pack_a = self._pack_function("pack_a", self.rows, k_contiguous=a_layout in (ROW, GATHER),
+                                          gather=self.gather_a)
+        self.pack_b = self._pack_function("pack_b", self.cols, k_contiguous=b_layout == COL, gather=self.gather_b)
         self.micro = self._micro_kernel()
         self._gemm()
 
@@ -168,15 +178,20 @@ class GemmEmitter(VectorEmitter):
         return function, ir.IRBuilder(function.append_basic_block("entry"))
 
     # -- packing --
-    def _pack_function(self, name: str, width: int, k_contiguous: bool):
+    def _pack_function(self, name: str, width: int, k_contiguous: bool, gather: bool = False):
         """pack(src, ld, w_start, w_count, k_start, kc, dest): copy X[w_start:+w_count,
         k_start:+kc] into panels of `width` rows of w; panel p holds dest[p*width*kc:]
-        laid out [k][w], zero-padded past w_count."""
-        function, b = self._function(name, [self.pointer, I64, I64, I64, I64, I64, self.pointer])
-        src, ld, w_start, w_count, k_start, kc, dest = function.args
+        laid out [k][w], zero-padded past w_count. A gathered operand's pack takes its
+        offset tables too (w_table, k_table: X[w, k] is at src + w_table[w] + k_table[k])."""
+        tables = [I64.as_pointer()] * 2 if gather else []
+        function, b = self._function(name, [self.pointer, I64, I64, I64, I64, I64, self.pointer] + tables)
+        src, ld, w_start, w_count, k_start, kc, dest = function.args[:7]
 
         def element(w, k):  # address of X[w_start + w, k_start + k]
             w, k = b.add(w_start, w), b.add(k_start, k)
+            if gather:
+                w_table, k_table = function.args[7:]
+                return _at(b, src, b.add(b.load(_at(b, w_table, w)), b.load(_at(b, k_table, k))))
             if k_contiguous:
                 return _at(b, src, b.add(b.mul(w, ld), k))
             return _at(b, src, b.add(w, b.mul(k, ld)))
@@ -312,10 +327,17 @@ class GemmEmitter(VectorEmitter):
         = A[m0:m1, :] @ B[:, n0:n1], the BLIS loop nest; the epilogue (if not 0) runs on each
         finished column strip; B's panels are read from `packed_b` when it is not null."""
         buffers_type = I8.as_pointer().as_pointer()
+        table = I64.as_pointer()
         function, b = self._function("block", [self.pointer, I64, self.pointer, I64, self.pointer, I64]
-                                     + [I64] * 8 + [self.pointer, self.pointer, I64, buffers_type, self.pointer, I64])
+                                     + [I64] * 8 + [self.pointer, self.pointer, I64, buffers_type, self.pointer, I64]
+                                     + [table] * 4)
         (a, lda, b_matrix, ldb, c, ldc, m0, m1, n0, n1, k, kc_block, mc_block, nc_block,
-         pack_a, pack_b_buffer, epilogue, epilogue_buffers, packed_b, packed_b_width) = function.args
+         pack_a, pack_b_buffer, epilogue, epilogue_buffers, packed_b, packed_b_width,
+         a_rows, a_columns, b_rows, b_columns) = function.args
+        # A gathered operand's tables as its pack's (w_table, k_table): A's w are its rows,
+        # B's its columns.
+        a_tables = [a_rows, a_columns] if self.gather_a else []
+        b_tables = [b_columns, b_rows] if self.gather_b else []
         has_epilogue = b.icmp_unsigned("!=", epilogue, I64(0))
         prepacked = b.icmp_unsigned("!=", b.ptrtoint(packed_b, I64), I64(0))
 
@@ -327,13 +349,13 @@ class GemmEmitter(VectorEmitter):
                 accumulate = b.icmp_signed(">", pc, I64(0))
                 run_epilogue = b.and_(has_epilogue, b.icmp_signed("==", b.add(pc, kc), k))
                 with b.if_then(b.not_(prepacked)):
-                    b.call(self.pack_b, [b_matrix, ldb, jc, nc, pc, kc, pack_b_buffer])
+                    b.call(self.pack_b, [b_matrix, ldb, jc, nc, pc, kc, pack_b_buffer] + b_tables)
                 pack_b = b.select(prepacked, _at(b, packed_b, b.add(b.mul(pc, packed_b_width), b.mul(jc, kc))),
                                   pack_b_buffer)
 
                 def row_block(ic):
                     mc = _smin(b, mc_block, b.sub(m1, ic))
-                    b.call(self.pack_a, [a, lda, ic, mc, pc, kc, pack_a])
+                    b.call(self.pack_a, [a, lda, ic, mc, pc, kc, pack_a] + a_tables)
 
                     def tile_column(jr):
                         nr = _smin(b, I64(self.cols), b.sub(nc, jr))
@@ -374,6 +396,8 @@ class GemmEmitter(VectorEmitter):
         chunks, chunk_size, split_n = read(P_CHUNKS), read(P_CHUNK_SIZE), b.trunc(read(P_SPLIT_N), I1)
         rest = [read(P_EPILOGUE), b.inttoptr(read(P_EPILOGUE_BUFFERS), I8.as_pointer().as_pointer()),
                 pointer(P_PACKED_B), read(P_PACKED_B_WIDTH)]
+        rest += [b.inttoptr(read(position), I64.as_pointer())
+                 for position in (P_A_ROW_TABLE, P_A_COL_TABLE, P_B_ROW_TABLE, P_B_COL_TABLE)]
 
         claim = b.append_basic_block("claim")
         work = b.append_basic_block("work")

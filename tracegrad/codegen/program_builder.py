@@ -18,6 +18,8 @@ def build_program(graph: Graph, fuse: bool = True, donations: tuple = ()) -> Pro
     from tracegrad.codegen.fusion import FusedKernel, Unfused, lowered_dtypes, plan, touches_empty
     from tracegrad.codegen.kernels import KernelStep
     from tracegrad.codegen.matmul_steps import EpilogueMatmulStep, MatmulStep, share_right_operands
+    from tracegrad.codegen.window_products import WindowProductStep
+    from tracegrad.ops.window import WINDOW_PRODUCT
 
     slot_of: dict[Value, int] = {v: i for i, v in enumerate(graph.inputs)}
 
@@ -42,6 +44,9 @@ def build_program(graph: Graph, fuse: bool = True, donations: tuple = ()) -> Pro
         node = item.node
         inputs = tuple(slot_of[v] for v in node.inputs)
         outputs = new_slots([node.output(i) for i in range(len(node.out_types))])
+        if node.op is WINDOW_PRODUCT:
+            steps.append(WindowProductStep(node, inputs, outputs))
+            continue
         step_type = (MatmulStep if fuse and node.op.kind == MATMUL and not touches_empty(node)
                      and lowered_dtypes(node) else NumpyStep)
         steps.append(step_type(node, inputs, outputs))

@@ -30,7 +30,7 @@ class Primitive:
                  "kind", "num_outputs", "backward_name", "lower", "index_map", "reduction",
                  "simplify", "rewrite", "constant", "aligned", "lower_indexed", "lowers",
                  "index_checks", "view_strides", "view_may_copy", "write_back", "api", "effect", "carried_dim",
-                 "reads_aligned", "index_range", "read_probe", "__dict__")
+                 "reads_aligned", "index_range", "read_probe", "own_layout_inputs", "__dict__")
 
     # False for a custom Function's primitive (its backward is user code, its node holds the
     # call's ctx): never cached or replayed. (A class default: read per node per backward.)
@@ -48,7 +48,8 @@ class Primitive:
                  index_checks: Callable | None = None, view_strides: Callable | None = None,
                  view_may_copy: bool = False, write_back: Callable | None = None, effect: bool = False,
                  carried_dim: Callable | None = None, reads_aligned: tuple[int, ...] = (),
-                 index_range: Callable | None = None, read_probe: Callable | None = None):
+                 index_range: Callable | None = None, read_probe: Callable | None = None,
+                 own_layout_inputs: tuple[int, ...] = ()):
         if name in REGISTRY:
             raise ValueError(f"primitive {name!r} is defined twice")
         self.name = name
@@ -113,6 +114,11 @@ class Primitive:
         # planner finds the buffers a kernel reads contiguously through it (max pooling's
         # windows of a channels-last product: codegen/loop_order.py).
         self.read_probe = read_probe
+        # The inputs an op without lowering reads best in their own C order (a convolution's
+        # image read through offset tables, `ops.window.WINDOW_PRODUCT`): the fusion planner
+        # gives such a value a buffer of its own, written in its layout, rather than make it
+        # a NumPy view of another buffer (which may be a transposed one).
+        self.own_layout_inputs = own_layout_inputs
         # Layout (codegen.fusion): `carried_dim(in_type, out_type, dim, **attrs)` of an op
         # of one input read at other elements than the current one (a view, im2col): the
         # dim of its result along which its input's dim `dim` advances one element per

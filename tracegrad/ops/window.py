@@ -1,5 +1,7 @@
 """Sliding-window primitives: `im2col` (every window of an image, as rows) and its
-transpose `col2im` (windows summed back into the image).
+transpose `col2im` (windows summed back into the image); `window_product`, a product of
+an image's windows (as im2col's rows) and a matrix, which only compiled programs make
+(`codegen/window_products.py`: read through offset tables, the windows are never written).
 
 Both work channels-last: an image is (B, H, W, C) and its windows are
 (B, OH, OW, KH, KW, C), so the windows of one output position are one contiguous row of
@@ -150,3 +152,36 @@ def col2im(columns, size, kernel, stride, dilation):
     """The image (B, H, W, C) of `size` (H, W) whose windows' entries `columns` add up."""
     return bind(COL2IM, (columns,), {"size": tuple(size), "kernel": tuple(kernel), "stride": tuple(stride),
                                      "dilation": tuple(dilation)})
+
+
+def _window_matrix(x: TensorType, kernel, stride, dilation) -> tuple[int, int]:
+    """(rows, columns) of the windows of image `x` as a matrix: a row per output position
+    (B*OH*OW), a column per (kh, kw, channel)."""
+    batch, out_h, out_w, kernel_h, kernel_w, channels = _im2col_rule(x, kernel, stride, dilation)[0].shape
+    return batch * out_h * out_w, kernel_h * kernel_w * channels
+
+
+def _window_product_rule(x: TensorType, other: TensorType, kernel, stride, dilation, side: str):
+    rows, columns = _window_matrix(x, kernel, stride, dilation)
+    if side == "left" and other.shape[:1] == (columns,) and other.ndim == 2 and other.dtype is x.dtype:
+        return (TensorType((rows, other.shape[1]), x.dtype),)
+    if side == "right" and other.shape[1:] == (rows,) and other.ndim == 2 and other.dtype is x.dtype:
+        return (TensorType((other.shape[0], columns), x.dtype),)
+    raise RuntimeError(f"window_product: expected the {side} operand of a ({rows}, {columns}) window matrix of "
+                       f"{x} to be a 2-D {x.dtype.name} matrix that fits it, got {other}")
+
+
+def _window_product_impl(x, other, kernel, stride, dilation, side):
+    from tracegrad.ops.linalg import _matmul_impl
+    windows = _im2col_impl(x, kernel, stride, dilation)
+    batch, out_h, out_w, kernel_h, kernel_w, channels = windows.shape
+    windows = windows.reshape(batch * out_h * out_w, kernel_h * kernel_w * channels)
+    return _matmul_impl(windows, other) if side == "left" else _matmul_impl(other, windows)
+
+
+# reshape(im2col(x), (rows, columns)) @ other (side "left") or other @ that (side "right"):
+# what a convolution's forward product and its weight gradient compute. Only a compiled
+# program's graph holds it (`codegen/window_products.py` rewrites those products into it, after
+# differentiation), so it has no gradient rule; its NumPy implementation is the reference.
+WINDOW_PRODUCT = Primitive("window_product", shape_rule=_window_product_rule, impl=_window_product_impl,
+                           kind=OTHER, own_layout_inputs=(0,))
