@@ -1,7 +1,8 @@
 """Small size thresholds, so that the fuzzer's small tensors take the paths large ones take:
 eager composites run fused (eager fusion), kernels split across threads and called through
 ctypes instead of the fast call, row groups without blocks, the generated GEMM in eager
-and compiled products and two-thread products.
+and compiled products and two-thread products, convolution products reading their image
+in place.
 
 A worker process applies them before anything is compiled (`apply_small`); thresholds some
 kernels' IR depends on are not part of the disk cache key, so a process never mixes the two
@@ -26,6 +27,7 @@ SMALL: dict[tuple[str, str], int] = {
     ("tracegrad.codegen.matmul_steps", "NUMPY_MAX_WORK"): 0,
     ("tracegrad.codegen.gemm", "TWO_THREAD_MIN_WORK"): 64,
     ("tracegrad.codegen.gemm", "NARROW_TWO_THREAD_MIN_WORK"): 64,
+    ("tracegrad.codegen.window_products", "MIN_WORK"): 0,
 }
 
 MODES = ("normal", "small", "both")

@@ -770,9 +770,16 @@ def gatherable(operand: Gathered, side: str) -> bool:
     transpose's block along K; B: a panel's NR columns)."""
     if operand.dtype not in SUPPORTED_DTYPES or not operand.source.flags.aligned:
         return False
-    rows, cols, lanes = _tile_shape(operand.dtype)
+    return columns_in_runs(operand.columns, operand.dtype, side)
+
+
+def columns_in_runs(columns: np.ndarray, dtype: np.dtype, side: str) -> bool:
+    """Whether a gathered operand's column table (offsets in elements) runs through
+    consecutive elements in the aligned groups its packing loads as vectors (`gatherable`)."""
+    if side not in ("a", "b"):
+        raise ValueError(f"columns_in_runs: side must be 'a' or 'b', got {side!r}")
+    rows, cols, lanes = _tile_shape(np.dtype(dtype))
     group = math.gcd(rows, lanes) if side == "a" else cols
-    columns = operand.columns
     full = len(columns) // group * group
     if not full:
         return True

@@ -12,9 +12,11 @@ channels-last order (`Primitive.own_layout_inputs`), so each window row is runs 
 contiguous channels that packing loads as vectors. The values are those of the GEMM on the
 written-out windows: packing copies the same elements into the same panels.
 
-A product is rewritten only where that pays and is exact for the packing: float32/float64,
-at least MIN_WORK multiply-adds, channels in whole runs of the packing's vector loads, and
-every reader of the windows such a product (else they are written out anyway).
+A product is rewritten only where that pays and the packing reads the image in runs:
+float32/float64, at least MIN_WORK multiply-adds, a window's columns in a channels-last
+buffer running through consecutive elements in the groups the packing loads as vectors
+(`gemm.columns_in_runs`), and every reader of the windows such a product (else they are
+written out anyway, and read in order where they are).
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import math
 import numpy as np
 
 from tracegrad.codegen import gemm
-from tracegrad.codegen.gemm_ir import tile_shape
 from tracegrad.ir import types
 from tracegrad.ir.graph import Graph, Node, Value
 from tracegrad.ir.primitive import MATMUL
@@ -36,6 +37,7 @@ from tracegrad.runtime.program import NumpyStep
 MIN_WORK = 1 << 22  # multiply-adds from which a product of windows reads its image in place
 DTYPES = (types.float32, types.float64)
 TABLES_KEPT = 8  # image geometries whose offset tables a step keeps
+OPERAND = {"left": "a", "right": "b"}  # the GEMM operand the windows are, by their side
 
 
 def gather_windows(graph: Graph) -> Graph:
@@ -77,40 +79,61 @@ class _ProductNode(Node):
 
 
 def _window_products(im2col: Node, readers: dict, outputs: set) -> tuple[set, dict] | None:
-    """(ids of im2col and its reshapes, {id(matmul): its window_product}) when every
-    reader of the windows is a reshape to the window matrix read only by 2-D products that
-    qualify; None otherwise."""
+    """(ids of the nodes dropped: im2col and its reshapes; {id(matmul): its window_product})
+    when every reader of the windows is a reshape to the window matrix read only by 2-D
+    products that qualify; None otherwise."""
     windows = im2col.output(0)
     dtype = windows.type.dtype
     if dtype not in DTYPES or windows in outputs or not readers.get(windows):
         return None
     batch, out_h, out_w, kernel_h, kernel_w, channels = windows.type.shape
     matrix = (batch * out_h * out_w, kernel_h * kernel_w * channels)
-    rows, cols, lanes = tile_shape(dtype.np)
-    dropped, products = {id(im2col)}, {}
+    columns = _column_offsets(im2col.inputs[0].type.shape, im2col.attrs)  # (of a channels-last buffer)
+    products, every = {}, True
     for reshape in readers[windows]:
         view = reshape.output(0)
-        if reshape.op is not RESHAPE or view.type.shape != matrix or view in outputs or not readers.get(view):
-            return None
-        dropped.add(id(reshape))
-        for product in readers[view]:
-            if product.op.kind != MATMUL or product.output(0) in outputs or len(product.inputs) != 2:
-                return None
-            left, right = product.inputs
-            if left == view and right != view and right.type.ndim == 2:
-                side, run = "left", math.gcd(rows, lanes)  # packed as A: transposed in blocks along K
-            elif right == view and left != view and left.type.ndim == 2:
-                side, run = "right", cols  # packed as B: NR columns at a time
-            else:
-                return None
-            shape = product.out_types[0].shape
+        if reshape.op is not RESHAPE or view.type.shape != matrix or view in outputs:
+            every = False
+            continue
+        for product in readers.get(view, []):
+            side = _side(product, view)
+            if (side is None or product.output(0) in outputs
+                    or not gemm.columns_in_runs(columns, dtype.np, OPERAND[side])):
+                every = False
+                continue
             depth = matrix[1] if side == "left" else matrix[0]
-            if len(shape) != 2 or channels % run or math.prod(shape) * depth < MIN_WORK:
-                return None
-            other = right if side == "left" else left
-            attrs = dict(im2col.attrs, side=side)
-            products[id(product)] = _ProductNode(product, (im2col.inputs[0], other), attrs)
-    return dropped, products
+            if math.prod(product.out_types[0].shape) * depth < MIN_WORK:
+                every = False
+                continue
+            other = product.inputs[1] if side == "left" else product.inputs[0]
+            products[id(product)] = _ProductNode(product, (im2col.inputs[0], other), dict(im2col.attrs, side=side))
+    if not products or not every:
+        return None  # (the windows are written out for another reader: products read them in place)
+    return {id(im2col)} | {id(reshape) for reshape in readers[windows]}, products
+
+
+def _side(product: Node, view: Value) -> str | None:
+    """Which operand of a 2-D matmul the window matrix `view` is ("left": A, "right": B),
+    or None (not a 2-D matmul, or the windows on both sides)."""
+    if product.op.kind != MATMUL or len(product.inputs) != 2 or len(product.out_types[0].shape) != 2:
+        return None
+    left, right = product.inputs
+    if left == view and right != view and right.type.ndim == 2:
+        return "left"
+    if right == view and left != view and left.type.ndim == 2:
+        return "right"
+    return None
+
+
+def _column_offsets(image_shape: tuple, attrs: dict, strides: tuple | None = None) -> np.ndarray:
+    """The window matrix's column offsets (per kh, kw, channel) in an image of `strides`
+    (elements; by default a C-ordered, channels-last buffer)."""
+    _, height, width, channels = image_shape
+    _, s_h, s_w, s_c = strides if strides is not None else (height * width * channels, width * channels, channels, 1)
+    (kernel_h, kernel_w), (dilation_h, dilation_w) = attrs["kernel"], attrs["dilation"]
+    return (np.arange(kernel_h)[:, None, None] * (dilation_h * s_h)
+            + np.arange(kernel_w)[None, :, None] * (dilation_w * s_w)
+            + np.arange(channels)[None, None, :] * s_c).ravel()
 
 
 class WindowProductStep(NumpyStep):
@@ -174,16 +197,12 @@ def _gathered(image: np.ndarray, attrs: dict, side: str) -> gemm.Gathered | None
     size = image.itemsize
     if image.dtype not in gemm.SUPPORTED_DTYPES or any(s % size or s < 0 for s in image.strides):
         return None
-    batch, height, width, channels = image.shape
+    batch, height, width, _ = image.shape
     s_b, s_h, s_w, s_c = (s // size for s in image.strides)
-    (kernel_h, kernel_w), (stride_h, stride_w), (dilation_h, dilation_w) = (
-        attrs["kernel"], attrs["stride"], attrs["dilation"])
+    stride_h, stride_w = attrs["stride"]
     out_h, out_w = (window_count(n, k, s, d) for n, k, s, d in
                     zip((height, width), attrs["kernel"], attrs["stride"], attrs["dilation"]))
     rows = (np.arange(batch)[:, None, None] * s_b + np.arange(out_h)[None, :, None] * (stride_h * s_h)
             + np.arange(out_w)[None, None, :] * (stride_w * s_w)).ravel()
-    columns = (np.arange(kernel_h)[:, None, None] * (dilation_h * s_h)
-               + np.arange(kernel_w)[None, :, None] * (dilation_w * s_w)
-               + np.arange(channels)[None, None, :] * s_c).ravel()
-    windows = gemm.Gathered(image, rows, columns)
-    return windows if gemm.gatherable(windows, "a" if side == "left" else "b") else None
+    windows = gemm.Gathered(image, rows, _column_offsets(image.shape, attrs, (s_b, s_h, s_w, s_c)))
+    return windows if gemm.gatherable(windows, OPERAND[side]) else None
