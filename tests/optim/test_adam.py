@@ -227,7 +227,7 @@ def test_updates_are_bitwise_those_of_pytorchs_in_place_operations(options, comp
         np.testing.assert_array_equal(optimizer.state[p]["exp_avg_sq"].numpy(), state["exp_avg_sq"].numpy())
 
 
-def test_a_followed_compiled_step_takes_each_parameters_update_whole(composite_jumps):
+def test_a_followed_compiled_step_takes_each_groups_update_whole(composite_jumps):
     tg.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
     optimizer = optim.AdamW(model.parameters(), lr=0.01)
@@ -245,7 +245,45 @@ def test_a_followed_compiled_step_takes_each_parameters_update_whole(composite_j
         compiled(tg.randn(5, 3))
         scheduler.step()
     assert compiled.cache_info().graphs <= 2  # (the state appears in the first call)
-    assert composite_jumps.count("_adam_values") >= 2 * 4  # two followed calls at least, four parameters
+    # One composite for the four parameters of the group, taken whole in two followed calls at least.
+    assert composite_jumps.count("_adam_group_values") >= 2 and "_adam_values" not in composite_jumps
+
+
+@pytest.mark.parametrize("options", [dict(), dict(amsgrad=True, weight_decay=0.1), dict(maximize=True)],
+                         ids=["plain", "amsgrad_decayed", "maximize"])
+@pytest.mark.parametrize("cls", [optim.Adam, optim.AdamW])
+def test_a_compiled_steps_group_update_equals_its_per_parameter_updates_to_the_bit(cls, options, monkeypatch):
+    def run(compiled: bool):
+        tg.manual_seed(0)
+        model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+        optimizer = cls([{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": 0.02}],
+                        lr=0.01, **options)
+
+        def train(x):
+            optimizer.zero_grad()
+            loss = model(x).square().sum()
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        step = tg.compile(train) if compiled else train
+        xs = [tg.tensor(np.random.default_rng(i).standard_normal((5, 3))) for i in range(4)]
+        losses = [float(step(x)) for x in xs]
+        return losses, [p.detach().numpy().copy() for p in model.parameters()], optimizer.state_dict()
+
+    grouped = run(True)
+    with monkeypatch.context() as patch:  # each parameter's update a composite of its own, as before
+        patch.setattr(cls, "_update_group", lambda self, params, group: [self._update(p, group) for p in params])
+        per_parameter = run(True)
+    eager = run(False)
+    assert grouped[0] == per_parameter[0]
+    np.testing.assert_allclose(grouped[0], eager[0], rtol=1e-12)
+    for got, want, eager_value in zip(grouped[1], per_parameter[1], eager[1]):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_allclose(got, eager_value, rtol=1e-12, atol=1e-14)
+    for key, entry in per_parameter[2]["state"].items():
+        for name, value in entry.items():
+            np.testing.assert_array_equal(np.asarray(grouped[2]["state"][key][name]), np.asarray(value))
 
 
 def test_an_eager_step_is_one_op_per_parameter(monkeypatch):

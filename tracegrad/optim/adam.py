@@ -17,7 +17,7 @@ from tracegrad.creation import zeros_like
 from tracegrad.functional._util import composite, scalar_tensor
 from tracegrad.grad_mode import MODE, no_grad
 from tracegrad.ops import adam as adam_op
-from tracegrad.optim.optimizer import Optimizer, ParamsT, state_number, write_new_values
+from tracegrad.optim.optimizer import Optimizer, ParamsT, state_number, write_new_values, write_values
 
 
 class Adam(Optimizer):
@@ -51,12 +51,33 @@ class Adam(Optimizer):
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         loss = self._evaluate_closure(closure)
         for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    self._update(p, group)
+            params = [p for p in group["params"] if p.grad is not None]
+            if MODE.tracer is not None and len(params) > 1:
+                self._update_group(params, group)  # (traced: one composite for the group)
+                continue
+            for p in params:
+                self._update(p, group)
         return loss
 
     def _update(self, p, group: dict[str, Any]) -> None:
+        tensors, targets = self._operands(p, group)
+        write_new_values(_adam_values, targets, *tensors, *_constants(group))
+
+    def _update_group(self, params: list, group: dict[str, Any]) -> None:
+        """The updates of `params` as one composite (`_adam_group_values`), then written
+        parameter by parameter: a compiled step following an earlier one takes the whole
+        group in one step (W7's AdamW, two groups of 28 parameters: 1.37 -> 0.96 ms)."""
+        operands = [self._operands(p, group) for p in params]
+        flat = [t for tensors, _ in operands for t in tensors if t is not None]
+        new = _adam_group_values(len(params), group["amsgrad"], operands[0][0][5] is not None,
+                                 *_constants(group), *flat)
+        per = len(new) // len(params)
+        for i, (tensors, targets) in enumerate(operands):
+            write_values(targets, new[i * per:(i + 1) * per], tensors)
+
+    def _operands(self, p, group: dict[str, Any]) -> tuple[tuple, tuple]:
+        """(the tensor operands of `_adam_values` for `p`, the tensors its update writes:
+        the parameter and its state), its state made and its step counted."""
         lr, (beta1, beta2), weight_decay = group["lr"], group["betas"], group["weight_decay"]
         state = self._state_of(p)
         if not state:
@@ -73,15 +94,21 @@ class Adam(Optimizer):
         dtype = p.dtype
         decay = scalar_tensor(1 - lr * weight_decay, dtype) if weight_decay != 0 and group["decoupled_weight_decay"] \
             else None
-        amsgrad = group["amsgrad"]
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-        max_exp_avg_sq = state["max_exp_avg_sq"] if amsgrad else None
-        targets = (p, exp_avg, exp_avg_sq) if not amsgrad else (p, exp_avg, exp_avg_sq, max_exp_avg_sq)
-        write_new_values(_adam_values, targets, p, p.grad, exp_avg, exp_avg_sq, max_exp_avg_sq, decay,
-                         scalar_tensor(-(lr / (1 - beta1 ** step)), dtype),
-                         scalar_tensor(math.sqrt(1 - beta2 ** step), dtype),
-                         beta1, beta2, group["eps"], 0.0 if group["decoupled_weight_decay"] else weight_decay,
-                         group["maximize"])
+        max_exp_avg_sq = state["max_exp_avg_sq"] if group["amsgrad"] else None
+        targets = (p, exp_avg, exp_avg_sq) if max_exp_avg_sq is None else (p, exp_avg, exp_avg_sq, max_exp_avg_sq)
+        tensors = (p, p.grad, exp_avg, exp_avg_sq, max_exp_avg_sq, decay,
+                   scalar_tensor(-(lr / (1 - beta1 ** step)), dtype),
+                   scalar_tensor(math.sqrt(1 - beta2 ** step), dtype))
+        return tensors, targets
+
+
+def _constants(group: dict[str, Any]) -> tuple:
+    """`_adam_values`' constant arguments for a group: beta1, beta2, eps, the (L2) weight
+    decay and maximize."""
+    beta1, beta2 = group["betas"]
+    weight_decay = 0.0 if group["decoupled_weight_decay"] else group["weight_decay"]
+    return beta1, beta2, group["eps"], weight_decay, group["maximize"]
 
 
 @composite
@@ -113,6 +140,23 @@ def _adam_values(p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, decay, neg_step_s
     denom = second_moment.sqrt().div(bias_correction2_sqrt).add(eps)
     p = p + (exp_avg / denom) * neg_step_size
     return (p, exp_avg, exp_avg_sq) if max_exp_avg_sq is None else (p, exp_avg, exp_avg_sq, max_exp_avg_sq)
+
+
+@composite
+def _adam_group_values(count: int, amsgrad: bool, decayed: bool, beta1: float, beta2: float, eps: float,
+                       weight_decay: float, maximize: bool, *tensors) -> tuple:
+    """`_adam_values` of `count` parameters in turn, each one's new values after the
+    previous one's: `tensors` holds each parameter's tensor operands in turn (those that
+    are not None: the AMSGrad maximum with `amsgrad`, the decay factor when `decayed`)."""
+    per = 6 + amsgrad + decayed
+    results: list = []
+    for i in range(count):
+        p, grad, exp_avg, exp_avg_sq, *rest = tensors[i * per:(i + 1) * per]
+        max_exp_avg_sq = rest.pop(0) if amsgrad else None
+        decay = rest.pop(0) if decayed else None
+        results += _adam_values.__wrapped__(p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, decay, *rest,
+                                            beta1, beta2, eps, weight_decay, maximize)
+    return tuple(results)
 
 
 class AdamW(Adam):

@@ -162,7 +162,12 @@ def write_new_values(values: Callable[..., tuple], targets: tuple, *args: Any) -
     copied (a compiled step fuses those copies into its kernels' stores)."""
     if update_in_place(values, args, targets):
         return
-    new = values(*args)
+    write_values(targets, values(*args), args)
+
+
+def write_values(targets: tuple, new: tuple, args) -> None:
+    """Write the new values `new` over `targets` (`write_new_values`); `args`: what they
+    were computed from."""
     for target, value in zip(targets, new):
         if (value.__class__ is Tensor and value._type == target._type and value._base is None
                 and not any(value is arg for arg in args) and sum(value is other for other in new) == 1):
