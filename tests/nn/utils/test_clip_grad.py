@@ -182,3 +182,18 @@ def test_the_norms_op_names_itself_and_the_types_on_bad_input():
     from tracegrad.ops import grad_norms
     with pytest.raises(RuntimeError, match="vector_norms: expected one or more float32 or float64 tensors"):
         grad_norms.vector_norms([tg.zeros(2), tg.zeros(2, dtype=tg.float64)])
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1, math.inf])
+def test_a_followed_compiled_clipping_takes_the_norms_and_the_scaling_in_one_step_each(norm_type, composite_jumps):
+    def step(params):
+        return nn.utils.clip_grad_norm_(params, max_norm=0.5, norm_type=norm_type)
+
+    compiled = tg.compile(step)
+    for seed in range(3):
+        eager_params, compiled_params = _grads_of(SHAPES, seed=seed), _grads_of(SHAPES, seed=seed)
+        np.testing.assert_allclose(compiled(compiled_params).numpy(), step(eager_params).numpy(), rtol=1e-6)
+        for got, want in zip(compiled_params, eager_params):
+            # (each gradient times the coefficient, as its mul_ would make it)
+            np.testing.assert_allclose(got.grad.numpy(), want.grad.numpy(), rtol=1e-6, atol=1e-7)
+    assert composite_jumps.count("_total_norm") >= 1 and composite_jumps.count("_scaled") >= 1

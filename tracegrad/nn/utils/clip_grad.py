@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from tracegrad import functional as F
 from tracegrad.creation import tensor
+from tracegrad.functional._util import composite
 from tracegrad.grad_mode import MODE, no_grad
 from tracegrad.ops import grad_norms
 from tracegrad.tensor import Tensor
@@ -55,9 +56,9 @@ def get_total_norm(tensors: TensorOrTensors, norm_type: float = 2.0, error_if_no
             and all(t._type.dtype is tensors[0]._type.dtype for t in tensors)
             and tensors[0]._type.dtype in grad_norms.DTYPES):
         norms = grad_norms.vector_norms(tensors)  # (eager: one op for all of them)
+        total = _vector_norm(norms, norm_type)
     else:
-        norms = F.stack([_vector_norm(t, norm_type) for t in tensors])
-    total = _vector_norm(norms, norm_type)
+        total = _total_norm(norm_type, *tensors)
     if error_if_nonfinite and bool((total.isnan() | total.isinf()).item()):
         raise RuntimeError(
             f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so it "
@@ -77,9 +78,28 @@ def clip_grad_norm_(parameters: TensorOrTensors, max_norm: float, norm_type: flo
     if not grads:
         return total
     clip_coef = (float(max_norm) / (total + 1e-6)).clamp(max=1.0)
+    if MODE.tracer is not None and len(grads) > 1:
+        # Traced: the scaled gradients as one composite, then written over the gradients
+        # (the values of `mul_`'s): a compiled step following an earlier one takes them in
+        # one step instead of following a product and a write per gradient.
+        for grad, scaled in zip(grads, _scaled(clip_coef, *grads)):
+            grad._assign_new_value(scaled)
+        return total
     for grad in grads:
         grad.mul_(clip_coef.to(grad.dtype))
     return total
+
+
+@composite
+def _total_norm(norm_type: float, *tensors: Tensor) -> Tensor:
+    """The norm of the norms of `tensors` (a composite: followed in one step)."""
+    return _vector_norm(F.stack([_vector_norm(t, norm_type) for t in tensors]), norm_type)
+
+
+@composite
+def _scaled(coef: Tensor, *tensors: Tensor) -> tuple:
+    """Each of `tensors` times `coef` (in its dtype)."""
+    return tuple(t * coef.to(t.dtype) for t in tensors)
 
 
 @no_grad()
