@@ -49,7 +49,8 @@ def test_state_dict_numbers_parameters_across_groups():
     assert [g["params"] for g in groups] == [[0, 1], [2]]
     assert [g["lr"] for g in groups] == [0.1, 0.5]
     assert groups[0] == {"lr": 0.1, "momentum": 0.9, "dampening": 0.0, "weight_decay": 0.0,
-                         "nesterov": False, "maximize": False, "params": [0, 1]}
+                         "nesterov": False, "maximize": False, "foreach": None, "differentiable": False,
+                         "fused": None, "params": [0, 1]}
 
 
 def test_state_dict_keys_state_by_parameter_index():

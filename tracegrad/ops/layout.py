@@ -69,7 +69,10 @@ def overlaps_itself(array: np.ndarray) -> bool:
     refused; a view of it that repeats no element (a row of an expanded matrix) is not."""
     if not array.flags.writeable:
         return True
-    for n, stride in zip(array.shape, array.strides):
+    strides = array.strides
+    if 0 not in strides:  # (the common case, without a loop: every in-place write asks)
+        return False
+    for n, stride in zip(array.shape, strides):
         if n > 1 and not stride:
             return True
     return False

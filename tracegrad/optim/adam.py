@@ -17,7 +17,8 @@ from tracegrad.creation import zeros_like
 from tracegrad.functional._util import composite, scalar_tensor
 from tracegrad.grad_mode import MODE, no_grad
 from tracegrad.ops import adam as adam_op
-from tracegrad.optim.optimizer import Optimizer, ParamsT, state_number, write_new_values, write_values
+from tracegrad.optim.optimizer import (Optimizer, ParamsT, implementation_options, state_number, write_new_values,
+                                      write_values)
 
 
 class Adam(Optimizer):
@@ -33,7 +34,8 @@ class Adam(Optimizer):
 
     def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: bool = False, *,
-                 maximize: bool = False, decoupled_weight_decay: bool = False):
+                 foreach: bool | None = None, maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False, fused: bool | None = None, decoupled_weight_decay: bool = False):
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         if eps < 0.0:
@@ -45,7 +47,10 @@ class Adam(Optimizer):
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                       amsgrad=amsgrad, maximize=maximize,
-                                      decoupled_weight_decay=decoupled_weight_decay))
+                                      decoupled_weight_decay=decoupled_weight_decay,
+                                      **implementation_options(type(self).__name__, foreach=foreach,
+                                                               capturable=capturable,
+                                                               differentiable=differentiable, fused=fused)))
 
     @no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -165,6 +170,8 @@ class AdamW(Adam):
 
     def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,
-                 maximize: bool = False):
+                 maximize: bool = False, foreach: bool | None = None, capturable: bool = False,
+                 differentiable: bool = False, fused: bool | None = None):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
-                         maximize=maximize, decoupled_weight_decay=True)
+                         maximize=maximize, foreach=foreach, capturable=capturable, differentiable=differentiable,
+                         fused=fused, decoupled_weight_decay=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 from tracegrad import functional as F
 from tracegrad.creation import zeros_like
-from tracegrad.optim.optimizer import Optimizer, ParamsT, PerParameterOptimizer, state_number
+from tracegrad.optim.optimizer import Optimizer, ParamsT, PerParameterOptimizer, implementation_options, state_number
 
 
 def _check_adam_options(lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> None:
@@ -64,10 +64,13 @@ class Adamax(PerParameterOptimizer):
     """
 
     def __init__(self, params: ParamsT, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0, *, maximize: bool = False):
+                 eps: float = 1e-8, weight_decay: float = 0.0, *, maximize: bool = False,
+                 foreach: bool | None = None, capturable: bool = False, differentiable: bool = False):
         _check_adam_options(lr, betas, eps, weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      maximize=maximize))
+                                      maximize=maximize,
+                                      **implementation_options("Adamax", foreach=foreach, capturable=capturable,
+                                                               differentiable=differentiable)))
 
     def _update(self, p, grad, group: dict[str, Any]) -> None:
         beta1, beta2 = group["betas"]
@@ -90,13 +93,16 @@ class NAdam(PerParameterOptimizer):
 
     def __init__(self, params: ParamsT, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, momentum_decay: float = 4e-3,
-                 decoupled_weight_decay: bool = False, *, maximize: bool = False):
+                 decoupled_weight_decay: bool = False, *, maximize: bool = False,
+                 foreach: bool | None = None, capturable: bool = False, differentiable: bool = False):
         _check_adam_options(lr, betas, eps, weight_decay)
         if not 0.0 <= momentum_decay:
             raise ValueError(f"Invalid momentum_decay value: {momentum_decay}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                       momentum_decay=momentum_decay,
-                                      decoupled_weight_decay=decoupled_weight_decay, maximize=maximize))
+                                      decoupled_weight_decay=decoupled_weight_decay, maximize=maximize,
+                                      **implementation_options("NAdam", foreach=foreach, capturable=capturable,
+                                                               differentiable=differentiable)))
 
     def _update(self, p, grad, group: dict[str, Any]) -> None:
         (beta1, beta2), lr, momentum_decay = group["betas"], group["lr"], group["momentum_decay"]
@@ -127,10 +133,13 @@ class RAdam(PerParameterOptimizer):
 
     def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, decoupled_weight_decay: bool = False, *,
-                 maximize: bool = False):
+                 maximize: bool = False,
+                 foreach: bool | None = None, capturable: bool = False, differentiable: bool = False):
         _check_adam_options(lr, betas, eps, weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      decoupled_weight_decay=decoupled_weight_decay, maximize=maximize))
+                                      decoupled_weight_decay=decoupled_weight_decay, maximize=maximize,
+                                      **implementation_options("RAdam", foreach=foreach, capturable=capturable,
+                                                               differentiable=differentiable)))
 
     def _update(self, p, grad, group: dict[str, Any]) -> None:
         (beta1, beta2), lr = group["betas"], group["lr"]

@@ -2,6 +2,9 @@
 `load_state_dict` (PyTorch's structure). The update rules live in `sgd.py`, `adam.py`,
 `adam_variants.py`, `rmsprop.py` and `lbfgs.py`.
 
+PyTorch's keywords that choose how an update runs (`foreach`, `fused`, `capturable`) are
+accepted and kept in each group as PyTorch keeps them (`implementation_options`).
+
 Update rules read hyperparameters as Python floats and pass them to tensor ops as operands
 (`p.add_(d_p, alpha=-lr)`), never as op attributes: inside `tg.compile` a Python scalar
 operand becomes a 0-d runtime input, so a learning rate schedule does not recompile.
@@ -153,6 +156,21 @@ class PerParameterOptimizer(Optimizer):
 
     def _update(self, p, grad, group: dict[str, Any]) -> None:
         raise NotImplementedError
+
+
+def implementation_options(name: str, **options: Any) -> dict[str, Any]:
+    """PyTorch's keywords that choose how an optimizer's update runs, not what it computes
+    (`foreach`, `fused`, `capturable`, as `name`'s constructor takes them), as the entries
+    PyTorch keeps in each parameter group. tracegrad has one implementation for all of them
+    (fused where that pays: `write_new_values`), so they change nothing else;
+    `differentiable=True` (autograd through the update) is refused, as are `fused` and
+    `foreach` both True (PyTorch's error)."""
+    if options.get("differentiable"):
+        raise NotImplementedError(f"{name}: differentiable=True (a step that autograd differentiates through) is "
+                                  "not supported; tracegrad's optimizer steps run under no_grad")
+    if options.get("fused") and options.get("foreach"):
+        raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+    return options
 
 
 def write_new_values(values: Callable[..., tuple], targets: tuple, *args: Any) -> None:

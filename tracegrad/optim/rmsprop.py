@@ -12,7 +12,8 @@ from typing import Any
 
 from tracegrad.creation import full_like, zeros_like
 from tracegrad.functional._util import composite, scalar_tensor
-from tracegrad.optim.optimizer import ParamsT, PerParameterOptimizer, state_number, write_new_values
+from tracegrad.optim.optimizer import (ParamsT, PerParameterOptimizer, implementation_options, state_number,
+                                      write_new_values)
 
 
 def _check_non_negative(**values: float) -> None:
@@ -36,12 +37,15 @@ class RMSprop(PerParameterOptimizer):
 
     def __init__(self, params: ParamsT, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
                  weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, *,
-                 maximize: bool = False):
+                 maximize: bool = False,
+                 foreach: bool | None = None, capturable: bool = False, differentiable: bool = False):
         _check_non_negative(lr=lr, eps=eps, momentum=momentum, weight_decay=weight_decay)
         if not 0.0 <= alpha:
             raise ValueError(f"Invalid alpha value: {alpha}")
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
-                                      momentum=momentum, centered=centered, maximize=maximize))
+                                      momentum=momentum, centered=centered, maximize=maximize,
+                                      **implementation_options("RMSprop", foreach=foreach, capturable=capturable,
+                                                               differentiable=differentiable)))
 
     def _update(self, p, grad, group: dict[str, Any]) -> None:
         alpha, momentum = group["alpha"], group["momentum"]
@@ -93,12 +97,15 @@ class Adagrad(PerParameterOptimizer):
     As PyTorch, the state (`step`, `sum`) exists from construction on."""
 
     def __init__(self, params: ParamsT, lr: float = 1e-2, lr_decay: float = 0.0, weight_decay: float = 0.0,
-                 initial_accumulator_value: float = 0.0, eps: float = 1e-10, *, maximize: bool = False):
+                 initial_accumulator_value: float = 0.0, eps: float = 1e-10, *, maximize: bool = False,
+                 foreach: bool | None = None, differentiable: bool = False, fused: bool | None = None):
         _check_non_negative(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                             initial_accumulator_value=initial_accumulator_value, eps=eps)
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
                                       initial_accumulator_value=initial_accumulator_value,
-                                      maximize=maximize))
+                                      maximize=maximize,
+                                      **implementation_options("Adagrad", foreach=foreach,
+                                                               differentiable=differentiable, fused=fused)))
         for group in self.param_groups:
             for p in group["params"]:
                 self.state[p] = {"step": 0,
@@ -134,11 +141,14 @@ class Adadelta(PerParameterOptimizer):
     """
 
     def __init__(self, params: ParamsT, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
-                 weight_decay: float = 0.0, *, maximize: bool = False):
+                 weight_decay: float = 0.0, *, maximize: bool = False,
+                 foreach: bool | None = None, capturable: bool = False, differentiable: bool = False):
         _check_non_negative(lr=lr, eps=eps, weight_decay=weight_decay)
         if not 0.0 <= rho <= 1.0:
             raise ValueError(f"Invalid rho value: {rho}")
-        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize))
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize,
+                                      **implementation_options("Adadelta", foreach=foreach, capturable=capturable,
+                                                               differentiable=differentiable)))
 
     def _update(self, p, grad, group: dict[str, Any]) -> None:
         rho, eps = group["rho"], group["eps"]

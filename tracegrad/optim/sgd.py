@@ -8,7 +8,7 @@ from typing import Any
 
 from tracegrad.functional._util import composite, scalar_tensor
 from tracegrad.grad_mode import no_grad
-from tracegrad.optim.optimizer import Optimizer, ParamsT, write_new_values
+from tracegrad.optim.optimizer import Optimizer, ParamsT, implementation_options, write_new_values
 
 
 class SGD(Optimizer):
@@ -21,7 +21,8 @@ class SGD(Optimizer):
     """
 
     def __init__(self, params: ParamsT, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False):
+                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False,
+                 foreach: bool | None = None, differentiable: bool = False, fused: bool | None = None):
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         if momentum < 0.0:
@@ -31,7 +32,9 @@ class SGD(Optimizer):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
-                                      weight_decay=weight_decay, nesterov=nesterov, maximize=maximize))
+                                      weight_decay=weight_decay, nesterov=nesterov, maximize=maximize,
+                                      **implementation_options("SGD", foreach=foreach, differentiable=differentiable,
+                                                               fused=fused)))
 
     @no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
