@@ -9,6 +9,7 @@ import pytest
 import tracegrad as tg
 import tracegrad.nn.functional as F
 from tracegrad import nn, optim
+from tracegrad.functional._util import composite
 from tracegrad.optim.lr_scheduler import CosineAnnealingLR, StepLR
 
 OPTIMIZERS = {
@@ -194,3 +195,96 @@ def test_written_new_values_are_the_tensors_own_eager_and_compiled(values):
             np.testing.assert_array_equal(result.detach().numpy(), wanted)
             np.testing.assert_array_equal(tensor.detach().numpy(), wanted)
             np.testing.assert_array_equal(tensor.grad.numpy(), np.full((2, 3), grad))
+
+
+# The optimizers whose updates are composites (`write_new_values`); Adamax, NAdam and RAdam
+# update in place op by op.
+GROUPED = {
+    "sgd_momentum": (lambda params: optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-3), "_sgd_values"),
+    "adamw": (lambda params: optim.AdamW(params, lr=0.01), "_adam_values"),
+    "rmsprop_centered": (lambda params: optim.RMSprop(params, lr=0.01, momentum=0.5, centered=True), None),
+    "adagrad": (lambda params: optim.Adagrad(params, lr=0.1), None),
+    "adadelta": (lambda params: optim.Adadelta(params, lr=1.0), None),
+}
+
+
+def _compiled_run(make, steps=4):
+    model = _mlp().double()
+    optimizer = make(model.parameters())
+    compiled = tg.compile(_train_step(model, optimizer))
+    losses = [float(compiled(x.double(), y)) for x, y in (_data(seed) for seed in range(steps))]
+    return losses, [p.detach().numpy().copy() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("name", GROUPED)
+def test_a_traced_step_runs_its_parameters_updates_as_one_composite_with_the_same_bits(name, composite_jumps,
+                                                                                      monkeypatch):
+    from tracegrad.optim import optimizer as optimizer_module
+    make, function = GROUPED[name]
+    losses, params = _compiled_run(make)
+    jumps = list(composite_jumps)
+    monkeypatch.setattr(optimizer_module, "GROUP_UPDATES", False)  # a composite per parameter
+    per_parameter = _compiled_run(make)
+    assert losses == per_parameter[0]
+    for got, want in zip(params, per_parameter[1]):
+        np.testing.assert_array_equal(got, want)
+    grouped = [n for n in jumps if n.endswith("_group")]
+    assert grouped and (function is None or f"{function}_group" in grouped)
+
+
+class _SharedStateSGD(optim.optimizer.PerParameterOptimizer):
+    """Every parameter's update reads and writes one tensor shared by all (a running sum):
+    each update must see the one before it."""
+
+    def __init__(self, params):
+        super().__init__(params, {"lr": 0.1, "maximize": False})
+        self.total = tg.zeros(())
+
+    def _update(self, p, grad, group):
+        optim.optimizer.write_new_values(_shared_values, (p, self.total), p, grad, self.total)
+
+
+@composite
+def _shared_values(p, grad, total):
+    step = grad * (0.1 + total)
+    return p - step, total + step.sum()
+
+
+def test_an_update_reading_what_an_earlier_one_writes_sees_it_written(monkeypatch):
+    from tracegrad.optim import optimizer as optimizer_module
+
+    def run(compiled: bool, grouped: bool = True):
+        monkeypatch.setattr(optimizer_module, "GROUP_UPDATES", grouped)
+        model = _mlp().double()
+        optimizer = _SharedStateSGD(model.parameters())
+        step = _train_step(model, optimizer)
+        step = tg.compile(step) if compiled else step
+        for seed in range(3):
+            x, y = _data(seed)
+            step(x.double(), y)
+        return [p.detach().numpy().copy() for p in model.parameters()] + [optimizer.total.numpy().copy()]
+
+    eager, grouped, ungrouped = run(False), run(True), run(True, grouped=False)
+    for a, b, c in zip(eager, grouped, ungrouped):
+        np.testing.assert_array_equal(b, c)
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
+
+
+def test_the_composite_at_which_a_followed_call_diverges_is_taken_whole_by_the_calls_after(composite_jumps,
+                                                                                            monkeypatch):
+    # The first momentum step has no buffer (an in-place add): the second call follows the
+    # first until the first parameter's update, diverges inside that composite and records
+    # it with the numbers the replay made before; from the third call on, every parameter's
+    # update is taken whole, the first one's included.
+    from tracegrad.optim import optimizer as optimizer_module
+    monkeypatch.setattr(optimizer_module, "GROUP_UPDATES", False)
+    model = _mlp().double()
+    optimizer = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    compiled = tg.compile(_train_step(model, optimizer))
+    for seed in range(2):
+        x, y = _data(seed)
+        compiled(x.double(), y)
+    composite_jumps.clear()
+    x, y = _data(2)
+    compiled(x.double(), y)
+    assert composite_jumps.count("_sgd_values") == len(list(model.parameters()))

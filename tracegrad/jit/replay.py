@@ -440,12 +440,22 @@ class Replay:
             # (Nonzero: 0.0 == -0.0. Same class: 1 == 1.0, and an int may have meant another dtype.)
             if (kept is not None and value and kept[0] == value and kept[0].__class__ is value.__class__
                     and kept[1]._type.dtype is dtype):
-                return kept[1]
+                return self._made(kept[1], value, dtype)
             t = make(value, dtype)
             t._data.flags.writeable = False
             self.recording.scalars[n] = (value, t)
-            return t
-        return make(value, dtype)
+            return self._made(t, value, dtype)
+        return self._made(make(value, dtype), value, dtype)
+
+    def _made(self, t, value, dtype):
+        """`t`, noted as the tensor of a number in the trace's own record of them
+        (`Tracer.scalar_tensor`): a composite call inside which this call diverges is then
+        recorded with it as a number it read, as in a full trace (`jit.composite.record`)."""
+        tracer = self.tracer
+        made = tracer.scalars if tracer is not None else None
+        if made is not None:
+            made[id(t)] = (t, value, dtype)
+        return t
 
     def process_primitive(self, prim, inputs: tuple, attrs: dict):
         """The following trace's `process_primitive` (`CompileTrace` makes it so while it

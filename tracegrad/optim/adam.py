@@ -17,8 +17,8 @@ from tracegrad.creation import zeros_like
 from tracegrad.functional._util import composite, scalar_tensor
 from tracegrad.grad_mode import MODE, no_grad
 from tracegrad.ops import adam as adam_op
-from tracegrad.optim.optimizer import (Optimizer, ParamsT, implementation_options, state_number, write_new_values,
-                                      write_values)
+from tracegrad.optim.optimizer import (Optimizer, ParamsT, grouped_updates, implementation_options, state_number,
+                                      write_new_values)
 
 
 class Adam(Optimizer):
@@ -55,30 +55,16 @@ class Adam(Optimizer):
     @no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         loss = self._evaluate_closure(closure)
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if MODE.tracer is not None and len(params) > 1:
-                self._update_group(params, group)  # (traced: one composite for the group)
-                continue
-            for p in params:
-                self._update(p, group)
+        with grouped_updates():  # (traced: the parameters' updates as one composite)
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        self._update(p, group)
         return loss
 
     def _update(self, p, group: dict[str, Any]) -> None:
         tensors, targets = self._operands(p, group)
         write_new_values(_adam_values, targets, *tensors, *_constants(group))
-
-    def _update_group(self, params: list, group: dict[str, Any]) -> None:
-        """The updates of `params` as one composite (`_adam_group_values`), then written
-        parameter by parameter: a compiled step following an earlier one takes the whole
-        group in one step (W7's AdamW, two groups of 28 parameters: 1.37 -> 0.96 ms)."""
-        operands = [self._operands(p, group) for p in params]
-        flat = [t for tensors, _ in operands for t in tensors if t is not None]
-        new = _adam_group_values(len(params), group["amsgrad"], operands[0][0][5] is not None,
-                                 *_constants(group), *flat)
-        per = len(new) // len(params)
-        for i, (tensors, targets) in enumerate(operands):
-            write_values(targets, new[i * per:(i + 1) * per], tensors)
 
     def _operands(self, p, group: dict[str, Any]) -> tuple[tuple, tuple]:
         """(the tensor operands of `_adam_values` for `p`, the tensors its update writes:
@@ -145,23 +131,6 @@ def _adam_values(p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, decay, neg_step_s
     denom = second_moment.sqrt().div(bias_correction2_sqrt).add(eps)
     p = p + (exp_avg / denom) * neg_step_size
     return (p, exp_avg, exp_avg_sq) if max_exp_avg_sq is None else (p, exp_avg, exp_avg_sq, max_exp_avg_sq)
-
-
-@composite
-def _adam_group_values(count: int, amsgrad: bool, decayed: bool, beta1: float, beta2: float, eps: float,
-                       weight_decay: float, maximize: bool, *tensors) -> tuple:
-    """`_adam_values` of `count` parameters in turn, each one's new values after the
-    previous one's: `tensors` holds each parameter's tensor operands in turn (those that
-    are not None: the AMSGrad maximum with `amsgrad`, the decay factor when `decayed`)."""
-    per = 6 + amsgrad + decayed
-    results: list = []
-    for i in range(count):
-        p, grad, exp_avg, exp_avg_sq, *rest = tensors[i * per:(i + 1) * per]
-        max_exp_avg_sq = rest.pop(0) if amsgrad else None
-        decay = rest.pop(0) if decayed else None
-        results += _adam_values.__wrapped__(p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, decay, *rest,
-                                            beta1, beta2, eps, weight_decay, maximize)
-    return tuple(results)
 
 
 class AdamW(Adam):

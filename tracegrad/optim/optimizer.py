@@ -13,10 +13,13 @@ operand becomes a 0-d runtime input, so a learning rate schedule does not recomp
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from itertools import chain
 from typing import Any
 
+from tracegrad.functional._util import composite
 from tracegrad.functional.fused_update import update_in_place
 from tracegrad.grad_mode import MODE, enable_grad, no_grad
 from tracegrad.tensor import Tensor
@@ -148,10 +151,11 @@ class PerParameterOptimizer(Optimizer):
     @no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         loss = self._evaluate_closure(closure)
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    self._update(p, -p.grad if group["maximize"] else p.grad, group)
+        with grouped_updates():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        self._update(p, -p.grad if group["maximize"] else p.grad, group)
         return loss
 
     def _update(self, p, grad, group: dict[str, Any]) -> None:
@@ -177,10 +181,125 @@ def write_new_values(values: Callable[..., tuple], targets: tuple, *args: Any) -
     """Write `values(*args)`, new values of `targets` (tensors among `args`: a parameter
     and its state), over those tensors. On large eager tensors one fused program stores
     them in place (`functional/fused_update.py`); otherwise they are computed op by op and
-    copied (a compiled step fuses those copies into its kernels' stores)."""
+    copied (a compiled step fuses those copies into its kernels' stores). Inside
+    `grouped_updates` in a trace, the call waits for the block's end, to run in a group."""
+    calls = _GROUPING.calls
+    if calls is not None and MODE.tracer is not None:
+        written = _GROUPING.written
+        if written and not written.isdisjoint(map(id, args)):  # (only tensors' ids are in it)
+            _run_calls(calls)  # (it reads what an earlier update writes: those are written first)
+            calls.clear()
+            _GROUPING.written.clear()
+        calls.append((values, targets, args))
+        _GROUPING.written.update(id(target) for target in targets)
+        return
     if update_in_place(values, args, targets):
         return
     write_values(targets, values(*args), args)
+
+
+# Whether a traced optimizer step runs its parameters' updates as one composite per update
+# function (`grouped_updates`): a followed compiled call then takes each in one step.
+GROUP_UPDATES = True
+
+
+class _Grouping(threading.local):
+    def __init__(self):
+        self.calls: list | None = None  # the `write_new_values` calls of the open block
+        self.written: set[int] = set()  # ids of the tensors they write
+
+
+_GROUPING = _Grouping()
+
+
+@contextmanager
+def grouped_updates():
+    """In a trace, collect the block's `write_new_values` calls and run them at its end, one
+    composite per run of calls of one update function (`_grouped`), the new values then
+    written tensor by tensor: a compiled step following an earlier one takes a whole group
+    of parameters' updates in one step instead of one composite per parameter (W7's AdamW,
+    28 parameters in two groups: 1.37 -> 0.8 ms). A call that reads a tensor an earlier
+    collected call writes runs after those are written. Outside a trace: nothing."""
+    if MODE.tracer is None or _GROUPING.calls is not None or not GROUP_UPDATES:
+        yield
+        return
+    calls = _GROUPING.calls = []
+    try:
+        yield
+        _run_calls(calls)
+    finally:
+        _GROUPING.calls = None
+        _GROUPING.written.clear()
+
+
+_TENSOR = ("tensor",)  # a tensor argument's place in a call's pattern (a constant: ("constant", value))
+
+
+def _run_calls(calls: list) -> None:
+    """Run collected `write_new_values` calls: each run of calls of one update function
+    whose constant arguments are the same objects in the same places (a group's
+    hyperparameters) as one grouped composite (`_grouped`), then their new values written
+    in order."""
+    start = 0
+    while start < len(calls):
+        values, _, first = calls[start]
+        end = start + 1
+        while end < len(calls) and calls[end][0] is values and _alike(calls[end][2], first):
+            end += 1
+        if end - start == 1:
+            _, targets, args = calls[start]
+            write_values(targets, values(*args), args)
+        else:
+            run = calls[start:end]
+            pattern = tuple(_TENSOR if isinstance(arg, Tensor) else ("constant", arg) for arg in first)
+            tensors = [arg for _, _, args in run for arg in args if isinstance(arg, Tensor)]
+            new = _grouped(values)(end - start, pattern, *tensors)
+            position = 0
+            for _, targets, args in run:
+                write_values(targets, new[position:position + len(targets)], args)
+                position += len(targets)
+        start = end
+
+
+def _alike(args: tuple, first: tuple) -> bool:
+    """Whether an update call's arguments are `first`'s but for its tensors: each constant
+    the same object (so the same value to the bit), each tensor in a tensor's place."""
+    if len(args) != len(first):
+        return False
+    for arg, other in zip(args, first):
+        if arg is not other and not (isinstance(arg, Tensor) and isinstance(other, Tensor)):
+            return False
+    return True
+
+
+_GROUPED: dict = {}  # update function -> its grouped composite (one identity per function)
+
+
+def _grouped(values: Callable[..., tuple]) -> Callable[..., tuple]:
+    """The composite running `values` (a composite's body) `count` times, each call's
+    arguments laid out by `pattern` (`_TENSOR` where the next of `tensors` goes, else the
+    constant); the results in turn."""
+    grouped = _GROUPED.get(values)
+    if grouped is None:
+        body = getattr(values, "__wrapped__", values)
+
+        def run(count: int, pattern: tuple, *tensors: Tensor) -> tuple:
+            results: list = []
+            position = 0
+            for _ in range(count):
+                args = []
+                for entry in pattern:
+                    if entry is _TENSOR:
+                        args.append(tensors[position])
+                        position += 1
+                    else:
+                        args.append(entry[1])
+                results += body(*args)
+            return tuple(results)
+
+        run.__name__ = run.__qualname__ = f"{body.__name__}_group"
+        grouped = _GROUPED.setdefault(values, composite(run))
+    return grouped
 
 
 def write_values(targets: tuple, new: tuple, args) -> None:

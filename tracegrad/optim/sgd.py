@@ -8,7 +8,7 @@ from typing import Any
 
 from tracegrad.functional._util import composite, scalar_tensor
 from tracegrad.grad_mode import no_grad
-from tracegrad.optim.optimizer import Optimizer, ParamsT, implementation_options, write_new_values
+from tracegrad.optim.optimizer import Optimizer, ParamsT, grouped_updates, implementation_options, write_new_values
 
 
 class SGD(Optimizer):
@@ -39,27 +39,31 @@ class SGD(Optimizer):
     @no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         loss = self._evaluate_closure(closure)
-        for group in self.param_groups:
-            lr, momentum, weight_decay = group["lr"], group["momentum"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                d_p = -p.grad if group["maximize"] else p.grad
-                buf = None
-                if momentum != 0:
-                    state = self._state_of(p)
-                    buf = state.get("momentum_buffer")
-                    if buf is None:  # the first step: the buffer starts as the gradient
-                        if weight_decay != 0:
-                            d_p = d_p.add(p, alpha=weight_decay)
-                        buf = state["momentum_buffer"] = d_p.clone()
-                        d_p = d_p.add(buf, alpha=momentum) if group["nesterov"] else buf
-                        p.add_(d_p, alpha=-lr)
-                        continue
-                targets = (p,) if buf is None else (p, buf)
-                write_new_values(_sgd_values, targets, p, d_p, buf, scalar_tensor(-lr, p.dtype), momentum,
-                                 group["dampening"], group["nesterov"], weight_decay)
+        with grouped_updates():  # (traced: the parameters' updates as one composite)
+            for group in self.param_groups:
+                self._update_group(group)
         return loss
+
+    def _update_group(self, group: dict[str, Any]) -> None:
+        lr, momentum, weight_decay = group["lr"], group["momentum"], group["weight_decay"]
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            d_p = -p.grad if group["maximize"] else p.grad
+            buf = None
+            if momentum != 0:
+                state = self._state_of(p)
+                buf = state.get("momentum_buffer")
+                if buf is None:  # the first step: the buffer starts as the gradient
+                    if weight_decay != 0:
+                        d_p = d_p.add(p, alpha=weight_decay)
+                    buf = state["momentum_buffer"] = d_p.clone()
+                    d_p = d_p.add(buf, alpha=momentum) if group["nesterov"] else buf
+                    p.add_(d_p, alpha=-lr)
+                    continue
+            targets = (p,) if buf is None else (p, buf)
+            write_new_values(_sgd_values, targets, p, d_p, buf, scalar_tensor(-lr, p.dtype), momentum,
+                             group["dampening"], group["nesterov"], weight_decay)
 
 
 @composite
