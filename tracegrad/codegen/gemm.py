@@ -812,7 +812,7 @@ def matmul_gathered(a, b, out: np.ndarray | None = None, threads: int | None = N
     if k == 0:
         out[...] = 0
         return out
-    operands, tables, layouts, k_steps = [], [], [], []
+    operands, tables, layouts, kept = [], [], [], []
     for operand in (a, b):
         if isinstance(operand, Gathered):
             operands += [data_address(operand.source), 0]
@@ -826,7 +826,7 @@ def matmul_gathered(a, b, out: np.ndarray | None = None, threads: int | None = N
             operands += [data_address(operand), layout[1]]
             tables += [0, 0]
             layouts.append(layout[0])
-        k_steps.append(operand)  # (kept alive until the calls return)
+        kept.append(operand)  # (alive until the calls return: a copy made here included)
     operands += [data_address(out), n]
     function = _kernel(dtype, *layouts)
     threads = min(_packed_threads(m, n, k, threads), kernel_threads.NUM_THREADS, 2)
@@ -836,41 +836,45 @@ def matmul_gathered(a, b, out: np.ndarray | None = None, threads: int | None = N
         parts = np.empty((2, m, n), dtype)
         plan = _plan(m, n, half, dtype, 1)
         workspaces = _own_workspaces(dtype, 2)
-        blocks = []
-        for i, workspace in enumerate(workspaces):
-            values = list(workspace.parameters(tuple(operands), plan, workspace.counter_address, (0, 0)))
+        for i, workspace in enumerate(workspaces):  # (each half a product of its own: its own counter)
+            values = _table_parameters(workspace, operands, plan, workspace.counter_address, tables)
             values[P_C] = data_address(parts[i])
-            values[P_A_ROW_TABLE], values[P_A_COL_TABLE], values[P_B_ROW_TABLE], values[P_B_COL_TABLE] = tables
             if i:
-                _skip_depth(values, a, b, layouts, half, dtype.itemsize)
+                _skip_depth(values, layouts, half, dtype.itemsize)
             workspace.counter[0] = 0
             workspace.params[:] = values
-            blocks.append(workspace.address)
-        if threads == 2:
-            kernel_threads.run_pair(function, blocks[0], blocks[1])
-        else:
-            function(blocks[0])
-            function(blocks[1])
+        _call(function, [w.address for w in workspaces], threads, both=True)
         np.add(parts[0], parts[1], out=out)
         return out
     workspaces = _own_workspaces(dtype, threads)
     counter = workspaces[0]
     counter.counter[0] = 0
     plan = _plan(m, n, k, dtype, threads)
-    blocks = []
     for workspace in workspaces:
-        values = list(workspace.parameters(tuple(operands), plan, counter.counter_address, (0, 0)))
-        values[P_A_ROW_TABLE], values[P_A_COL_TABLE], values[P_B_ROW_TABLE], values[P_B_COL_TABLE] = tables
-        workspace.params[:] = values
-        blocks.append(workspace.address)
-    if threads == 2:
-        kernel_threads.run_pair(function, blocks[0], blocks[1])
-    else:
-        function(blocks[0])
+        workspace.params[:] = _table_parameters(workspace, operands, plan, counter.counter_address, tables)
+    _call(function, [w.address for w in workspaces], threads, both=False)
     return out
 
 
-def _skip_depth(values: list, a, b, layouts: list, depth: int, itemsize: int) -> None:
+def _table_parameters(workspace: _Workspace, operands: list, plan: tuple, counter_address: int,
+                      tables: list) -> list:
+    """A parameter block of `workspace` for a product with gathered operands' `tables`."""
+    values = list(workspace.parameters(tuple(operands), plan, counter_address, (0, 0)))
+    values[P_A_ROW_TABLE], values[P_A_COL_TABLE], values[P_B_ROW_TABLE], values[P_B_COL_TABLE] = tables
+    return values
+
+
+def _call(function, blocks: list[int], threads: int, both: bool) -> None:
+    """Call `function` on the parameter blocks: two on two threads; on one thread the
+    first, or (`both`: two products, not two shares of one) each in turn."""
+    if threads == 2:
+        kernel_threads.run_pair(function, blocks[0], blocks[1])
+    else:
+        for block in blocks if both else blocks[:1]:
+            function(block)
+
+
+def _skip_depth(values: list, layouts: list, depth: int, itemsize: int) -> None:
     """Move a parameter block's A and B on by `depth` along K (the second half of a
     product cut along K): a gathered operand's K table, an array's address."""
     if layouts[0] == GATHER:
