@@ -23,6 +23,7 @@ from numpy.lib.stride_tricks import as_strided
 from tracegrad.ir.primitive import OTHER, Primitive
 from tracegrad.ir.types import TensorType
 from tracegrad.ops.dispatch import bind
+from tracegrad.ops.linalg import _matmul_impl
 
 # col2im unrolls its KH*KW window offsets per element; beyond this many it runs as NumPy.
 MAX_UNROLLED_OFFSETS = 64
@@ -172,7 +173,6 @@ def _window_product_rule(x: TensorType, other: TensorType, kernel, stride, dilat
 
 
 def _window_product_impl(x, other, kernel, stride, dilation, side):
-    from tracegrad.ops.linalg import _matmul_impl
     windows = _im2col_impl(x, kernel, stride, dilation)
     batch, out_h, out_w, kernel_h, kernel_w, channels = windows.shape
     windows = windows.reshape(batch * out_h * out_w, kernel_h * kernel_w * channels)
