@@ -325,6 +325,7 @@ def test_a_deep_product_is_the_sum_of_its_two_halves_products(layout, dtype):
     m, k, n = 128, 2048, 70
     assert gemm._splits_k(m, n, k) and not gemm._splits_k(m, n, k + 1) and not gemm._splits_k(m, 600, k)
     assert not gemm._splits_k(20, 200, 800)  # (too small to pay for the halves' sum)
+    assert gemm._splits_k(32, 9, 43264)  # (narrow and deep: its reads shared by two threads)
     a, b = _operand(rng, m, k, dtype, layout[0]), _operand(rng, k, n, dtype, layout[1])
     got = gemm.matmul(a, b)
     _check(got, a, b)

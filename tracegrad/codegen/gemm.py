@@ -321,9 +321,12 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
 # Only from SPLIT_K_MIN_WORK multiply-adds: below, the halves' buffer, their sum and the
 # general path's planning (such a product is not bound) cost more than the packing saved
 # (W8's per-step (20, 800) @ (800, 200): 36 µs bound, 38.5 split; the step 3.5% slower).
+# A narrow deep product is bound by reading its operands, which one thread did alone (its
+# one column of tiles cannot be cut): W9's first convolution's weight gradient, (32, 43264)
+# @ (43264, 9), 12.5M multiply-adds, 0.69-0.71 -> 0.41-0.44 ms split.
 SPLIT_K_DEPTH = 4
 SPLIT_K_MIN = 2 * KC_MAX
-SPLIT_K_MIN_WORK = 1 << 24
+SPLIT_K_MIN_WORK = 1 << 23
 
 
 def _splits_k(m: int, n: int, k: int) -> bool:
