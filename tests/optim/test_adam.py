@@ -228,20 +228,23 @@ def test_updates_are_bitwise_those_of_pytorchs_in_place_operations(options, comp
         np.testing.assert_array_equal(optimizer.state[p]["exp_avg_sq"].numpy(), state["exp_avg_sq"].numpy())
 
 
-def test_a_followed_compiled_step_takes_each_groups_update_whole(composite_jumps):
-    tg.manual_seed(0)
-    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
-    optimizer = optim.AdamW(model.parameters(), lr=0.01)
-    scheduler = optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)  # lr changes every step
-
+def _squares_step(model, optimizer):
+    """A training step minimizing the sum of the model's squared outputs."""
     def train(x):
         optimizer.zero_grad()
         loss = model(x).square().sum()
         loss.backward()
         optimizer.step()
         return loss
+    return train
 
-    compiled = tg.compile(train)
+
+def test_a_followed_compiled_step_takes_each_groups_update_whole(composite_jumps):
+    tg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    optimizer = optim.AdamW(model.parameters(), lr=0.01)
+    scheduler = optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)  # lr changes every step
+    compiled = tg.compile(_squares_step(model, optimizer))
     for _ in range(4):
         compiled(tg.randn(5, 3))
         scheduler.step()
@@ -259,14 +262,7 @@ def test_a_compiled_steps_group_update_equals_its_per_parameter_updates_to_the_b
         model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
         optimizer = cls([{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": 0.02}],
                         lr=0.01, **options)
-
-        def train(x):
-            optimizer.zero_grad()
-            loss = model(x).square().sum()
-            loss.backward()
-            optimizer.step()
-            return loss
-
+        train = _squares_step(model, optimizer)
         step = tg.compile(train) if compiled else train
         xs = [tg.tensor(np.random.default_rng(i).standard_normal((5, 3))) for i in range(4)]
         losses = [float(step(x)) for x in xs]

@@ -30,7 +30,7 @@ from tracegrad.ir import types
 from tracegrad.ir.graph import Graph, Node, Value
 from tracegrad.ir.primitive import MATMUL
 from tracegrad.ops.movement import RESHAPE
-from tracegrad.ops.window import IM2COL, WINDOW_PRODUCT, window_count
+from tracegrad.ops.window import IM2COL, WINDOW_PRODUCT, window_count, window_matrix
 from tracegrad.runtime.buffers import take_buffer
 from tracegrad.runtime.program import NumpyStep
 
@@ -152,7 +152,7 @@ class WindowProductStep(NumpyStep):
         # For the timings' FLOP count (`runtime.program._traffic`): A's type gives K.
         self.op_kind = MATMUL
         image = node.inputs[0].type
-        matrix = _matrix_shape(image.shape, node.attrs)
+        matrix = window_matrix(image, node.attrs["kernel"], node.attrs["stride"], node.attrs["dilation"])
         a_type = types.TensorType(matrix, image.dtype) if self.side == "left" else node.inputs[1].type
         self.flop_types = (out_type, a_type)
         self.tables: dict[tuple, gemm.Gathered | None] = {}  # image geometry -> its window matrix
@@ -182,13 +182,6 @@ class WindowProductStep(NumpyStep):
         if windows is None:
             return None
         return windows.with_source(image)
-
-
-def _matrix_shape(image_shape: tuple, attrs: dict) -> tuple[int, int]:
-    batch, height, width, channels = image_shape
-    out_h, out_w = (window_count(n, k, s, d) for n, k, s, d in
-                    zip((height, width), attrs["kernel"], attrs["stride"], attrs["dilation"]))
-    return batch * out_h * out_w, attrs["kernel"][0] * attrs["kernel"][1] * channels
 
 
 def _gathered(image: np.ndarray, attrs: dict, side: str) -> gemm.Gathered | None:

@@ -155,7 +155,7 @@ def col2im(columns, size, kernel, stride, dilation):
                                      "dilation": tuple(dilation)})
 
 
-def _window_matrix(x: TensorType, kernel, stride, dilation) -> tuple[int, int]:
+def window_matrix(x: TensorType, kernel, stride, dilation) -> tuple[int, int]:
     """(rows, columns) of the windows of image `x` as a matrix: a row per output position
     (B*OH*OW), a column per (kh, kw, channel)."""
     batch, out_h, out_w, kernel_h, kernel_w, channels = _im2col_rule(x, kernel, stride, dilation)[0].shape
@@ -163,7 +163,7 @@ def _window_matrix(x: TensorType, kernel, stride, dilation) -> tuple[int, int]:
 
 
 def _window_product_rule(x: TensorType, other: TensorType, kernel, stride, dilation, side: str):
-    rows, columns = _window_matrix(x, kernel, stride, dilation)
+    rows, columns = window_matrix(x, kernel, stride, dilation)
     if side == "left" and other.shape[:1] == (columns,) and other.ndim == 2 and other.dtype is x.dtype:
         return (TensorType((rows, other.shape[1]), x.dtype),)
     if side == "right" and other.shape[1:] == (rows,) and other.ndim == 2 and other.dtype is x.dtype:
