@@ -18,6 +18,7 @@ own switch:
 | a `TensorDataset` batch in one gather (`TensorDataset.collated_batch`) | none |
 | an `nn.LSTM` layer's time loop as one op (`ops/lstm_layer.py`) | none              |
 | the generated GEMM of large eager products (`matmul_steps`)  | `TRACEGRAD_MATMUL=numpy`    |
+| index_add's rows added by a generated loop (`codegen/row_adds.py`) | none               |
 | the in-memory program cache (`runtime/program_cache.py`)     | none                        |
 | the disk cache of object code (`runtime/disk_cache.py`)      | `TRACEGRAD_CACHE=0`         |
 | fused LLVM programs: graphs run by `ir.interpret` instead    | `backend="interpret"`       |

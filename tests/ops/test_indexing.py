@@ -212,14 +212,18 @@ def test_setitem_gradient_flows_to_the_written_value_and_the_kept_elements():
     np.testing.assert_array_equal(base.grad.numpy(), [1.0, 0.0, 0.0, 4.0])
 
 
+@pytest.mark.parametrize("adder", ["generated_loop", "numpy_rounds"])
 @pytest.mark.parametrize("repeats", ["few", "more_than_the_rounds", "some_more_than_the_rounds"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
-def test_index_add_of_rows_equals_numpys_add_at_to_the_bit(dtype, repeats):
+def test_index_add_of_rows_equals_numpys_add_at_to_the_bit(dtype, repeats, adder, monkeypatch):
     # Rows added at repeated indices (an embedding's gradient) are summed in order of
     # appearance, as np.add.at sums them: same bits, -0.0 and infinities included; also
     # where a few indices repeat more than the rounds take (a language model's frequent
-    # words) and the others are added in rounds.
+    # words) and the others are added in rounds. Both ways: the code generator's loop
+    # (codegen/row_adds.py; int64 has none and takes the rounds) and NumPy's rounds.
+    from tracegrad.codegen import row_adds
     from tracegrad.ops import indexing
+    monkeypatch.setattr(indexing, "_row_adder", row_adds.add_rows if adder == "generated_loop" else None)
     rng = np.random.default_rng(7)
     count = 3 * indexing.MAX_ADD_ROUNDS if repeats == "more_than_the_rounds" else 24
     if repeats == "some_more_than_the_rounds":
@@ -235,3 +239,18 @@ def test_index_add_of_rows_equals_numpys_add_at_to_the_bit(dtype, repeats):
     np.add.at(want, (index,), src)
     got = indexing.index_add((5, 3), tg.from_numpy(src), [tg.from_numpy(index)], 0).numpy()
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_reference_mode_adds_rows_by_numpy(monkeypatch):
+    from tracegrad.ops import indexing
+
+    def adder(*args):
+        raise AssertionError("the generated row loop ran in reference mode")
+    monkeypatch.setattr(indexing, "_row_adder", adder)
+    src = np.arange(12.0).reshape(4, 3)
+    index = np.array([1, 0, 1, 1])
+    want = np.zeros((2, 3))
+    np.add.at(want, (index,), src)
+    with tg.reference_mode():
+        got = indexing.index_add((2, 3), tg.from_numpy(src), [tg.from_numpy(index)], 0).numpy()
+    np.testing.assert_array_equal(got, want)

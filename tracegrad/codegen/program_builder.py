@@ -18,6 +18,7 @@ def build_program(graph: Graph, fuse: bool = True, donations: tuple = ()) -> Pro
     from tracegrad.codegen.fusion import FusedKernel, Unfused, lowered_dtypes, plan, touches_empty
     from tracegrad.codegen.kernels import KernelStep
     from tracegrad.codegen.matmul_steps import EpilogueMatmulStep, MatmulStep, share_right_operands
+    from tracegrad.codegen import row_adds  # noqa: F401 (installs index_add's row loop)
     from tracegrad.codegen.window_products import WindowProductStep
     from tracegrad.ops.window import WINDOW_PRODUCT
 

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from tracegrad import reference
 from tracegrad.ir import types
 from tracegrad.ir.types import TensorType
 from tracegrad.ops.dispatch import bind
@@ -213,6 +214,17 @@ def _index_add_impl(src, *indices, shape, axis):
     return out
 
 
+# The code generator's loop adding rows in index order (`codegen/row_adds.py`), installed
+# with `set_row_adder`: `adder(table, rows, index) -> bool`, False for a dtype it has no
+# loop for. Its values are the rounds' below to the bit; the reference mode runs the rounds.
+_row_adder = None
+
+
+def set_row_adder(adder) -> None:
+    global _row_adder
+    _row_adder = adder
+
+
 # `_index_add_rows` adds one occurrence of every index at a time, for the indices repeated
 # at most this many times; each index repeated more is summed on its own.
 MAX_ADD_ROUNDS = 16
@@ -230,6 +242,10 @@ def _index_add_rows(src, index, shape):
     flat = index.reshape(-1)
     flat = np.where(flat < 0, flat + shape[0], flat)
     rows = src.reshape(len(flat), -1)
+    if _row_adder is not None and not reference.ACTIVE:
+        out = np.zeros((shape[0], rows.shape[1]), dtype=src.dtype)
+        if _row_adder(out, rows, flat):
+            return out.reshape(shape)
     order = np.argsort(flat, kind="stable")
     targets = flat[order]
     first = np.concatenate(([True], targets[1:] != targets[:-1]))
