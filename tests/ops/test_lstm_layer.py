@@ -104,6 +104,27 @@ def test_an_lstm_layers_second_derivatives_are_the_composites():
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-10, atol=1e-12)
 
 
+def test_an_infinite_output_gradient_gives_the_composites_gate_gradients_without_nans():
+    # Each gate's gradient reads only the state gradient it depends on (dc for the input,
+    # forget and cell gates, dh for the output gate), as the composite's per-step gates
+    # do: an infinite dh must not reach another gate through a zero factor as NaN. (The
+    # last step's pre-activation gradient, before any product mixes the gates.)
+    gi, h0, c0, w_hh, b_hh = (_leaf((3, 2, 8), 1), _leaf((2, 2), 2, scale=0.5), _leaf((2, 2), 3, scale=0.5),
+                              _leaf((8, 2), 4, scale=0.5), _leaf((8,), 5, scale=0.5))
+    upstream = np.zeros((3, 2, 2))
+    upstream[2, 0, 1] = np.inf
+
+    def last_step_gradient(direction):
+        out, _ = direction("LSTM", gi, (h0, c0), [None, w_hh, None, b_hh], False, None)
+        return tg.autograd.grad((out * tg.tensor(upstream)).sum(), gi)[0].numpy()[2]
+    from tracegrad.nn import rnn
+    with _traced_composite():
+        want = last_step_gradient(rnn._run_direction)
+    got = last_step_gradient(rnn._run_direction)  # (the one op: 3 steps)
+    assert np.isinf(want[0, [1, 3, 5, 7]]).all()  # (unit 1 of each gate)
+    np.testing.assert_array_equal(got, want)
+
+
 LAYER_SHAPES = {"batch": (3, 2, 2), "one_row_one_unit": (2, 1, 1), "empty_batch": (2, 0, 2), "no_units": (2, 2, 0)}
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracegrad.ir.passes import constant_of
+from tracegrad.ir import types
 from tracegrad.ir.primitive import OTHER, Primitive
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import elementwise as ew
@@ -143,19 +144,22 @@ def _lstm_layer_vjp(ctx, g_record, g_out, g_h, g_c):
     if c0 is None:  # (nothing but c0's own gradient is asked for: it reads only the forget gates)
         c0 = ew.full(ctx.in_types[C0].shape, 0.0, dtype)
     c_before = _previous(cells, c0, reverse)
-    # Per step: dc += dh c_from_h, and dpre (N, 4, H) = dc k_c + dh k_h with the factors
-    # of the four gates (k_c's last and k_h's first three zero): one fused kernel, no
-    # concat. (Written as (N, 4H) instead, the kernel's index arithmetic cost more than the
-    # reshape step after it.)
+    # Per step: dc += dh c_from_h, and dpre (N, 4, H) = k * (dc for the first three gates,
+    # dh for the output gate) with k the four gates' factors: one fused kernel reading one
+    # row of k. (Written as (N, 4H) instead, the kernel's index arithmetic cost more than
+    # the reshape step after it. As dc k_c + dh k_h, with each gate's factor zero in one,
+    # it read two rows and the backward concatenated two (L, N, 4, H) tensors, and an
+    # infinite dh made the input gates' gradients NaN through a zero factor.)
     c_from_h = ew.mul(s_o, ew.sub(one, ew.mul(t_c, t_c)))
-    zero = ew.full((steps, batch, 1, hidden), 0.0, dtype)
 
     def gate_axis(x):
         return mv.reshape(x, (steps, batch, 1, hidden))
-    k_c = mv.concat([gate_axis(ew.mul(t_g, ew.mul(s_i, ew.sub(one, s_i)))),
-                     gate_axis(ew.mul(c_before, ew.mul(s_f, ew.sub(one, s_f)))),
-                     gate_axis(ew.mul(s_i, ew.sub(one, ew.mul(t_g, t_g)))), zero], 2)
-    k_h = mv.concat([zero, zero, zero, gate_axis(ew.mul(t_c, ew.mul(s_o, ew.sub(one, s_o))))], 2)
+    k = mv.concat([gate_axis(ew.mul(t_g, ew.mul(s_i, ew.sub(one, s_i)))),
+                   gate_axis(ew.mul(c_before, ew.mul(s_f, ew.sub(one, s_f)))),
+                   gate_axis(ew.mul(s_i, ew.sub(one, ew.mul(t_g, t_g)))),
+                   gate_axis(ew.mul(t_c, ew.mul(s_o, ew.sub(one, s_o))))], 2)
+    from_cell = mv.expand(mv.concat([ew.full((1, 3, 1), True, types.bool_), ew.full((1, 1, 1), False, types.bool_)],
+                                    1), (batch, 4, hidden))
     g_h_seq = _plus(g_out, None if g_record is None else _part(g_record, gates + hidden, gates + 2 * hidden))
     g_c_seq = None if g_record is None else _part(g_record, gates, gates + hidden)
     g_pre = None if g_record is None else _part(g_record, 0, gates)
@@ -178,7 +182,7 @@ def _lstm_layer_vjp(ctx, g_record, g_out, g_h, g_c):
         if dh is None:
             dh = ew.full((batch, hidden), 0.0, dtype)
         dc = _plus(_plus(dc, at(g_c_seq, t)), ew.mul(dh, _step(c_from_h, t)))
-        d_step = ew.add(ew.mul(across_gates(dc), gate_step(k_c, t)), ew.mul(across_gates(dh), gate_step(k_h, t)))
+        d_step = ew.mul(ew.where(from_cell, across_gates(dc), across_gates(dh)), gate_step(k, t))
         d_step = d_pre[t] = _plus(mv.reshape(d_step, (batch, gates)), at(g_pre, t))
         dh = linalg.matmul(d_step, w_hh) if t != last or needs[H0] else None
         dc = ew.mul(dc, _step(s_f, t)) if t != last or needs[C0] else None
