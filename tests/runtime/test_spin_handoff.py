@@ -194,3 +194,33 @@ def test_a_task_queued_for_a_spinning_worker_stops_its_spin(monkeypatch):
     threads.run_parallel([(lambda: ran_on.append(both.wait() is not None and threading.get_ident()),),
                           (lambda: ran_on.append(both.wait() is not None and threading.get_ident()),)], 1)
     assert len(set(ran_on)) == 2 and time.monotonic() - start < 2
+
+
+def test_a_kernel_split_in_two_hands_its_second_chunk_off_as_a_pair(monkeypatch):
+    # Its chunks as `range_call` blocks: one native hand-off, no chunk through the queue
+    # once the worker spins; the values are those of one call.
+    import tracegrad as tg
+    from tracegrad.codegen.kernels import KernelStep
+    pairs = _spy_on(monkeypatch, "pair")
+    monkeypatch.setattr(threads, "NUM_THREADS", 2)
+    monkeypatch.setattr(threads, "MIN_PARALLEL_ELEMENTS", 1)
+    monkeypatch.setattr(threads, "MIN_CHUNK_ELEMENTS", 1)
+    x = np.random.default_rng(3).standard_normal((64, 100))
+    compiled = tg.compile(lambda x: ((x * 1.5).exp() + 1.0).tanh())
+    for _ in range(50):  # the first goes through the queue; the worker then spins
+        np.testing.assert_allclose(compiled(tg.from_numpy(x)).numpy(), np.tanh(np.exp(x * 1.5) + 1.0), rtol=1e-13)
+        if any(pairs):
+            break
+        time.sleep(0.01)
+    (kernel,) = [s for p in compiled._programs.values() for s in p.steps if isinstance(s, KernelStep)]
+    assert kernel.chunk_count() == 2 and any(pairs)
+
+
+def test_range_pair_runs_each_chunk_once_with_its_range():
+    seen = []
+    kernel = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+        lambda buffers, start, end: seen.append((buffers, start, end)))
+    for _ in range(20):
+        seen.clear()
+        threads.run_range_pair([(kernel, 1234, 0, 5), (kernel, 1234, 5, 9)])
+        assert sorted(seen) == [(1234, 0, 5), (1234, 5, 9)]

@@ -686,7 +686,10 @@ class KernelStep:
                 keep.append(pointers)
                 partials.append(scratch)
             calls.append((self.function, ctypes.addressof(pointers), cuts[k], cuts[k + 1]))
-        threads.run_parallel(calls, min(threads.NUM_THREADS, chunks) - 1)
+        if chunks == 2:
+            threads.run_range_pair(calls)
+        else:
+            threads.run_parallel(calls, min(threads.NUM_THREADS, chunks) - 1)
         if partials:
             combine = self.combine_function()
             pairs = (ctypes.c_void_p * (2 * len(self.folded)))()

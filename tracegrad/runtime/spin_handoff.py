@@ -241,6 +241,36 @@ def prepare() -> None:
     _handoff()
 
 
+def _build_range_call() -> ir.Module:
+    """`void range_call(i64* block)`: block = [function, buffers, start, end] ->
+    function(buffers, start, end), a kernel's chunk (`KernelStep`) as a one-argument call
+    that `pair` can hand off."""
+    module = ir.Module(name="range_call")
+    function = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64.as_pointer()]), "range_call")
+    b = ir.IRBuilder(function.append_basic_block("entry"))
+    target, buffers, start, end = (b.load(b.gep(function.args[0], [I64(k)], inbounds=True)) for k in range(4))
+    pointer = ir.IntType(8).as_pointer().as_pointer()
+    kernel_type = ir.FunctionType(ir.VoidType(), [pointer, I64, I64])
+    b.call(b.inttoptr(target, kernel_type.as_pointer()), [b.inttoptr(buffers, pointer), start, end])
+    b.ret_void()
+    return module
+
+
+_range_call = None
+
+
+def range_call_address() -> int:
+    """The address of `range_call` (compiled once, or loaded from the disk cache)."""
+    global _range_call
+    if _range_call is None:
+        with _lock:
+            if _range_call is None:
+                source = kernel_key.generator_key()
+                description = None if source is None else f"range_call {source}"
+                _range_call, _, _ = compile_kernel_keyed(description, "range_call", _build_range_call)
+    return _range_call
+
+
 def new_mailbox() -> tuple[np.ndarray, int]:
     """A mailbox (ASLEEP) on its own cache line, and its address. Its memory is never
     freed: a daemon worker may still spin on it while the interpreter shuts down."""

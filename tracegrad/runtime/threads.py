@@ -3,7 +3,8 @@
 A big kernel's outermost loop is split into chunks (`KernelStep.run`): the calling thread
 runs the first chunk and each other chunk goes to a persistent worker thread. A kernel is a
 ctypes foreign call, which releases the GIL, so the chunks run in parallel; the pool's
-only Python work per chunk is a queue put and a lock release.
+only Python work per chunk is a queue put and a lock release. Two chunks (two threads)
+are handed to a spinning worker natively instead (`run_range_pair`), as GEMM halves are.
 
     TRACEGRAD_NUM_THREADS=n   threads per kernel (default: os.cpu_count(), at most
                               MAX_THREADS); 1 runs every kernel in the calling thread.
@@ -47,10 +48,13 @@ def _threads_from_environment() -> int:
 NUM_THREADS = _threads_from_environment()
 # A kernel whose loop nest has fewer elements runs in one call.
 MIN_PARALLEL_ELEMENTS = 1 << 20
-# A split kernel runs in about this many chunks per thread, each of at least
-# MIN_CHUNK_ELEMENTS elements: small enough that a thread left without a core holds up
-# little, big enough that the Python work per chunk (a few µs) does not count.
-CHUNKS_PER_THREAD = 8
+# A split kernel runs in this many chunks per thread, each of at least MIN_CHUNK_ELEMENTS
+# elements. One: two chunks go to the worker in one native hand-off (`run_range_pair`),
+# while more go through the queue, each chunk's call handing the GIL between the Python
+# threads (eight per thread cost W2 2.81 against 2.23 ms, W1 1.09 against 0.94, W7 and
+# W9 ~2%). A thread left without a core still holds up at most its one chunk's time: the
+# caller reclaims a chunk the worker has not started and runs it itself.
+CHUNKS_PER_THREAD = 1
 MIN_CHUNK_ELEMENTS = 1 << 15
 # After a task, a worker spins this long for a call handed to it natively
 # (`runtime/spin_handoff.py`): a W4 step's GEMMs are a few hundred µs apart, and a sleeping
@@ -150,6 +154,22 @@ def run_pair_block(function, block) -> None:
         if spin_handoff.pair(workers[0].mailbox_address, _function_address(function), block):
             return
     run_parallel([(function, block[0]), (function, block[1])], 1)
+
+
+def run_range_pair(calls: list[tuple]) -> None:
+    """Two independent kernel chunks `(function, buffers address, start, end)`: the first
+    on the calling thread, the second handed natively to a spinning worker (one foreign
+    call, no GIL hand-over between Python threads: `spin_handoff.PAIR` through its
+    `range_call`), else both through `run_parallel`."""
+    if SPIN_SECONDS > 0 and spin_handoff.available():
+        spin_handoff.prepare()
+        workers = _workers or _ensure_workers(1)
+        blocks = [(ctypes.c_int64 * 4)(_function_address(function), buffers, start, end)
+                  for function, buffers, start, end in calls]
+        pair = spin_handoff.pair_block(ctypes.addressof(blocks[0]), ctypes.addressof(blocks[1]))
+        if spin_handoff.pair(workers[0].mailbox_address, spin_handoff.range_call_address(), pair):
+            return
+    run_parallel(calls, 1)
 
 
 _addresses: dict[int, tuple] = {}  # id(function) -> (function, its address); kept alive here
