@@ -315,3 +315,29 @@ def test_the_update_op_names_itself_and_the_types_on_bad_input():
     with pytest.raises(RuntimeError, match=r"adam_update: expected a float32 or float64 parameter"):
         adam_op.adam_update(p, tg.zeros(4), tg.zeros(3), tg.zeros(3), None, None, tg.tensor(1.0), tg.tensor(1.0),
                             0.9, 0.99, 1e-8, 0.0, False)
+
+
+def test_a_compiled_steps_parameters_share_their_steps_numbers():
+    # The step's numbers (step size, bias corrections, betas, eps) are the same for every
+    # parameter of a group: the compiled step reads each as one 0-d input, not one per
+    # parameter (`optimizer.update_scalar`), and the lr a scheduler changes still reaches
+    # each step.
+    def run(compiled: bool):
+        tg.manual_seed(0)
+        model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+        optimizer = optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
+        scheduler = optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        train = _squares_step(model, optimizer)
+        step = tg.compile(train) if compiled else train
+        for i in range(4):
+            step(tg.tensor(np.random.default_rng(i).standard_normal((5, 3))))
+            scheduler.step()
+        return step, [p.detach().numpy().copy() for p in model.parameters()]
+    compiled, got = run(True)
+    _, want = run(False)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+    scalar_inputs = max(sum(t.shape == () for t in program.input_types) for program in compiled._programs.values())
+    # The backward's seed and 8 numbers (decay, step size, bias correction, beta1, 1 - beta1,
+    # beta2, 1 - beta2, eps), against 33 with 8 per parameter.
+    assert scalar_inputs == 9

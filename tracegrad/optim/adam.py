@@ -14,11 +14,11 @@ from typing import Any
 
 from tracegrad import functional as F
 from tracegrad.creation import zeros_like
-from tracegrad.functional._util import composite, scalar_tensor
+from tracegrad.functional._util import composite
 from tracegrad.grad_mode import MODE, no_grad
 from tracegrad.ops import adam as adam_op
 from tracegrad.optim.optimizer import (Optimizer, ParamsT, grouped_updates, implementation_options, state_number,
-                                      write_new_values)
+                                      update_scalar, write_new_values)
 
 
 class Adam(Optimizer):
@@ -64,7 +64,7 @@ class Adam(Optimizer):
 
     def _update(self, p, group: dict[str, Any]) -> None:
         tensors, targets = self._operands(p, group)
-        write_new_values(_adam_values, targets, *tensors, *_constants(group))
+        write_new_values(_adam_values, targets, *tensors, *_constants(group, p.dtype))
 
     def _operands(self, p, group: dict[str, Any]) -> tuple[tuple, tuple]:
         """(the tensor operands of `_adam_values` for `p`, the tensors its update writes:
@@ -83,28 +83,39 @@ class Adam(Optimizer):
         # composite as 0-d tensors of the parameter's dtype, as a Python float operand
         # would, so that its call is the same every step (`_adam_values`).
         dtype = p.dtype
-        decay = scalar_tensor(1 - lr * weight_decay, dtype) if weight_decay != 0 and group["decoupled_weight_decay"] \
-            else None
+        decay = (update_scalar(1 - lr * weight_decay, dtype, group, "decay")
+                 if weight_decay != 0 and group["decoupled_weight_decay"] else None)
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
         max_exp_avg_sq = state["max_exp_avg_sq"] if group["amsgrad"] else None
         targets = (p, exp_avg, exp_avg_sq) if max_exp_avg_sq is None else (p, exp_avg, exp_avg_sq, max_exp_avg_sq)
         tensors = (p, p.grad, exp_avg, exp_avg_sq, max_exp_avg_sq, decay,
-                   scalar_tensor(-(lr / (1 - beta1 ** step)), dtype),
-                   scalar_tensor(math.sqrt(1 - beta2 ** step), dtype))
+                   update_scalar(-(lr / (1 - beta1 ** step)), dtype, group, "step size"),
+                   update_scalar(math.sqrt(1 - beta2 ** step), dtype, group, "correction"))
         return tensors, targets
 
 
-def _constants(group: dict[str, Any]) -> tuple:
-    """`_adam_values`' constant arguments for a group: beta1, beta2, eps, the (L2) weight
-    decay and maximize."""
+_ROLES = ("beta1", "1 - beta1", "beta2", "1 - beta2", "eps")
+
+
+def _constants(group: dict[str, Any], dtype) -> tuple:
+    """`_adam_values`' number arguments for a group: beta1, 1 - beta1, beta2, 1 - beta2,
+    eps, the (L2) weight decay (None without) and maximize. Traced, the numbers are 0-d
+    tensors, one per number for the whole step (`update_scalar`), so a step's composite
+    reads each once rather than once per parameter (W7's AdamW: 5 numbers instead of 140
+    inputs to follow and feed per step); eagerly, Python floats."""
     beta1, beta2 = group["betas"]
-    weight_decay = 0.0 if group["decoupled_weight_decay"] else group["weight_decay"]
-    return beta1, beta2, group["eps"], weight_decay, group["maximize"]
+    weight_decay = None if group["decoupled_weight_decay"] or group["weight_decay"] == 0 else group["weight_decay"]
+    numbers = (beta1, 1 - beta1, beta2, 1 - beta2, group["eps"])
+    if MODE.tracer is not None:
+        numbers = tuple([update_scalar(number, dtype, group, role) for number, role in zip(numbers, _ROLES)])
+        if weight_decay is not None:
+            weight_decay = update_scalar(weight_decay, dtype, group, "weight decay")
+    return (*numbers, weight_decay, group["maximize"])
 
 
 @composite
 def _adam_values(p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, decay, neg_step_size, bias_correction2_sqrt,
-                 beta1: float, beta2: float, eps: float, weight_decay: float, maximize: bool) -> tuple:
+                 beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay, maximize: bool) -> tuple:
     """One Adam update of a parameter, as new values (the parameter, the moments and, with
     AMSGrad, the moments' maximum) that `_update` writes over the old ones: PyTorch's
     operations in PyTorch's order, so the values are its in-place update's. A composite: a
@@ -116,15 +127,15 @@ def _adam_values(p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, decay, neg_step_s
     if (MODE.tracer is None and not MODE.grad_enabled and p._type.dtype in adam_op.DTYPES
             and grad._type == p._type):
         return adam_op.adam_update(p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, decay, neg_step_size,
-                                   bias_correction2_sqrt, beta1, beta2, eps, weight_decay, maximize)
+                                   bias_correction2_sqrt, beta1, beta2, eps, weight_decay or 0.0, maximize)
     if maximize:
         grad = -grad
     if decay is not None:
         p = p * decay
-    elif weight_decay != 0:
-        grad = grad.add(p, alpha=weight_decay)
-    exp_avg = exp_avg.mul(beta1).add(grad, alpha=1 - beta1)
-    exp_avg_sq = exp_avg_sq.mul(beta2).add(grad * grad, alpha=1 - beta2)
+    elif weight_decay is not None:
+        grad = grad + p * weight_decay  # (`add(p, alpha=weight_decay)`'s operations)
+    exp_avg = exp_avg.mul(beta1) + grad * one_minus_beta1
+    exp_avg_sq = exp_avg_sq.mul(beta2) + (grad * grad) * one_minus_beta2
     second_moment = exp_avg_sq
     if max_exp_avg_sq is not None:
         second_moment = max_exp_avg_sq = F.maximum(max_exp_avg_sq, exp_avg_sq)

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from itertools import chain
 from typing import Any
 
-from tracegrad.functional._util import composite
+from tracegrad.functional._util import composite, scalar_tensor
 from tracegrad.functional.fused_update import update_in_place
 from tracegrad.grad_mode import MODE, enable_grad, no_grad
 from tracegrad.tensor import Tensor
@@ -207,6 +207,7 @@ class _Grouping(threading.local):
     def __init__(self):
         self.calls: list | None = None  # the `write_new_values` calls of the open block
         self.written: set[int] = set()  # ids of the tensors they write
+        self.scalars: dict = {}  # the open block's 0-d tensors of numbers (`update_scalar`)
 
 
 _GROUPING = _Grouping()
@@ -230,6 +231,26 @@ def grouped_updates():
     finally:
         _GROUPING.calls = None
         _GROUPING.written.clear()
+        _GROUPING.scalars.clear()
+
+
+def update_scalar(value: float, dtype, group: dict, role: str) -> Tensor:
+    """The 0-d tensor of a number an update of `group`'s parameters reads in place `role`
+    (a step size, a bias correction, a beta: `scalar_tensor`), one per (group, role,
+    number, dtype) within a traced `grouped_updates` block: a group's parameters share
+    their step's numbers, so the step's composite reads each once instead of once per
+    parameter (W7's AdamW: 8 numbers instead of 224 inputs to follow and feed per step).
+    Numbers of different roles or groups stay apart even when equal (AdamW's decay
+    1 - 0.01 * 0.1 is beta2 = 0.999 until a scheduler changes the lr), so the step's
+    graph does not change with their values. Outside such a block, a new one each time."""
+    scalars = _GROUPING.scalars if _GROUPING.calls is not None else None
+    if scalars is None:
+        return scalar_tensor(value, dtype)
+    key = (id(group), role, value.__class__, value if value else str(value), dtype)  # (0.0 and -0.0 apart)
+    found = scalars.get(key)
+    if found is None:
+        found = scalars[key] = scalar_tensor(value, dtype)
+    return found
 
 
 _TENSOR = ("tensor",)  # a tensor argument's place in a call's pattern (a constant: ("constant", value))

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from tracegrad.creation import full_like, zeros_like
-from tracegrad.functional._util import composite, scalar_tensor
+from tracegrad.functional._util import composite
 from tracegrad.optim.optimizer import (ParamsT, PerParameterOptimizer, implementation_options, state_number,
-                                      write_new_values)
+                                      update_scalar, write_new_values)
 
 
 def _check_non_negative(**values: float) -> None:
@@ -62,7 +62,7 @@ class RMSprop(PerParameterOptimizer):
         buf = state["momentum_buffer"] if momentum > 0 else None
         targets = tuple(t for t in (p, state["square_avg"], grad_avg, buf) if t is not None)
         write_new_values(_rmsprop_values, targets, p, grad, state["square_avg"], grad_avg, buf,
-                         scalar_tensor(-group["lr"], p.dtype), alpha, group["eps"], momentum,
+                         update_scalar(-group["lr"], p.dtype, group, "step size"), alpha, group["eps"], momentum,
                          group["weight_decay"])
 
 
@@ -115,8 +115,8 @@ class Adagrad(PerParameterOptimizer):
         state = self._state_of(p)
         state["step"] = state_number(state["step"]) + 1
         clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
-        write_new_values(_adagrad_values, (p, state["sum"]), p, grad, state["sum"], scalar_tensor(-clr, p.dtype),
-                         group["eps"], group["weight_decay"])
+        write_new_values(_adagrad_values, (p, state["sum"]), p, grad, state["sum"],
+                         update_scalar(-clr, p.dtype, group, "step size"), group["eps"], group["weight_decay"])
 
 
 @composite
@@ -160,7 +160,7 @@ class Adadelta(PerParameterOptimizer):
         state["step"] = state_number(state["step"]) + 1
         square_avg, acc_delta = state["square_avg"], state["acc_delta"]
         write_new_values(_adadelta_values, (p, square_avg, acc_delta), p, grad, square_avg, acc_delta,
-                         scalar_tensor(-group["lr"], p.dtype), rho, eps, group["weight_decay"])
+                         update_scalar(-group["lr"], p.dtype, group, "step size"), rho, eps, group["weight_decay"])
 
 
 @composite

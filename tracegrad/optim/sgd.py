@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tracegrad.functional._util import composite, scalar_tensor
+from tracegrad.functional._util import composite
 from tracegrad.grad_mode import no_grad
-from tracegrad.optim.optimizer import Optimizer, ParamsT, grouped_updates, implementation_options, write_new_values
+from tracegrad.optim.optimizer import (Optimizer, ParamsT, grouped_updates, implementation_options, update_scalar,
+                                      write_new_values)
 
 
 class SGD(Optimizer):
@@ -62,8 +63,8 @@ class SGD(Optimizer):
                     p.add_(d_p, alpha=-lr)
                     continue
             targets = (p,) if buf is None else (p, buf)
-            write_new_values(_sgd_values, targets, p, d_p, buf, scalar_tensor(-lr, p.dtype), momentum,
-                             group["dampening"], group["nesterov"], weight_decay)
+            write_new_values(_sgd_values, targets, p, d_p, buf, update_scalar(-lr, p.dtype, group, "step size"),
+                             momentum, group["dampening"], group["nesterov"], weight_decay)
 
 
 @composite
