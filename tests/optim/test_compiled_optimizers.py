@@ -288,3 +288,47 @@ def test_the_composite_at_which_a_followed_call_diverges_is_taken_whole_by_the_c
     x, y = _data(2)
     compiled(x.double(), y)
     assert composite_jumps.count("_sgd_values") == len(list(model.parameters()))
+
+
+SHARED_NUMBERS = {
+    "sgd_momentum_weight_decay": OPTIMIZERS["sgd_momentum_weight_decay"],
+    "sgd_dampening": lambda params: optim.SGD(params, lr=0.05, momentum=0.9, dampening=0.25),
+    "sgd_nesterov": OPTIMIZERS["sgd_nesterov_dampening"],
+    "adam": OPTIMIZERS["adam"],
+    "adamw": OPTIMIZERS["adamw"],
+    "rmsprop_centered_momentum": lambda params: optim.RMSprop(params, lr=0.01, momentum=0.5, centered=True,
+                                                              weight_decay=1e-3),
+    "adagrad": lambda params: optim.Adagrad(params, lr=0.1, lr_decay=0.01, weight_decay=1e-3),
+    "adadelta": lambda params: optim.Adadelta(params, lr=0.5, weight_decay=1e-3),
+}
+
+
+@pytest.mark.parametrize("name", list(SHARED_NUMBERS))
+def test_a_compiled_step_reads_its_numbers_once_whatever_the_parameters(name):
+    # The numbers of a group's updates (step sizes, betas, eps, decay factors) are one 0-d
+    # input each, so a deeper model's step reads no more of them (`update_scalar`); its
+    # parameters end as eagerly.
+    def scalar_inputs(depth: int) -> int:
+        tg.manual_seed(0)
+        layers = [nn.Linear(3, 3) for _ in range(depth)]
+        model_c, model_e = nn.Sequential(*layers), nn.Sequential(*[nn.Linear(3, 3) for _ in range(depth)])
+        model_e.load_state_dict(model_c.state_dict())
+        x = tg.randn(4, 3)
+        steps = []
+        for model in (model_c, model_e):
+            optimizer = SHARED_NUMBERS[name](model.parameters())
+
+            def train(x, model=model, optimizer=optimizer):
+                optimizer.zero_grad()
+                model(x).square().sum().backward()
+                optimizer.step()
+            steps.append(train)
+        compiled = tg.compile(steps[0])
+        for _ in range(3):
+            compiled(x)
+            steps[1](x)
+        for got, want in zip(model_c.parameters(), model_e.parameters()):
+            np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+        steady = list(compiled._programs.values())[-1]  # (SGD's first step makes the buffers op by op)
+        return sum(t.shape == () for t in steady.input_types)
+    assert scalar_inputs(4) == scalar_inputs(1)

@@ -323,6 +323,27 @@ def _grouped(values: Callable[..., tuple]) -> Callable[..., tuple]:
     return grouped
 
 
+def update_factors(group: dict, dtype, factors: dict[str, float]) -> tuple:
+    """An update's factors by role (a momentum, 1 - rho, a weight decay: what PyTorch's
+    `add(x, alpha=factor)` multiplies by), each None where PyTorch multiplies by nothing (a
+    factor of 1) and, inside a traced `grouped_updates` block, the group's one 0-d tensor
+    of the number (`update_scalar`); else the number. `scaled` applies one."""
+    traced = _GROUPING.calls is not None
+    return tuple(None if factor == 1 else update_scalar(factor, dtype, group, role) if traced else factor
+                 for role, factor in factors.items())
+
+
+def update_number(group: dict, dtype, role: str, number: float):
+    """A number an update adds (an eps): the group's 0-d tensor of it inside a traced
+    `grouped_updates` block (`update_scalar`), else the number."""
+    return update_scalar(number, dtype, group, role) if _GROUPING.calls is not None else number
+
+
+def scaled(x: Tensor, factor) -> Tensor:
+    """x * factor, x itself for a None factor (`update_factors`)."""
+    return x if factor is None else x * factor
+
+
 def write_values(targets: tuple, new: tuple, args) -> None:
     """Write the new values `new` over `targets` (`write_new_values`); `args`: what they
     were computed from."""

@@ -12,8 +12,8 @@ from typing import Any
 
 from tracegrad.creation import full_like, zeros_like
 from tracegrad.functional._util import composite
-from tracegrad.optim.optimizer import (ParamsT, PerParameterOptimizer, implementation_options, state_number,
-                                      update_scalar, write_new_values)
+from tracegrad.optim.optimizer import (ParamsT, PerParameterOptimizer, implementation_options, scaled, state_number,
+                                      update_factors, update_number, update_scalar, write_new_values)
 
 
 def _check_non_negative(**values: float) -> None:
@@ -62,25 +62,27 @@ class RMSprop(PerParameterOptimizer):
         buf = state["momentum_buffer"] if momentum > 0 else None
         targets = tuple(t for t in (p, state["square_avg"], grad_avg, buf) if t is not None)
         write_new_values(_rmsprop_values, targets, p, grad, state["square_avg"], grad_avg, buf,
-                         update_scalar(-group["lr"], p.dtype, group, "step size"), alpha, group["eps"], momentum,
-                         group["weight_decay"])
+                         update_scalar(-group["lr"], p.dtype, group, "step size"), group["weight_decay"],
+                         update_number(group, p.dtype, "eps", group["eps"]),
+                         *update_factors(group, p.dtype, {"alpha": alpha, "1 - alpha": 1 - alpha, "momentum": momentum,
+                                                          "weight decay": group["weight_decay"]}))
 
 
 @composite
-def _rmsprop_values(p, grad, square_avg, grad_avg, buf, neg_lr, alpha: float, eps: float, momentum: float,
-                    weight_decay: float) -> tuple:
+def _rmsprop_values(p, grad, square_avg, grad_avg, buf, neg_lr, weight_decay: float, eps, alpha, one_minus_alpha,
+                    momentum, decay_factor) -> tuple:
     """One RMSprop update of a parameter as new values of the parameter, `square_avg` and
     (centered) `grad_avg` and (with momentum) the momentum buffer, in that order."""
     if weight_decay != 0:
-        grad = grad.add(p, alpha=weight_decay)
-    square_avg = square_avg.mul(alpha).add(grad * grad, alpha=1 - alpha)
+        grad = grad + scaled(p, decay_factor)
+    square_avg = scaled(square_avg, alpha) + scaled(grad * grad, one_minus_alpha)
     if grad_avg is not None:
-        grad_avg = grad_avg.mul(alpha).add(grad, alpha=1 - alpha)
+        grad_avg = scaled(grad_avg, alpha) + scaled(grad, one_minus_alpha)
         avg = square_avg.sub(grad_avg * grad_avg).sqrt().add(eps)
     else:
         avg = square_avg.sqrt().add(eps)
     if buf is not None:
-        buf = buf.mul(momentum).add(grad / avg)
+        buf = scaled(buf, momentum) + grad / avg
         p = p.add(buf * neg_lr)
     else:
         p = p.add((grad / avg) * neg_lr)
@@ -116,15 +118,17 @@ class Adagrad(PerParameterOptimizer):
         state["step"] = state_number(state["step"]) + 1
         clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
         write_new_values(_adagrad_values, (p, state["sum"]), p, grad, state["sum"],
-                         update_scalar(-clr, p.dtype, group, "step size"), group["eps"], group["weight_decay"])
+                         update_scalar(-clr, p.dtype, group, "step size"), group["weight_decay"],
+                         update_number(group, p.dtype, "eps", group["eps"]),
+                         *update_factors(group, p.dtype, {"weight decay": group["weight_decay"]}))
 
 
 @composite
-def _adagrad_values(p, grad, total, neg_clr, eps: float, weight_decay: float) -> tuple:
+def _adagrad_values(p, grad, total, neg_clr, weight_decay: float, eps, decay_factor) -> tuple:
     """One Adagrad update of a parameter as new values of the parameter and the sum of
     squared gradients (`neg_clr`: the decayed learning rate, negated, a 0-d tensor)."""
     if weight_decay != 0:
-        grad = grad.add(p, alpha=weight_decay)
+        grad = grad + scaled(p, decay_factor)
     total = total.add(grad * grad)
     std = total.sqrt().add(eps)
     return p.add((grad / std) * neg_clr), total
@@ -160,18 +164,22 @@ class Adadelta(PerParameterOptimizer):
         state["step"] = state_number(state["step"]) + 1
         square_avg, acc_delta = state["square_avg"], state["acc_delta"]
         write_new_values(_adadelta_values, (p, square_avg, acc_delta), p, grad, square_avg, acc_delta,
-                         update_scalar(-group["lr"], p.dtype, group, "step size"), rho, eps, group["weight_decay"])
+                         update_scalar(-group["lr"], p.dtype, group, "step size"), group["weight_decay"],
+                         update_number(group, p.dtype, "eps", eps),
+                         *update_factors(group, p.dtype, {"rho": rho, "1 - rho": 1 - rho,
+                                                          "weight decay": group["weight_decay"]}))
 
 
 @composite
-def _adadelta_values(p, grad, square_avg, acc_delta, neg_lr, rho: float, eps: float, weight_decay: float) -> tuple:
+def _adadelta_values(p, grad, square_avg, acc_delta, neg_lr, weight_decay: float, eps, rho, one_minus_rho,
+                     decay_factor) -> tuple:
     """One Adadelta update of a parameter as new values of the parameter, `square_avg` and
     `acc_delta` (PyTorch's operations in its order; the learning rate a 0-d tensor, so a
     schedule changes no program)."""
     if weight_decay != 0:
-        grad = grad.add(p, alpha=weight_decay)
-    square_avg = square_avg.mul(rho).add(grad * grad, alpha=1 - rho)
+        grad = grad + scaled(p, decay_factor)
+    square_avg = scaled(square_avg, rho) + scaled(grad * grad, one_minus_rho)
     std = square_avg.add(eps).sqrt()
     delta = acc_delta.add(eps).sqrt().div(std).mul(grad)
-    acc_delta = acc_delta.mul(rho).add(delta * delta, alpha=1 - rho)
+    acc_delta = scaled(acc_delta, rho) + scaled(delta * delta, one_minus_rho)
     return p.add(delta * neg_lr), square_avg, acc_delta

@@ -8,8 +8,8 @@ from typing import Any
 
 from tracegrad.functional._util import composite
 from tracegrad.grad_mode import no_grad
-from tracegrad.optim.optimizer import (Optimizer, ParamsT, grouped_updates, implementation_options, update_scalar,
-                                      write_new_values)
+from tracegrad.optim.optimizer import (Optimizer, ParamsT, grouped_updates, implementation_options, scaled,
+                                      update_factors, update_scalar, write_new_values)
 
 
 class SGD(Optimizer):
@@ -64,19 +64,22 @@ class SGD(Optimizer):
                     continue
             targets = (p,) if buf is None else (p, buf)
             write_new_values(_sgd_values, targets, p, d_p, buf, update_scalar(-lr, p.dtype, group, "step size"),
-                             momentum, group["dampening"], group["nesterov"], weight_decay)
+                             weight_decay, group["nesterov"],
+                             *update_factors(group, p.dtype, {"momentum": momentum,
+                                                              "1 - dampening": 1 - group["dampening"],
+                                                              "weight decay": weight_decay}))
 
 
 @composite
-def _sgd_values(p, grad, buf, neg_lr, momentum: float, dampening: float, nesterov: bool,
-                weight_decay: float) -> tuple:
+def _sgd_values(p, grad, buf, neg_lr, weight_decay: float, nesterov: bool, momentum, one_minus_dampening,
+                decay_factor) -> tuple:
     """One SGD update of a parameter as new values of the parameter and, with momentum,
     its buffer (PyTorch's operations in its order; the learning rate a 0-d tensor, so a
     schedule changes no program)."""
     if weight_decay != 0:
-        grad = grad.add(p, alpha=weight_decay)
+        grad = grad + scaled(p, decay_factor)
     if buf is None:
         return (p.add(grad * neg_lr),)
-    buf = buf.mul(momentum).add(grad, alpha=1 - dampening)
-    step = grad.add(buf, alpha=momentum) if nesterov else buf
+    buf = scaled(buf, momentum) + scaled(grad, one_minus_dampening)
+    step = grad + scaled(buf, momentum) if nesterov else buf
     return p.add(step * neg_lr), buf
