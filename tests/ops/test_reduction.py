@@ -370,3 +370,20 @@ def test_logsumexp_over_an_empty_dim_is_negative_infinity(keepdim):
 @pytest.mark.parametrize("dim,keepdim", [(0, False), (-1, True), ((0, 1), False)], ids=str)
 def test_logsumexp_gradients(dim, keepdim, check):
     assert check(lambda t: t.logsumexp(dim, keepdim=keepdim), (distinct_leaf(2, 3),))
+
+
+def test_a_reduction_rules_kept_answers_are_bounded_and_bad_axes_still_raise(monkeypatch):
+    from tracegrad.ir import types
+    from tracegrad.ir.types import TensorType
+    from tracegrad.ops import reduction
+    monkeypatch.setattr(reduction, "RULE_ANSWERS_KEPT", 4)
+    rule = reduction._reduce_rule("amax", empty_ok=False)
+    for n in range(1, 12):  # (more shapes than it keeps: it starts over, answers unchanged)
+        x = TensorType((n, 3), types.float32)
+        assert rule(x, (0,), False) == rule(x, [0], False) == (TensorType((3,), types.float32),)
+        assert rule(x, (1,), True) == (TensorType((n, 1), types.float32),)
+        with pytest.raises(IndexError, match="amax: axis 2 out of range"):
+            rule(x, (2,), False)
+    with pytest.raises(RuntimeError, match="cannot reduce over an empty axis"):
+        rule(TensorType((0, 3), types.float32), (0,), False)
+    assert rule(TensorType((0, 3), types.float32), (1,), False) == (TensorType((0,), types.float32),)
