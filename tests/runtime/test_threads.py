@@ -110,13 +110,28 @@ def test_sizes_around_the_threshold(split, elements):
     # chunks start every 64 elements: from 50 to 64 elements it has one chunk to give.)
     split(2, min_elements=100)
     (x,) = _arrays((elements,), dtype=np.float64)
-    compiled = tg.compile(lambda x: ((x * 2.0).exp() + 1.0, x.sin().sum() + x.sum()))
+    compiled = tg.compile(lambda x: ((x * 2.0).abs() + 1.0, (x * x).sum() + x.sum()))
     got = [o.numpy() for o in compiled(tg.from_numpy(x))]
-    np.testing.assert_allclose(got[0], np.exp(x * 2.0) + 1.0, rtol=1e-12)
-    np.testing.assert_allclose(got[1], np.sin(x).sum() + x.sum(), rtol=1e-12)
+    np.testing.assert_allclose(got[0], np.abs(x * 2.0) + 1.0, rtol=1e-12)
+    np.testing.assert_allclose(got[1], (x * x).sum() + x.sum(), rtol=1e-12)
     sizes = sorted((step.size, step.chunk_count()) for step in _kernels(compiled))
     assert sizes[-1][0] == 2 * elements  # (the map, its sums folded into its loop)
     assert all((count > 1) == (size >= 100) for size, count in sizes)
+
+
+@pytest.mark.parametrize("rows", [3, 4, 5, 8])
+def test_transcendentals_count_toward_a_kernels_size(split, rows):
+    # Each tanh/exp costs three elements' worth of work (`Primitive.element_cost`): a map
+    # of n float32 elements computing both counts as 5n (its bytes as about n), and
+    # splits from 5n >= 100 on. (A broadcast operand keeps it a nest of rows.)
+    split(2, min_elements=100)
+    x, b = _arrays((rows, 4), (4,))
+    compiled = tg.compile(lambda x, b: (x * b).tanh().exp())
+    got = compiled(tg.from_numpy(x), tg.from_numpy(b)).numpy()
+    np.testing.assert_allclose(got, np.exp(np.tanh(x * b)), rtol=1e-6)
+    (step,) = _kernels(compiled)
+    assert step.size == 5 * 4 * rows
+    assert (step.chunk_count() > 1) == (5 * 4 * rows >= 100)
 
 
 def test_one_thread_runs_every_kernel_in_one_call(split):

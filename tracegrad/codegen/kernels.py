@@ -547,7 +547,12 @@ class KernelStep:
         # read in part (cross entropy's gather of one logit per row).
         moved = sum(min(value.type.numel, 16 * self.elements) * value.type.dtype.itemsize
                     for value in kernel.leaves + kernel.results if value.type.shape)
-        self.size = max(self.elements, moved // 8)
+        # And the work per element counts: a kernel of few elements that each compute
+        # transcendentals (`Primitive.element_cost`) is worth two threads too (W8's LSTM
+        # gate activations of 140K elements, 5 each: 240 -> 180 µs; W7's GELU kernels;
+        # W7 compiled 0.95, W8 eager 0.98, W3 0.97 paired; W9, W10 level).
+        work = 1 + sum(node.op.element_cost - 1 for node in kernel.nodes)
+        self.size = max(self.elements * work, moved // 8)
         # Below the size worth splitting over threads, a kernel always runs whole: it is
         # built with constant loop bounds (see build_llvm) and never split later.
         self.whole = self.size < threads.MIN_PARALLEL_ELEMENTS

@@ -30,7 +30,7 @@ class Primitive:
                  "kind", "num_outputs", "backward_name", "lower", "index_map", "reduction",
                  "simplify", "rewrite", "constant", "aligned", "lower_indexed", "lowers",
                  "index_checks", "view_strides", "view_may_copy", "write_back", "api", "effect", "carried_dim",
-                 "reads_aligned", "index_range", "read_probe", "own_layout_inputs", "__dict__")
+                 "reads_aligned", "index_range", "read_probe", "own_layout_inputs", "element_cost", "__dict__")
 
     # False for a custom Function's primitive (its backward is user code, its node holds the
     # call's ctx): never cached or replayed. (A class default: read per node per backward.)
@@ -49,7 +49,7 @@ class Primitive:
                  view_may_copy: bool = False, write_back: Callable | None = None, effect: bool = False,
                  carried_dim: Callable | None = None, reads_aligned: tuple[int, ...] = (),
                  index_range: Callable | None = None, read_probe: Callable | None = None,
-                 own_layout_inputs: tuple[int, ...] = ()):
+                 own_layout_inputs: tuple[int, ...] = (), element_cost: int = 1):
         if name in REGISTRY:
             raise ValueError(f"primitive {name!r} is defined twice")
         self.name = name
@@ -119,6 +119,10 @@ class Primitive:
         # gives such a value a buffer of its own, written in its layout, rather than make it
         # a NumPy view of another buffer (which may be a transposed one).
         self.own_layout_inputs = own_layout_inputs
+        # What its lowering costs per element, in elements of a plain load-add-store
+        # (a transcendental's polynomial: 3): a fused kernel of few elements but much work
+        # per element is worth splitting over threads too (`codegen.kernels.KernelStep`).
+        self.element_cost = element_cost
         # Layout (codegen.fusion): `carried_dim(in_type, out_type, dim, **attrs)` of an op
         # of one input read at other elements than the current one (a view, im2col): the
         # dim of its result along which its input's dim `dim` advances one element per

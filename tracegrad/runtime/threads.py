@@ -14,8 +14,8 @@ are handed to a spinning worker natively instead (`run_range_pair`), as GEMM hal
 `NUM_THREADS` and `MIN_PARALLEL_ELEMENTS` are read at each kernel call, so tests and
 users may change them at run time; a kernel built while it was below
 `MIN_PARALLEL_ELEMENTS` is compiled for its whole range only and stays one call. Below a
-size of `MIN_PARALLEL_ELEMENTS` (the elements of its loop nest, or an eighth of the bytes
-it reads and writes when more: `KernelStep.size`) a kernel is one call: handing a chunk to
+size of `MIN_PARALLEL_ELEMENTS` (the elements of its loop nest times its ops' work per
+element, or an eighth of the bytes it reads and writes when more: `KernelStep.size`) a kernel is one call: handing a chunk to
 another thread costs tens of microseconds (measured on the 2-core host: see
 `tests/runtime/test_threads.py` and docs).
 """
