@@ -224,3 +224,32 @@ def test_range_pair_runs_each_chunk_once_with_its_range():
         seen.clear()
         threads.run_range_pair([(kernel, 1234, 0, 5), (kernel, 1234, 5, 9)])
         assert sorted(seen) == [(1234, 0, 5), (1234, 5, 9)]
+
+
+def test_wake_has_a_sleeping_worker_spin(monkeypatch):
+    monkeypatch.setattr(threads, "SPIN_SECONDS", 0.5)
+    spin_handoff.prepare()
+    worker = threads._ensure_workers(1)[0]
+    spin_handoff.stop(worker.mailbox_address)  # (a spin left from an earlier test ends)
+    deadline = time.monotonic() + 5
+    while worker.mailbox[0] != spin_handoff.ASLEEP and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert worker.mailbox[0] == spin_handoff.ASLEEP
+    threads.wake()
+    while worker.mailbox[0] != spin_handoff.WATCHING and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert worker.mailbox[0] == spin_handoff.WATCHING
+
+
+def test_a_program_wakes_the_worker_only_when_a_step_may_use_two_threads(monkeypatch):
+    import tracegrad as tg
+    woken = []
+    monkeypatch.setattr(threads, "wake", lambda: woken.append(True))
+    rng = np.random.default_rng(0)
+    small = tg.compile(lambda x: (x * 2.0).exp())
+    small(tg.from_numpy(rng.standard_normal((4, 4))))
+    assert not woken
+    big = tg.compile(lambda a, b: (a @ b).relu())
+    a, b = (tg.from_numpy(rng.standard_normal((256, 256)).astype(np.float32)) for _ in range(2))
+    np.testing.assert_allclose(big(a, b).numpy(), np.maximum(a.numpy() @ b.numpy(), 0), rtol=1e-4, atol=1e-4)
+    assert woken

@@ -556,6 +556,7 @@ class KernelStep:
         # Below the size worth splitting over threads, a kernel always runs whole: it is
         # built with constant loop bounds (see build_llvm) and never split later.
         self.whole = self.size < threads.MIN_PARALLEL_ELEMENTS
+        self.uses_threads = not self.whole  # (`runtime.program.Program.wakes_worker`)
         small = self.elements <= SMALL_KERNEL_ELEMENTS
         self.code, self.symbol, self.from_disk, self.description = kernel_key.compile_described(
             kernel, "whole kernel" if self.whole else "kernel", lambda: self.module,

@@ -43,6 +43,8 @@ import os
 import threading
 import time
 
+import math
+
 import numpy as np
 
 from tracegrad import reference
@@ -188,7 +190,8 @@ def _operand_offset(source: np.ndarray, operand: np.ndarray) -> int | None:
 class MatmulStep(NumpyStep):
     """A matmul node; writes into a buffer from the run's pool when one is free."""
 
-    __slots__ = ("out_shape", "out_dtype", "out_key", "runs", "mode", "binding", "misses", "binds", "shared_right")
+    __slots__ = ("out_shape", "out_dtype", "out_key", "runs", "mode", "binding", "misses", "binds", "shared_right",
+                 "uses_threads")
     owns_outputs = True
 
     def __init__(self, node, inputs: tuple[int, ...], outputs: tuple[int, ...]):
@@ -204,6 +207,9 @@ class MatmulStep(NumpyStep):
         self.misses = 0  # runs in a row the binding did not fit
         self.binds = 0
         self.shared_right: SharedRightOperand | None = None  # (`share_right_operands`)
+        # Whether the product may run on two threads (the least work any route splits at).
+        depth = node.inputs[0].type.shape[-1]
+        self.uses_threads = math.prod(out_type.shape) * depth >= gemm.NARROW_TWO_THREAD_MIN_WORK
 
     def _generated_ready(self, a: np.ndarray, b: np.ndarray) -> bool:
         """A kernel in memory or on disk runs at once; one that would compile now waits

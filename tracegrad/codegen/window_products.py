@@ -142,6 +142,7 @@ class WindowProductStep(NumpyStep):
     else the op's NumPy implementation (im2col, then the product)."""
 
     __slots__ = ("side", "out_shape", "out_dtype", "tables")
+    uses_threads = True  # (at least MIN_WORK multiply-adds: `runtime.program.Program.wakes_worker`)
     owns_outputs = True
 
     def __init__(self, node: Node, inputs: tuple[int, ...], outputs: tuple[int, ...]):

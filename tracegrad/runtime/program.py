@@ -23,6 +23,7 @@ from tracegrad.ir.graph import Graph, Value
 from tracegrad.ir.types import TensorType, from_numpy
 from tracegrad.ir.primitive import MATMUL, MOVEMENT
 from tracegrad.runtime import step_timings as timings
+from tracegrad.runtime import threads as kernel_threads
 
 
 class NumpyStep:
@@ -88,6 +89,9 @@ class Program:
         # What `run` does per call, worked out once: the slots after the inputs, and per
         # step its bound `run` with the slots it recycles and frees (None when none).
         self._unfilled = [None] * (n_slots - self.n_inputs)
+        # Whether a step may run on two threads (`uses_threads`): the run then wakes the
+        # worker first (`threads.wake`).
+        self.wakes_worker = any(getattr(step, "uses_threads", False) for step in steps)
         self._plan = [(step.run, recycles or None, frees or None)
                       for step, frees, recycles in zip(steps, self.frees, self.recycles)]
         # A program of one kernel reading every input in order (a small function's whole
@@ -101,6 +105,8 @@ class Program:
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         if timings.ENABLED:
             return self._run_timed(inputs)
+        if self.wakes_worker:
+            kernel_threads.wake()
         if self._alone is not None and len(inputs) == self.n_inputs:
             compute, order = self._alone
             results = compute(inputs)
@@ -121,6 +127,8 @@ class Program:
 
     def _run_timed(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """`run`, timing each step and recording it in `runtime.step_timings`."""
+        if self.wakes_worker:
+            kernel_threads.wake()
         record = timings.program_timings(self, self._describe)
         count = len(self.steps)
         seconds, moved, flops, threads = [0.0] * count, [0] * count, [0] * count, [1] * count

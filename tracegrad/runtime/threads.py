@@ -15,9 +15,9 @@ are handed to a spinning worker natively instead (`run_range_pair`), as GEMM hal
 users may change them at run time; a kernel built while it was below
 `MIN_PARALLEL_ELEMENTS` is compiled for its whole range only and stays one call. Below a
 size of `MIN_PARALLEL_ELEMENTS` (the elements of its loop nest times its ops' work per
-element, or an eighth of the bytes it reads and writes when more: `KernelStep.size`) a kernel is one call: handing a chunk to
-another thread costs tens of microseconds (measured on the 2-core host: see
-`tests/runtime/test_threads.py` and docs).
+element, or an eighth of the bytes it reads and writes when more: `KernelStep.size`) a
+kernel is one call: handing a chunk to another thread costs tens of microseconds
+(measured on the 2-core host: see `tests/runtime/test_threads.py` and docs).
 """
 
 from __future__ import annotations
@@ -126,6 +126,24 @@ class _Chunks:
                 self.left -= 1
                 if self.left == 0:
                     self.finished.release()
+
+
+def _nothing() -> None:
+    """A worker's task that only wakes it: its spin follows (`wake`)."""
+
+
+def wake() -> None:
+    """Have the first worker spin if it sleeps: a program that is about to run steps on two
+    threads calls this as it starts, so that its first such step hands its half to a
+    spinning worker (a sleeping one, woken by the step's own queued task, started 40-50 µs
+    late: W7's first product of a step, after the ~2 ms of following its trace, took 240
+    against the 143 µs of the same product later in the step)."""
+    workers = _workers
+    if not workers or SPIN_SECONDS <= 0 or not spin_handoff.ready():
+        return
+    worker = workers[0]
+    if worker.mailbox[0] == spin_handoff.ASLEEP and worker.tasks.empty():
+        worker.tasks.put(_nothing)
 
 
 def run_pair(function, first: int, second: int) -> None:
