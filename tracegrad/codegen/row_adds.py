@@ -15,22 +15,19 @@ adder (`ops.indexing.set_row_adder`), which the reference mode bypasses.
 from __future__ import annotations
 
 import ctypes
-import threading
 
 import numpy as np
 from llvmlite import ir
 
 from tracegrad.codegen.ir_builder import I64, emit_loop
 from tracegrad.ops import indexing
-from tracegrad.runtime import kernel_key
 from tracegrad.runtime.buffers import data_address
-from tracegrad.runtime.llvm_engine import compile_kernel_keyed
+from tracegrad.runtime.llvm_engine import generated_function
 
 _LLVM_TYPES = {np.dtype(np.float32): ir.FloatType(), np.dtype(np.float64): ir.DoubleType()}
 _SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                               ctypes.c_int64)
 _functions: dict[np.dtype, object] = {}
-_lock = threading.Lock()
 
 
 def _build(dtype: np.dtype) -> ir.Module:
@@ -65,13 +62,8 @@ def _build(dtype: np.dtype) -> ir.Module:
 def _function(dtype: np.dtype):
     found = _functions.get(dtype)
     if found is None:
-        with _lock:
-            found = _functions.get(dtype)
-            if found is None:
-                source = kernel_key.generator_key()
-                description = None if source is None else f"add_rows {dtype.name} {source}"
-                address, _, _ = compile_kernel_keyed(description, "add_rows", lambda: _build(dtype))
-                found = _functions[dtype] = _SIGNATURE(address)
+        address = generated_function(f"add_rows {dtype.name}", "add_rows", lambda: _build(dtype))
+        found = _functions.setdefault(dtype, _SIGNATURE(address))
     return found
 
 

@@ -236,6 +236,28 @@ def compile_kernel_keyed(description: str | None, name: str, build: Callable[[],
     return _pin(code), code.symbol, from_disk
 
 
+_generated: dict[str, int] = {}  # key -> address of a hand-written generator's function
+_generated_lock = threading.Lock()
+
+
+def generated_function(key: str, name: str, build: Callable[[], ir.Module]) -> int:
+    """The address of a hand-written generator's function `name` (the spinning hand-off,
+    the kernel-chunk trampoline, index_add's row loop): `build()` makes its module once per
+    process, keyed in memory by `key` and on disk by `key` and the lowering sources' hash
+    (`kernel_key.generator_key`), so a warm process loads it without building it."""
+    address = _generated.get(key)
+    if address is None:
+        from tracegrad.runtime import kernel_key
+        with _generated_lock:
+            address = _generated.get(key)
+            if address is None:
+                source = kernel_key.generator_key()
+                description = None if source is None else f"{key} {source}"
+                address, _, _ = compile_kernel_keyed(description, name, build)
+                _generated[key] = address
+    return address
+
+
 def compile_kernel_held(description: str | None, name: str, build: Callable[[], ir.Module],
                         small: bool = False, strength_reduction: bool = True) -> tuple[Code, bool]:
     """Compile a module that is costly to generate: keyed by `description` (which must

@@ -44,8 +44,7 @@ import threading
 import numpy as np
 from llvmlite import ir
 
-from tracegrad.runtime import kernel_key
-from tracegrad.runtime.llvm_engine import compile_kernel_keyed
+from tracegrad.runtime.llvm_engine import generated_function
 
 I64 = ir.IntType(64)
 
@@ -223,10 +222,7 @@ def _handoff():
     if _function is None:
         with _lock:
             if _function is None:
-                source = kernel_key.generator_key()
-                description = None if source is None else f"handoff {source}"
-                address, _, _ = compile_kernel_keyed(description, "handoff", _build)
-                _function = _SIGNATURE(address)
+                _function = _SIGNATURE(generated_function("handoff", "handoff", _build))
     return _function
 
 
@@ -256,19 +252,9 @@ def _build_range_call() -> ir.Module:
     return module
 
 
-_range_call = None
-
-
 def range_call_address() -> int:
     """The address of `range_call` (compiled once, or loaded from the disk cache)."""
-    global _range_call
-    if _range_call is None:
-        with _lock:
-            if _range_call is None:
-                source = kernel_key.generator_key()
-                description = None if source is None else f"range_call {source}"
-                _range_call, _, _ = compile_kernel_keyed(description, "range_call", _build_range_call)
-    return _range_call
+    return generated_function("range_call", "range_call", _build_range_call)
 
 
 def new_mailbox() -> tuple[np.ndarray, int]:
