@@ -549,8 +549,9 @@ class KernelStep:
                     for value in kernel.leaves + kernel.results if value.type.shape)
         # And the work per element counts: a kernel of few elements that each compute
         # transcendentals (`Primitive.element_cost`) is worth two threads too (W8's LSTM
-        # gate activations of 140K elements, 5 each: 240 -> 180 µs; W7's GELU kernels;
-        # W7 compiled 0.95, W8 eager 0.98, W3 0.97 paired; W9, W10 level).
+        # gate activations of 140K elements, 3 sigmoids and 2 tanh each: 240 -> 180 µs;
+        # W7's GELU kernels of 262K elements with an erf; W7 compiled 0.95, W8 eager
+        # 0.98, W3 0.97 paired; W9, W10 level).
         work = 1 + sum(node.op.element_cost - 1 for node in kernel.nodes)
         self.size = max(self.elements * work, moved // 8)
         # Below the size worth splitting over threads, a kernel always runs whole: it is

@@ -120,7 +120,7 @@ class Primitive:
         # a NumPy view of another buffer (which may be a transposed one).
         self.own_layout_inputs = own_layout_inputs
         # What its lowering costs per element, in elements of a plain load-add-store
-        # (a transcendental's polynomial: 3): a fused kernel of few elements but much work
+        # (a transcendental's polynomial: 2-8): a fused kernel of few elements but much work
         # per element is worth splitting over threads too (`codegen.kernels.KernelStep`).
         self.element_cost = element_cost
         # Layout (codegen.fusion): `carried_dim(in_type, out_type, dim, **attrs)` of an op
