@@ -38,12 +38,11 @@ bound again to what it now gets.
 from __future__ import annotations
 
 import ctypes
+import math
 import operator
 import os
 import threading
 import time
-
-import math
 
 import numpy as np
 

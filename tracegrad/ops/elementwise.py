@@ -84,11 +84,10 @@ def _undo(value, prim):
 
 # --- unary -------------------------------------------------------------------------
 
-# The work per element of a transcendental's lowering (`Primitive.element_cost`), in
-# elements of a plain map: one thread over 2^20 float32 elements took 94 µs for x + 1,
-# 119 for exp, 151 sigmoid, 210 tanh, 295 log(|x| + 1), 353 erf, 847 sin (compiled, on
-# this project's machine), each past what a plain map's memory traffic hides.
-ELEMENT_COSTS = {"exp": 2, "sigmoid": 2, "tanh": 3, "log": 3, "erf": 4, "sin": 8, "cos": 8}
+# A transcendental's `element_cost` (its lowering's work per element, in elements of a
+# plain map), measured: one thread over 2^20 float32 elements took 94 µs for x + 1, 119
+# for exp, 151 sigmoid, 210 tanh, 295 log(|x| + 1), 353 erf, 847 sin (compiled, on this
+# project's machine), each past what a plain map's memory traffic hides.
 
 NEG = Primitive("neg", api="unary", shape_rule=_unary_any_rule, impl=np.negative, kind=ELEMENTWISE,
                 vjp=lambda ctx, g: (neg(g),),
@@ -96,24 +95,24 @@ NEG = Primitive("neg", api="unary", shape_rule=_unary_any_rule, impl=np.negative
                 simplify=lambda inputs, attrs: _undo(inputs[0], NEG))
 EXP = Primitive("exp", api="float_unary", shape_rule=_unary_float_rule("exp"), impl=_quiet(np.exp), kind=ELEMENTWISE,
                 saves_output=True, vjp=lambda ctx, g: (mul(g, ctx.out),),
-                lower=lambda b, x: b.math("exp", x), element_cost=ELEMENT_COSTS["exp"])
+                lower=lambda b, x: b.math("exp", x), element_cost=2)
 LOG = Primitive("log", api="float_unary", shape_rule=_unary_float_rule("log"), impl=_quiet(np.log), kind=ELEMENTWISE,
                 saves_inputs=(0,), vjp=lambda ctx, g: (div(g, ctx.inputs[0]),),
-                lower=lambda b, x: b.math("log", x), element_cost=ELEMENT_COSTS["log"])
+                lower=lambda b, x: b.math("log", x), element_cost=3)
 SQRT = Primitive("sqrt", api="float_unary", shape_rule=_unary_float_rule("sqrt"), impl=_quiet(np.sqrt),
                  kind=ELEMENTWISE, saves_output=True,
                  vjp=lambda ctx, g: (div(g, mul(ctx.out, full_like(ctx.out, 2.0))),),
                 lower=lambda b, x: b.math("sqrt", x))
 SIN = Primitive("sin", api="float_unary", shape_rule=_unary_float_rule("sin"), impl=_quiet(np.sin), kind=ELEMENTWISE,
                 saves_inputs=(0,), vjp=lambda ctx, g: (mul(g, cos(ctx.inputs[0])),),
-                lower=lambda b, x: b.math("sin", x), element_cost=ELEMENT_COSTS["sin"])
+                lower=lambda b, x: b.math("sin", x), element_cost=8)
 COS = Primitive("cos", api="float_unary", shape_rule=_unary_float_rule("cos"), impl=_quiet(np.cos), kind=ELEMENTWISE,
                 saves_inputs=(0,), vjp=lambda ctx, g: (neg(mul(g, sin(ctx.inputs[0]))),),
-                lower=lambda b, x: b.math("cos", x), element_cost=ELEMENT_COSTS["cos"])
+                lower=lambda b, x: b.math("cos", x), element_cost=8)
 TANH = Primitive("tanh", api="float_unary", shape_rule=_unary_float_rule("tanh"), impl=_quiet(np.tanh),
                  kind=ELEMENTWISE, saves_output=True,
                  vjp=lambda ctx, g: (mul(g, sub(full_like(ctx.out, 1.0), mul(ctx.out, ctx.out))),),
-                lower=lambda b, x: b.math("tanh", x), element_cost=ELEMENT_COSTS["tanh"])
+                lower=lambda b, x: b.math("tanh", x), element_cost=3)
 
 
 @quiet
@@ -132,7 +131,7 @@ def _sigmoid_impl(x):
 SIGMOID = Primitive("sigmoid", api="float_unary", shape_rule=_unary_float_rule("sigmoid"), impl=_sigmoid_impl,
                     kind=ELEMENTWISE, saves_output=True,
                     vjp=lambda ctx, g: (mul(g, mul(ctx.out, sub(full_like(ctx.out, 1.0), ctx.out))),),
-                lower=lambda b, x: b.math("sigmoid", x), element_cost=ELEMENT_COSTS["sigmoid"])
+                lower=lambda b, x: b.math("sigmoid", x), element_cost=2)
 
 
 def _erf_vjp(ctx, g):
@@ -142,7 +141,7 @@ def _erf_vjp(ctx, g):
 
 ERF = Primitive("erf", api="float_unary", shape_rule=_unary_float_rule("erf"), impl=_np_erf, kind=ELEMENTWISE,
                 saves_inputs=(0,), vjp=_erf_vjp,
-                lower=lambda b, x: b.math("erf", x), element_cost=ELEMENT_COSTS["erf"])
+                lower=lambda b, x: b.math("erf", x), element_cost=4)
 # abs'(0) = 0 and sign's gradient is zero everywhere, as in PyTorch.
 ABS = Primitive("abs", api="unary", shape_rule=_unary_any_rule, impl=np.abs, kind=ELEMENTWISE,
                 saves_inputs=(0,), vjp=lambda ctx, g: (mul(g, sign(ctx.inputs[0])),),

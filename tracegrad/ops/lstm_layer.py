@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracegrad.ir.passes import constant_of
 from tracegrad.ir import types
+from tracegrad.ir.passes import constant_of
 from tracegrad.ir.primitive import OTHER, Primitive
 from tracegrad.ir.types import TensorType
 from tracegrad.ops import elementwise as ew

@@ -18,7 +18,7 @@ from tracegrad.functional._util import composite
 from tracegrad.grad_mode import MODE, no_grad
 from tracegrad.ops import adam as adam_op
 from tracegrad.optim.optimizer import (Optimizer, ParamsT, grouped_updates, implementation_options, state_number,
-                                      update_scalar, write_new_values)
+                                      update_number, update_scalar, write_new_values)
 
 
 class Adam(Optimizer):
@@ -100,17 +100,15 @@ _ROLES = ("beta1", "1 - beta1", "beta2", "1 - beta2", "eps")
 def _constants(group: dict[str, Any], dtype) -> tuple:
     """`_adam_values`' number arguments for a group: beta1, 1 - beta1, beta2, 1 - beta2,
     eps, the (L2) weight decay (None without) and maximize. Traced, the numbers are 0-d
-    tensors, one per number for the whole step (`update_scalar`), so a step's composite
+    tensors, one per number for the whole step (`update_number`), so a step's composite
     reads each once rather than once per parameter (W7's AdamW: 5 numbers instead of 140
     inputs to follow and feed per step); eagerly, Python floats."""
     beta1, beta2 = group["betas"]
-    weight_decay = None if group["decoupled_weight_decay"] or group["weight_decay"] == 0 else group["weight_decay"]
     numbers = (beta1, 1 - beta1, beta2, 1 - beta2, group["eps"])
-    if MODE.tracer is not None:
-        numbers = tuple([update_scalar(number, dtype, group, role) for number, role in zip(numbers, _ROLES)])
-        if weight_decay is not None:
-            weight_decay = update_scalar(weight_decay, dtype, group, "weight decay")
-    return (*numbers, weight_decay, group["maximize"])
+    weight_decay = (None if group["decoupled_weight_decay"] or group["weight_decay"] == 0
+                    else update_number(group, dtype, "weight decay", group["weight_decay"]))
+    return (*[update_number(group, dtype, role, number) for number, role in zip(numbers, _ROLES)], weight_decay,
+            group["maximize"])
 
 
 @composite
