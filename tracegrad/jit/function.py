@@ -95,6 +95,7 @@ class CompileTrace(Tracer):
         self.arguments: list[tuple[Tensor, Tensor, Value]] = []
         self.events: list[compile_events.CacheEvent] = []  # one per graph looked up
         self.realizations: list[compile_events.Realization] = []
+        self._captured_by_value: dict[int, Tensor] = {}  # id(graph input) -> its captured tensor (`realize`)
         # What the function returned and which tensors became graph outputs (input_names.name_outputs).
         self.result = None
         self.output_tensors: tuple = ((), ())
@@ -406,12 +407,16 @@ class CompileTrace(Tracer):
             return found
         step = self.replay.realization(value) if self.replay is not None else None
         if step is not None:  # the recorded call realized the same value here: its graph
-            captured = {id(v): t._data for t, v in self.captured.values()}
-            inputs = [captured[id(source)] if source.node is None else self.realized[source]
+            captured = self._captured_by_value
+            if len(captured) != len(self.captured):  # (captures are only ever added)
+                captured = self._captured_by_value = {id(v): t for t, v in self.captured.values()}
+            realized = self.realized
+            inputs = [captured[id(source)]._data if source.node is None else realized[source]
                       for source in step.sources]
             arrays = self.compiled._run_realization(step, inputs, self)
             outputs = step.outputs
             self.effects_realized = self.effects_realized or len(outputs) > len(step.targets)
+            location = step.location
         else:
             self.diverge()
             self._forget_unreachable_saved()
@@ -423,12 +428,13 @@ class CompileTrace(Tracer):
             sub, sources, inputs, effects = self._realization_graph(targets)
             arrays = self.compiled._run(sub, inputs, self)
             outputs = targets + effects
+            location = user_location()
             self.realization_steps.append(compile_replay.RealizationStep(
-                len(self.graph.nodes), len(self.graph.inputs), targets, outputs, sub, sources))
+                len(self.graph.nodes), len(self.graph.inputs), targets, outputs, sub, sources, location))
             self.effects_realized = self.effects_realized or bool(effects)
         self.realized.update(zip(outputs, arrays))
         array = arrays[0]
-        self.realizations.append(compile_events.Realization(user_location(), value.type, len(self.events) - 1))
+        self.realizations.append(compile_events.Realization(location, value.type, len(self.events) - 1))
         self.realization_count += 1
         return array
 

@@ -262,13 +262,17 @@ class RealizationStep:
     `n_inputs` inputs, the values asked for and still referenced (`targets`) realized by
     running `graph`, whose inputs stand for `sources` (graph inputs, or values realized
     before) and whose outputs are `outputs` (the targets, then the outputs of the nodes
-    with an effect it ran)."""
+    with an effect it ran). `location`: the user's line that asked (a call following the
+    step asks at the same point of the same ops, and takes it from here: finding it walks
+    the stack, which a loop realizing every iteration would pay each time)."""
 
-    __slots__ = ("position", "n_inputs", "targets", "outputs", "graph", "sources", "program")
+    __slots__ = ("position", "n_inputs", "targets", "outputs", "graph", "sources", "program", "location")
 
-    def __init__(self, position: int, n_inputs: int, targets: list, outputs: list, graph, sources: list):
+    def __init__(self, position: int, n_inputs: int, targets: list, outputs: list, graph, sources: list,
+                 location: str | None = None):
         self.position, self.n_inputs = position, n_inputs
         self.targets, self.outputs, self.graph, self.sources = targets, outputs, graph, sources
+        self.location = location
         # (the inputs' alias pattern, the key, the program) of the last call that ran it:
         # a call whose inputs alias alike runs that program without keying the graph again.
         self.program = None

@@ -37,6 +37,8 @@ KEY_PART_BYTES = 512
 EVICT_TO = 0.75
 # The whole cache's bound, over every user (each user has its own budget besides).
 CAPACITY = 256 * 2**20
+# Keys a user's `touch` remembers by identity (then forgotten all at once).
+KEPT_KEYS = 64
 
 MISSING = object()  # `lookup`'s answer for a key the user does not hold
 
@@ -91,6 +93,10 @@ class CacheUser:
         # The last entry found for a key of each length, checked by `==` alone: a caller
         # asking for the same structure again skips hashing its whole key.
         self.recent: dict[int, tuple[tuple, _Entry]] = {}
+        # The entries `touch` found, by the identity of the key the caller kept: a caller
+        # touching two structures of one key length in turn (a loop's realization and its
+        # call's program) would otherwise hash a whole key every time. At most KEPT_KEYS.
+        self.kept: dict[int, tuple[tuple, _Entry]] = {}
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -181,16 +187,18 @@ class ProgramCache:
         with self.lock:
             user.hits += 1
             self._clock += 1
-            recent = user.recent.get(len(key))
-            if recent is not None and recent[0] is key:
-                entry = recent[1]
+            kept = user.kept.get(id(key))
+            if kept is not None and kept[0] is key:
+                entry = kept[1]
             else:
                 # Hashing a whole key costs microseconds: remembered by identity, the
                 # caller's next touch with the key it kept finds it without hashing.
                 entry = user.entries.get(key)
                 if entry is None:
                     return
-                user.recent[len(key)] = (key, entry)
+                if len(user.kept) >= KEPT_KEYS:
+                    user.kept.clear()
+                user.kept[id(key)] = (key, entry)
             entry.last_use = self._clock
 
     def program(self, user: CacheUser, key: tuple, build: Callable[[], Any]) -> tuple[Any, float]:
@@ -320,6 +328,8 @@ class ProgramCache:
         recent = user.recent.get(len(entry.key))
         if recent is not None and recent[1] is entry:
             del user.recent[len(entry.key)]
+        for ident in [ident for ident, (_, kept) in user.kept.items() if kept is entry]:
+            del user.kept[ident]
         if user.forget is not None:
             user.forget(entry.key)
         if not entry.users:
@@ -359,6 +369,7 @@ class ProgramCache:
         for entry in list(user.entries.values()):
             self._let_go(user, entry)
         user.recent.clear()
+        user.kept.clear()
 
     def clear(self) -> None:
         """Drop every entry of every user (their statistics stay)."""
@@ -368,6 +379,7 @@ class ProgramCache:
                 for entry in list(user.entries.values()):
                     self._let_go(user, entry)
                 user.recent.clear()
+                user.kept.clear()
             for table in list(self._tables.values()):  # (entries no user held: none, normally)
                 for entry in table.entries.values():
                     entry.live = False
