@@ -317,3 +317,39 @@ def test_a_bound_step_writing_a_result_over_its_product_gives_eager_results(gene
         if step in over:
             pooled = [b for buffers in pool.values() for b in buffers]
             assert not any(np.shares_memory(b, slots[k]) for b in pooled for k in step.outputs)
+
+
+def test_a_product_taking_its_operand_views_reads_them_in_place_once_bound(general_runs):
+    # x @ w.T and a batch folded into rows: the step takes the permute and the reshape
+    # itself (no step makes them), and a bound run reads each input at the view's offset.
+    rng = np.random.default_rng(3)
+    compiled = tg.compile(lambda x, w: x.reshape(-1, 48) @ w.T)
+    x, w = rng.standard_normal((3, 20, 48)).astype(np.float32), rng.standard_normal((40, 48)).astype(np.float32)
+    for _ in range(3):
+        np.testing.assert_allclose(compiled(tg.tensor(x), tg.tensor(w)).numpy(), x.reshape(-1, 48) @ w.T,
+                                   rtol=1e-4, atol=1e-4)
+    (step,) = _steps(compiled, MatmulStep)
+    (program,) = compiled._programs.values()
+    assert program.steps == [step] and step.label == "reshape+permute+matmul"
+    assert step.binding is not None and general_runs[MatmulStep] == 1
+    other_x, other_w = rng.standard_normal(x.shape).astype(np.float32), rng.standard_normal(w.shape).astype(np.float32)
+    got = compiled(tg.from_numpy(other_x), tg.from_numpy(other_w)).numpy()
+    np.testing.assert_allclose(got, other_x.reshape(-1, 48) @ other_w.T, rtol=1e-4, atol=1e-4)
+    assert general_runs[MatmulStep] == 1  # (bound: other arrays of the geometry)
+    sliced = rng.standard_normal((3, 20, 50)).astype(np.float32)[..., :48]  # (a reshape that copies)
+    got = compiled(tg.from_numpy(sliced), tg.from_numpy(other_w)).numpy()
+    np.testing.assert_allclose(got, sliced.reshape(-1, 48) @ other_w.T, rtol=1e-4, atol=1e-4)
+    assert general_runs[MatmulStep] == 2
+
+
+def test_a_bound_product_reading_a_view_of_a_kernels_result_gives_eager_values(general_runs):
+    rng = np.random.default_rng(4)
+    compiled = tg.compile(lambda h, g, x: tg.where(h > 0, g, tg.zeros_like(g)).T @ x)
+    h, g, x = (rng.standard_normal(shape).astype(np.float32) for shape in ((64, 48), (64, 48), (64, 40)))
+    for _ in range(3):
+        want = np.where(h > 0, g, 0).T @ x
+        np.testing.assert_allclose(compiled(tg.tensor(h), tg.tensor(g), tg.tensor(x)).numpy(), want,
+                                   rtol=1e-4, atol=1e-4)
+        h, g = -h, g * 2
+    (step,) = _steps(compiled, MatmulStep)
+    assert step.label == "permute+matmul" and step.binding is not None and general_runs[MatmulStep] == 1

@@ -8,7 +8,9 @@ function over a rectangle of the product,
 `void tile(i8** buffers, i64 r0, i64 r1, i64 c0, i64 c1)`. The generated GEMM calls it on
 each finished MC x NC block of C while it is in L2 (`codegen/gemm_ir.py`); after NumPy's
 BLAS (the first runs, `TRACEGRAD_MATMUL=numpy`) the same function runs once over the whole
-product, so both paths compute the epilogue with the same code. What does not live here:
+product, so both paths compute the epilogue with the same code. The same rewrite gives a
+product the operand views only it reads (`w.T`, a batch folded into rows), with an
+epilogue or without one (`ViewedMatmul`): its step takes them itself. What does not live here:
 the step that runs it (`codegen/matmul_steps.py`), the kernels' lowering of each node
 (`codegen/kernels.py`, reused as is: nothing here knows an op by name).
 
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 
 from llvmlite import ir
 
-from tracegrad.codegen.fusion import FusedKernel, RowGroup, Unfused, touches_empty
+from tracegrad.codegen.fusion import FusedKernel, RowGroup, Unfused, lowered_dtypes, touches_empty
 from tracegrad.codegen.kernels import _Emitter, _loop, _map_body
 from tracegrad.codegen.ir_builder import I8, I64, ScalarBuilder, memory_type
 from tracegrad.ir.graph import Graph, Node, Value
@@ -69,6 +71,17 @@ class MatmulEpilogue:
         return ([self.product] if self.keep_product else []) + self.kernel.results
 
 
+@dataclass
+class ViewedMatmul:
+    """A matmul without an epilogue that takes operands as NumPy views of other buffers
+    itself (a transposed weight, a batch folded into rows), where a step of its own made
+    each view: one step instead of two, and, bound to a geometry, no view made at all (the
+    GEMM reads the buffer at the view's offset)."""
+
+    node: Node
+    operand_views: dict[int, Node]
+
+
 def fusible_product(node: Node) -> bool:
     """A product the generated GEMM computes: 2-D float operands of one dtype, none empty."""
     if node.op.kind != MATMUL or len(node.inputs) != 2 or touches_empty(node):
@@ -108,15 +121,13 @@ def fuse_epilogues(steps: list, graph: Graph) -> list:
     """Fuse each product with the first map kernel that reads it at the current element,
     when every other buffer that kernel reads exists before the product's step (the kernel
     then runs there). A kernel reading several products fuses with the latest of them."""
-    if not ENABLED:
-        return steps
     writer: dict[Value, int] = {}
     for position, step in enumerate(steps):
         for value in _writes(step):
             writer[value] = position
     fused: dict[int, int] = {}  # matmul position -> kernel position
     for position, step in enumerate(steps):
-        if not _epilogue_candidate(step):
+        if not ENABLED or not _epilogue_candidate(step):
             continue
         products = [writer[v] for v in step.leaves
                     if v in writer and isinstance(steps[writer[v]], Unfused) and writer[v] not in fused
@@ -128,8 +139,6 @@ def fuse_epilogues(steps: list, graph: Graph) -> list:
         product = steps[home].node.output(0)
         if all(writer.get(v, -1) < home for v in step.leaves if v != product):
             fused[home] = position
-    if not fused:
-        return steps
     dropped = set(fused.values())
     outputs = set(graph.outputs)
     readers: dict[Value, list[int]] = {}  # value -> the positions of the steps reading it
@@ -143,17 +152,40 @@ def fuse_epilogues(steps: list, graph: Graph) -> list:
         item = items[home] = MatmulEpilogue(node, steps[position], keep)
         if not keep:
             _write_over_product(item, graph)
-        for operand, value in enumerate(node.inputs):
-            view = writer.get(value)
-            # (A view of one buffer only: the step applies it to that operand alone, so a
-            # concat, a movement op of several inputs, stays a step of its own.)
-            view_node = steps[view].node if view is not None and isinstance(steps[view], Unfused) else None
-            if (view_node is not None and view_node.op.kind == MOVEMENT and len(view_node.inputs) == 1
-                    and value not in outputs and node.inputs.count(value) == 1
-                    and all(p in (home, view) for p in readers.get(value, ()))):
-                item.operand_views[operand] = steps[view].node
-                dropped.add(view)
+        for operand, view in _operand_views(node, home, steps, writer, readers, outputs).items():
+            item.operand_views[operand] = steps[view].node
+            dropped.add(view)
+    for home, step in enumerate(steps):
+        if home in fused or not isinstance(step, Unfused) or not _matmul_step(step.node):
+            continue
+        views = _operand_views(step.node, home, steps, writer, readers, outputs)
+        if views:
+            items[home] = ViewedMatmul(step.node, {operand: steps[view].node for operand, view in views.items()})
+            dropped.update(views.values())
+    if not items:
+        return steps
     return [items.get(position, step) for position, step in enumerate(steps) if position not in dropped]
+
+
+def _matmul_step(node: Node) -> bool:
+    """A matmul the program runs as a `MatmulStep` (`program_builder`)."""
+    return node.op.kind == MATMUL and not touches_empty(node) and lowered_dtypes(node)
+
+
+def _operand_views(node: Node, home: int, steps: list, writer: dict, readers: dict, outputs: set) -> dict[int, int]:
+    """Operand position -> the position of the step making it as a NumPy view of one
+    buffer, for the views nothing but the product at `home` reads: the product's step
+    takes them itself. (A view of one buffer only: the step applies it to that operand
+    alone, so a concat, a movement op of several inputs, stays a step of its own.)"""
+    views = {}
+    for operand, value in enumerate(node.inputs):
+        view = writer.get(value)
+        view_node = steps[view].node if view is not None and isinstance(steps[view], Unfused) else None
+        if (view_node is not None and view_node.op.kind == MOVEMENT and len(view_node.inputs) == 1
+                and value not in outputs and node.inputs.count(value) == 1
+                and all(p in (home, view) for p in readers.get(value, ()))):
+            views[operand] = view
+    return views
 
 
 def _write_over_product(item: MatmulEpilogue, graph: Graph) -> None:

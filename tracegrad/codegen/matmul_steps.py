@@ -190,11 +190,16 @@ class MatmulStep(NumpyStep):
     """A matmul node; writes into a buffer from the run's pool when one is free."""
 
     __slots__ = ("out_shape", "out_dtype", "out_key", "runs", "mode", "binding", "misses", "binds", "shared_right",
-                 "uses_threads")
+                 "uses_threads", "operand_views")
     owns_outputs = True
 
-    def __init__(self, node, inputs: tuple[int, ...], outputs: tuple[int, ...]):
+    def __init__(self, node, inputs: tuple[int, ...], outputs: tuple[int, ...], operand_views: tuple = ()):
         super().__init__(node, inputs, outputs)
+        # (position, view node) of operands the step takes as NumPy views of its inputs
+        # (`epilogue.ViewedMatmul`); a bound run reads them at their offset in the input.
+        self.operand_views = operand_views
+        if operand_views:
+            self.label = "+".join(view.op.name for _, view in operand_views) + "+" + self.label
         out_type = node.out_types[0]
         self.out_shape, self.out_dtype = out_type.shape, out_type.dtype.np
         self.out_key = (self.out_shape, np.dtype(self.out_dtype))  # the run's pool's key
@@ -219,11 +224,40 @@ class MatmulStep(NumpyStep):
         return gemm.ready(a, b, compile=True)
 
     def right_key(self) -> tuple:
-        """What identifies the product's right operand within a run: its slot."""
+        """What identifies the product's right operand within a run: its slot, and the view
+        the step takes of it (if any)."""
+        for position, view in self.operand_views:
+            if position == 1:
+                return (self.inputs[1], view.op.name, attr_key(view.attrs))
         return (self.inputs[1],)
 
     def right_operand(self, slots: list) -> np.ndarray:
-        return slots[self.inputs[1]]
+        b = slots[self.inputs[1]]
+        for position, view in self.operand_views:
+            if position == 1:
+                b = view.op.impl(b, **view.attrs)
+        return b
+
+    def _operands(self, slots: list) -> list:
+        """The product's two operands, the views it takes made."""
+        operands = [slots[self.inputs[0]], slots[self.inputs[1]]]
+        for position, view in self.operand_views:
+            operands[position] = view.op.impl(operands[position], **view.attrs)
+        return operands
+
+    def _binding(self, slots: list, a: np.ndarray, b: np.ndarray, out: np.ndarray, bound) -> _Binding | None:
+        """A run's bound product as the step's binding: checked against its inputs' geometry,
+        each operand read at its offset in its input (None where a view made a copy)."""
+        if not self.operand_views:
+            return _Binding(bound.geometry[:2], ((0, 0), (1, 0)), out.strides, bound)
+        inputs = (slots[self.inputs[0]], slots[self.inputs[1]])
+        geometry = (_geometry(inputs[0]), _geometry(inputs[1]))
+        if None in geometry:
+            return None
+        offsets = (_operand_offset(inputs[0], a), _operand_offset(inputs[1], b))
+        if None in offsets:
+            return None
+        return _Binding(geometry, ((0, offsets[0]), (1, offsets[1])), out.strides, bound)
 
     def _batched_ready(self, layout: tuple) -> bool:
         """`_generated_ready` for a batched product."""
@@ -261,15 +295,18 @@ class MatmulStep(NumpyStep):
             a, b = slots[self.inputs[0]], slots[self.inputs[1]]
             if _fits((a, b), binding.geometry):
                 out = take_keyed(pool, self.out_key)
-                if out.strides == binding.product_strides and binding.product.run(*data_addresses((a, b, out))):
-                    slots[self.outputs[0]] = out
-                    self.misses = 0
-                    return
+                if out.strides == binding.product_strides:
+                    a, b, c = data_addresses((a, b, out))
+                    (_, a_offset), (_, b_offset) = binding.operands
+                    if binding.product.run(a + a_offset, b + b_offset, c):
+                        slots[self.outputs[0]] = out
+                        self.misses = 0
+                        return
             self.misses += 1
         self._run_general(slots, pool)
 
     def _run_general(self, slots: list, pool: dict | None) -> None:
-        a, b = slots[self.inputs[0]], slots[self.inputs[1]]
+        a, b = self._operands(slots) if self.operand_views else (slots[self.inputs[0]], slots[self.inputs[1]])
         if a.ndim != 2 or b.ndim != 2:
             layout = _batched_layout(a, b, self.mode)
             if layout is None or not self._batched_ready(layout):
@@ -279,7 +316,7 @@ class MatmulStep(NumpyStep):
             bound = (gemm.bind_batched(a, b, out) if self._should_bind() and _geometry(a) and _geometry(b)
                      else None)
             if bound is not None and bound.run(data_address(a), data_address(b), data_address(out)):
-                self.binding = _Binding(bound.geometry[:2], ((0, 0), (1, 0)), out.strides, bound)
+                self.binding = self._binding(slots, a, b, out, bound)
             else:
                 gemm.matmul_batched(layout, out)
             slots[self.outputs[0]] = out
@@ -291,7 +328,7 @@ class MatmulStep(NumpyStep):
                 shared = self.shared_right
                 bound = gemm.bind(a, b, out, packed=None if shared is None else shared.packed_for(a, b))
             if bound is not None and bound.run(data_address(a), data_address(b), data_address(out)):
-                self.binding = _Binding(bound.geometry[:2], ((0, 0), (1, 0)), out.strides, bound)
+                self.binding = self._binding(slots, a, b, out, bound)
             else:
                 gemm.matmul(a, b, out=out)
         else:
@@ -359,7 +396,7 @@ class EpilogueMatmulStep(MatmulStep):
     epilogue's other leaves. Outputs: the product if
     something else reads it, then the epilogue's results."""
 
-    __slots__ = ("epilogue", "keep_product", "operand_views", "leaf_sources", "result_specs", "result_keys",
+    __slots__ = ("epilogue", "keep_product", "leaf_sources", "result_specs", "result_keys",
                  "pointer_array", "tile_code", "tile_address", "tile_function", "_module", "symbol", "from_disk",
                  "compile_seconds", "name",
                  "identities", "split_n", "donated", "description", "pool_product",
@@ -367,13 +404,11 @@ class EpilogueMatmulStep(MatmulStep):
 
     def __init__(self, item, inputs: tuple[int, ...], outputs: tuple[int, ...]):
         from tracegrad.runtime import kernel_key
-        super().__init__(item.node, inputs, outputs)
+        super().__init__(item.node, inputs, outputs, tuple(item.operand_views.items()))
         kernel = self.epilogue = item.kernel
         self.keep_product = item.keep_product
         self.name = "matmul+epilogue"
-        # (position, view node) of operands the step takes as NumPy views of its inputs.
-        self.operand_views = tuple(item.operand_views.items())
-        self.label = f"{self.label}+epilogue({'+'.join(n.op.name for n in kernel.nodes)})"
+        self.label = f"{item.node.op.name}+epilogue({'+'.join(n.op.name for n in kernel.nodes)})"
         # Each leaf of the tile function: None for the product, else its position in `inputs`.
         others = item.leaves
         self.leaf_sources = [None if v == item.product else others.index(v) for v in kernel.leaves]
@@ -427,20 +462,6 @@ class EpilogueMatmulStep(MatmulStep):
             self.misses += 1
         self._run_general(slots, pool)
 
-    def right_key(self) -> tuple:
-        """Its right operand's slot, and the view the step takes of it (if any)."""
-        for position, view in self.operand_views:
-            if position == 1:
-                return (self.inputs[1], view.op.name, attr_key(view.attrs))
-        return (self.inputs[1],)
-
-    def right_operand(self, slots: list) -> np.ndarray:
-        b = slots[self.inputs[1]]
-        for position, view in self.operand_views:
-            if position == 1:
-                b = view.op.impl(b, **view.attrs)
-        return b
-
     def _run_bound(self, binding: _Binding, slots: list, pool: dict | None) -> bool:
         arrays = [slots[i] for i in self.inputs]
         if not _fits(arrays, binding.geometry):
@@ -477,10 +498,7 @@ class EpilogueMatmulStep(MatmulStep):
         return True
 
     def _run_general(self, slots: list, pool: dict | None) -> None:
-        operands = [slots[self.inputs[0]], slots[self.inputs[1]]]
-        for position, view in self.operand_views:
-            operands[position] = view.op.impl(operands[position], **view.attrs)
-        a, b = operands
+        a, b = self._operands(slots)
         product = take_buffer(pool, self.out_shape, self.out_dtype)
         # (A result written over a leaf gets the leaf's buffer from write_over_leaves.)
         results = [None if position in self.donated_results else take_buffer(pool, shape, dtype)

@@ -1,7 +1,8 @@
 """Building a `Program` from a Graph: `build_program` asks the fusion planner for the
 graph's kernels and makes each a step (a fused kernel, a matmul with or without its
-epilogue, or a NumPy step), and `_donate` lets kernels write into the buffers of the inputs
-they replace. What does not live here: running a program (`runtime/program.py`)."""
+epilogue, taking its operand views or not, or a NumPy step), and `_donate` lets kernels
+write into the buffers of the inputs they replace. What does not live here: running a
+program (`runtime/program.py`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ def build_program(graph: Graph, fuse: bool = True, donations: tuple = ()) -> Pro
     """Fuse `graph` into LLVM kernels; ops the code generator cannot lower (and, with
     `fuse=False`, every op) run as NumPy steps. `donations`: (output position, input
     index) pairs whose output may be written into that input's buffer (see `_donate`)."""
-    from tracegrad.codegen.epilogue import MatmulEpilogue
+    from tracegrad.codegen.epilogue import MatmulEpilogue, ViewedMatmul
     from tracegrad.codegen.fusion import FusedKernel, Unfused, lowered_dtypes, plan, touches_empty
     from tracegrad.codegen.kernels import KernelStep
     from tracegrad.codegen.matmul_steps import EpilogueMatmulStep, MatmulStep, share_right_operands
@@ -41,6 +42,12 @@ def build_program(graph: Graph, fuse: bool = True, donations: tuple = ()) -> Pro
         if isinstance(item, MatmulEpilogue):
             inputs = tuple(slot_of[v] for v in item.leaves)
             steps.append(EpilogueMatmulStep(item, inputs, new_slots(item.results)))
+            continue
+        if isinstance(item, ViewedMatmul):  # (its operand views are taken by the step)
+            node = item.node
+            inputs = tuple(slot_of[item.operand_views[i].inputs[0] if i in item.operand_views else v]
+                           for i, v in enumerate(node.inputs))
+            steps.append(MatmulStep(node, inputs, new_slots([node.output(0)]), tuple(item.operand_views.items())))
             continue
         node = item.node
         inputs = tuple(slot_of[v] for v in node.inputs)
@@ -72,7 +79,7 @@ def _donate(items: list, graph: Graph, donations: tuple) -> None:
     IR). A matmul's epilogue may donate too, unless the input (or a view of it) is one of
     the product's operands: the GEMM reads those across the whole product while the
     epilogue writes block after block."""
-    from tracegrad.codegen.epilogue import MatmulEpilogue
+    from tracegrad.codegen.epilogue import MatmulEpilogue, ViewedMatmul
     from tracegrad.codegen.fusion import FusedKernel, RowGroup
 
     owner: dict[Value, int] = {v: i for i, v in enumerate(graph.inputs)}  # value -> input it may view
@@ -81,6 +88,9 @@ def _donate(items: list, graph: Graph, donations: tuple) -> None:
     for index, item in enumerate(items):
         is_kernel = isinstance(item, (FusedKernel, MatmulEpilogue))
         reads = item.leaves if is_kernel else item.node.inputs
+        if isinstance(item, ViewedMatmul):  # (it reads the buffers its operand views view)
+            reads = [item.operand_views[i].inputs[0] if i in item.operand_views else v
+                     for i, v in enumerate(reads)]
         for value in reads:
             if value in owner:
                 last_reader[owner[value]] = index

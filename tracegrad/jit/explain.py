@@ -87,6 +87,9 @@ class KernelInfo:
                     self.epilogue += f"\n         in place: {names[result]} into {names[leaf]}'s buffer"
                 for view in item.operand_views.values():
                     self.epilogue += f"\n         takes operand {format_node(view, names)} as a NumPy view"
+            if epilogue is None:
+                for view in getattr(item, "operand_views", {}).values():  # (a matmul taking its operand views)
+                    self.line += f"\n         takes operand {format_node(view, names)} as a NumPy view"
             if node.op.kind == MATMUL:
                 self.why = "NumPy's BLAS or the generated GEMM, whichever measured faster (codegen/matmul_steps.py)"
             elif lowerable(node):
@@ -165,7 +168,8 @@ class GraphReport:
         from tracegrad.codegen.fusion import FusedKernel, plan
         steps = self.event.program.steps
         names = value_names(self.optimized)
-        has_kernels = any(hasattr(step, "kernel") or hasattr(step, "epilogue") for step in steps)
+        has_kernels = any(hasattr(step, "kernel") or hasattr(step, "epilogue") or getattr(step, "operand_views", ())
+                          for step in steps)  # (else the program was built without the planner)
         if has_kernels:
             items = plan(self.optimized)
         else:  # a NumPy-only program (build_numpy_program): one step per node
