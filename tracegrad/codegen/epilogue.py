@@ -47,9 +47,9 @@ class MatmulEpilogue:
     node: Node
     kernel: FusedKernel
     keep_product: bool
-    # Operand position -> the view node (a NumPy view of a buffer, `w.T`) the step takes
-    # itself, when nothing else reads the view: one step instead of two.
-    operand_views: dict[int, Node] = field(default_factory=dict)
+    # Operand position -> the view nodes (NumPy views of a buffer, `w.T`; a chain, the
+    # buffer's first) the step takes itself, when nothing else reads them: one step.
+    operand_views: dict[int, list[Node]] = field(default_factory=dict)
 
     @property
     def product(self) -> Value:
@@ -58,7 +58,7 @@ class MatmulEpilogue:
     @property
     def operands(self) -> list[Value]:
         """The buffers the operands are (or are views of)."""
-        return [self.operand_views[i].inputs[0] if i in self.operand_views else v
+        return [self.operand_views[i][0].inputs[0] if i in self.operand_views else v
                 for i, v in enumerate(self.node.inputs)]
 
     @property
@@ -79,7 +79,7 @@ class ViewedMatmul:
     GEMM reads the buffer at the view's offset)."""
 
     node: Node
-    operand_views: dict[int, Node]
+    operand_views: dict[int, list[Node]]  # (as `MatmulEpilogue`'s)
 
 
 def fusible_product(node: Node) -> bool:
@@ -152,16 +152,18 @@ def fuse_epilogues(steps: list, graph: Graph) -> list:
         item = items[home] = MatmulEpilogue(node, steps[position], keep)
         if not keep:
             _write_over_product(item, graph)
-        for operand, view in _operand_views(node, home, steps, writer, readers, outputs).items():
-            item.operand_views[operand] = steps[view].node
-            dropped.add(view)
+        for operand, chain in _operand_views(node, home, steps, writer, readers, outputs).items():
+            item.operand_views[operand] = [steps[view].node for view in chain]
+            dropped.update(chain)
     for home, step in enumerate(steps):
         if home in fused or not isinstance(step, Unfused) or not _matmul_step(step.node):
             continue
         views = _operand_views(step.node, home, steps, writer, readers, outputs)
         if views:
-            items[home] = ViewedMatmul(step.node, {operand: steps[view].node for operand, view in views.items()})
-            dropped.update(views.values())
+            items[home] = ViewedMatmul(step.node, {operand: [steps[view].node for view in chain]
+                                                   for operand, chain in views.items()})
+            for chain in views.values():
+                dropped.update(chain)
     if not items:
         return steps
     return [items.get(position, step) for position, step in enumerate(steps) if position not in dropped]
@@ -172,20 +174,32 @@ def _matmul_step(node: Node) -> bool:
     return node.op.kind == MATMUL and not touches_empty(node) and lowered_dtypes(node)
 
 
-def _operand_views(node: Node, home: int, steps: list, writer: dict, readers: dict, outputs: set) -> dict[int, int]:
-    """Operand position -> the position of the step making it as a NumPy view of one
-    buffer, for the views nothing but the product at `home` reads: the product's step
-    takes them itself. (A view of one buffer only: the step applies it to that operand
-    alone, so a concat, a movement op of several inputs, stays a step of its own.)"""
+def _operand_views(node: Node, home: int, steps: list, writer: dict, readers: dict,
+                   outputs: set) -> dict[int, list[int]]:
+    """Operand position -> the positions of the steps making it as NumPy views of one
+    buffer (a chain, the buffer's view first: a head split of a projection, a reshape
+    then a permute), for the views nothing but the next of the chain reads, and the last
+    nothing but the product at `home`: the product's step takes them itself. (Views of
+    one buffer only: the step applies them to that operand alone, so a concat, a movement
+    op of several inputs, stays a step of its own.)"""
     views = {}
     for operand, value in enumerate(node.inputs):
-        view = writer.get(value)
-        view_node = steps[view].node if view is not None and isinstance(steps[view], Unfused) else None
-        if (view_node is not None and view_node.op.kind == MOVEMENT and len(view_node.inputs) == 1
-                and value not in outputs and node.inputs.count(value) == 1
-                and all(p in (home, view) for p in readers.get(value, ()))):
-            views[operand] = view
+        if node.inputs.count(value) != 1:
+            continue
+        chain: list[int] = []
+        reader = home
+        while value not in outputs:
+            view = writer.get(value)
+            view_node = steps[view].node if view is not None and isinstance(steps[view], Unfused) else None
+            if (view_node is None or view_node.op.kind != MOVEMENT or len(view_node.inputs) != 1
+                    or any(p not in (reader, view) for p in readers.get(value, ()))):
+                break
+            chain.insert(0, view)
+            reader, value = view, view_node.inputs[0]
+        if chain:
+            views[operand] = chain
     return views
+
 
 
 def _write_over_product(item: MatmulEpilogue, graph: Graph) -> None:

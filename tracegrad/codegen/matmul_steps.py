@@ -137,6 +137,12 @@ def choices() -> dict[tuple, str]:
     return dict(_choices)
 
 
+def view_pairs(operand_views: dict) -> tuple:
+    """A plan item's operand views ({position: [views, the buffer's first]}) as a step's
+    (position, view) pairs in the order they are made."""
+    return tuple((position, view) for position, chain in operand_views.items() for view in chain)
+
+
 def _geometry(x) -> tuple | None:
     """(shape, strides, dtype) of an exact ndarray (a binding's per-run check), else None."""
     return (x.shape, x.strides, x.dtype) if x.__class__ is np.ndarray else None
@@ -195,8 +201,8 @@ class MatmulStep(NumpyStep):
 
     def __init__(self, node, inputs: tuple[int, ...], outputs: tuple[int, ...], operand_views: tuple = ()):
         super().__init__(node, inputs, outputs)
-        # (position, view node) of operands the step takes as NumPy views of its inputs
-        # (`epilogue.ViewedMatmul`); a bound run reads them at their offset in the input.
+        # (position, view node) of operands the step takes as NumPy views of its inputs, in
+        # the order they are made (`view_pairs`); a bound run reads them at their offset.
         self.operand_views = operand_views
         if operand_views:
             self.label = "+".join(view.op.name for _, view in operand_views) + "+" + self.label
@@ -224,12 +230,10 @@ class MatmulStep(NumpyStep):
         return gemm.ready(a, b, compile=True)
 
     def right_key(self) -> tuple:
-        """What identifies the product's right operand within a run: its slot, and the view
+        """What identifies the product's right operand within a run: its slot, and the views
         the step takes of it (if any)."""
-        for position, view in self.operand_views:
-            if position == 1:
-                return (self.inputs[1], view.op.name, attr_key(view.attrs))
-        return (self.inputs[1],)
+        return (self.inputs[1],) + tuple((view.op.name, attr_key(view.attrs))
+                                         for position, view in self.operand_views if position == 1)
 
     def right_operand(self, slots: list) -> np.ndarray:
         b = slots[self.inputs[1]]
@@ -404,7 +408,7 @@ class EpilogueMatmulStep(MatmulStep):
 
     def __init__(self, item, inputs: tuple[int, ...], outputs: tuple[int, ...]):
         from tracegrad.runtime import kernel_key
-        super().__init__(item.node, inputs, outputs, tuple(item.operand_views.items()))
+        super().__init__(item.node, inputs, outputs, view_pairs(item.operand_views))
         kernel = self.epilogue = item.kernel
         self.keep_product = item.keep_product
         self.name = "matmul+epilogue"

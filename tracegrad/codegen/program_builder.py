@@ -18,7 +18,7 @@ def build_program(graph: Graph, fuse: bool = True, donations: tuple = ()) -> Pro
     from tracegrad.codegen.epilogue import MatmulEpilogue, ViewedMatmul
     from tracegrad.codegen.fusion import FusedKernel, Unfused, lowered_dtypes, plan, touches_empty
     from tracegrad.codegen.kernels import KernelStep
-    from tracegrad.codegen.matmul_steps import EpilogueMatmulStep, MatmulStep, share_right_operands
+    from tracegrad.codegen.matmul_steps import EpilogueMatmulStep, MatmulStep, share_right_operands, view_pairs
     from tracegrad.codegen import row_adds  # noqa: F401 (installs index_add's row loop)
     from tracegrad.codegen.window_products import WindowProductStep
     from tracegrad.ops.window import WINDOW_PRODUCT
@@ -45,9 +45,9 @@ def build_program(graph: Graph, fuse: bool = True, donations: tuple = ()) -> Pro
             continue
         if isinstance(item, ViewedMatmul):  # (its operand views are taken by the step)
             node = item.node
-            inputs = tuple(slot_of[item.operand_views[i].inputs[0] if i in item.operand_views else v]
+            inputs = tuple(slot_of[item.operand_views[i][0].inputs[0] if i in item.operand_views else v]
                            for i, v in enumerate(node.inputs))
-            steps.append(MatmulStep(node, inputs, new_slots([node.output(0)]), tuple(item.operand_views.items())))
+            steps.append(MatmulStep(node, inputs, new_slots([node.output(0)]), view_pairs(item.operand_views)))
             continue
         node = item.node
         inputs = tuple(slot_of[v] for v in node.inputs)
@@ -89,7 +89,7 @@ def _donate(items: list, graph: Graph, donations: tuple) -> None:
         is_kernel = isinstance(item, (FusedKernel, MatmulEpilogue))
         reads = item.leaves if is_kernel else item.node.inputs
         if isinstance(item, ViewedMatmul):  # (it reads the buffers its operand views view)
-            reads = [item.operand_views[i].inputs[0] if i in item.operand_views else v
+            reads = [item.operand_views[i][0].inputs[0] if i in item.operand_views else v
                      for i, v in enumerate(reads)]
         for value in reads:
             if value in owner:

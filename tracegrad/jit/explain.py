@@ -85,11 +85,13 @@ class KernelInfo:
                                  + ("" if item.keep_product else f"; {names[item.product]} is not kept"))
                 for result, leaf in epilogue.donated.items():
                     self.epilogue += f"\n         in place: {names[result]} into {names[leaf]}'s buffer"
-                for view in item.operand_views.values():
-                    self.epilogue += f"\n         takes operand {format_node(view, names)} as a NumPy view"
+                for chain in item.operand_views.values():
+                    for view in chain:
+                        self.epilogue += f"\n         takes operand {format_node(view, names)} as a NumPy view"
             if epilogue is None:
-                for view in getattr(item, "operand_views", {}).values():  # (a matmul taking its operand views)
-                    self.line += f"\n         takes operand {format_node(view, names)} as a NumPy view"
+                for chain in getattr(item, "operand_views", {}).values():  # (a matmul taking its operand views)
+                    for view in chain:
+                        self.line += f"\n         takes operand {format_node(view, names)} as a NumPy view"
             if node.op.kind == MATMUL:
                 self.why = "NumPy's BLAS or the generated GEMM, whichever measured faster (codegen/matmul_steps.py)"
             elif lowerable(node):
