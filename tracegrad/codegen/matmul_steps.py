@@ -639,6 +639,18 @@ def eager_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return gemm.matmul(a, b, out=out)
 
 
+def eager_product_generated(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """Whether `eager_matmul` runs a 2-D product of these operands' geometry on the generated
+    GEMM (once its kernel is compiled), under the current TRACEGRAD_MATMUL setting."""
+    return (a.shape[0] * a.shape[1] * b.shape[1] >= EAGER_MIN_WORK and not reference.ACTIVE
+            and choose(a, b, out) == GENERATED)
+
+
+def mode() -> str | None:
+    """The TRACEGRAD_MATMUL setting now (None: the default choice)."""
+    return _mode()
+
+
 def _compile_now(kind: tuple, mode: str | None) -> bool:
     """Whether an eager product of `kind` (dtype, layouts) compiles its missing kernel now:
     at its COMPILE_AFTER-th sighting, or at once when TRACEGRAD_MATMUL asks for it."""

@@ -59,6 +59,8 @@ from tracegrad.functional.sorting import (  # noqa: F401
     argsort, bucketize, kthvalue, median, msort, searchsorted, sort, topk,
 )
 
+from tracegrad.functional import lstm_loop  # noqa: F401,E402 (installs the LSTM layer's native time loop)
+
 globals().update(GENERATED)  # the functions generated from primitive entries (`Primitive.api`)
 
 # Everything public but the submodules themselves (and the generated table).

@@ -63,7 +63,22 @@ def _lstm_layer_rule(gi: TensorType, h0: TensorType, c0: TensorType, w_hh: Tenso
     return (TensorType((steps, batch, 6 * hidden), dtype), TensorType((steps, batch, hidden), dtype), h0, c0)
 
 
+# The layer's time loop run natively (`functional/lstm_loop.py`, installed with
+# `set_native_loop`): `loop(gi, h0, c0, w_hh, b_hh, reverse)` gives the four outputs, with
+# the values of the loop below once its gates run compiled, or None (the loop below runs).
+_native_loop = None
+
+
+def set_native_loop(loop) -> None:
+    global _native_loop
+    _native_loop = loop
+
+
 def _lstm_layer_impl(gi, h0, c0, w_hh, b_hh, reverse):
+    if _native_loop is not None:
+        outputs = _native_loop(gi, h0, c0, w_hh, b_hh, reverse)
+        if outputs is not None:
+            return outputs
     steps, batch, gates = gi.shape
     hidden = gates // 4
     record = np.empty((steps, batch, 6 * hidden), gi.dtype)

@@ -237,6 +237,11 @@ def prepare() -> None:
     _handoff()
 
 
+def function_address() -> int:
+    """The hand-off function's address, for generated code that calls it itself."""
+    return ctypes.cast(_handoff(), ctypes.c_void_p).value
+
+
 def _build_range_call() -> ir.Module:
     """`void range_call(i64* block)`: block = [function, buffers, start, end] ->
     function(buffers, start, end), a kernel's chunk (`KernelStep`) as a one-argument call

@@ -146,6 +146,16 @@ def wake() -> None:
         worker.tasks.put(_nothing)
 
 
+def native_pair_target() -> tuple[int, int] | None:
+    """(the hand-off function's address, the first worker's mailbox) for generated code that
+    hands a call's second half off itself (`codegen/native_loop.py`: `PAIR`), or None where
+    hand-offs are off (the code then runs both halves on its own thread)."""
+    if SPIN_SECONDS <= 0 or not spin_handoff.available():
+        return None
+    spin_handoff.prepare()
+    return spin_handoff.function_address(), _ensure_workers(1)[0].mailbox_address
+
+
 def run_pair(function, first: int, second: int) -> None:
     """`function(first)` on the calling thread and `function(second)` on a worker thread,
     or both on the calling thread if none gets to it; returns when both have returned.
