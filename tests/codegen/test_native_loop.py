@@ -8,7 +8,7 @@ import pytest
 
 from tracegrad.codegen import gemm
 from tracegrad.codegen.native_loop import EVEN_ODD, ODD_EVEN, PREVIOUS, STEP, StepLoop
-from tracegrad.runtime import spin_handoff, threads
+from tracegrad.runtime import threads
 from tracegrad.runtime.buffers import data_address
 
 
@@ -106,16 +106,7 @@ def test_a_recurrence_of_bound_products_equals_numpys(hand_off, monkeypatch):
         loop.update(ctypes.addressof(params) + 8 * a_field, data_address(out) + a_offset, row, PREVIOUS,
                     data_address(h0) + a_offset)
         loop.update(ctypes.addressof(params) + 8 * c_field, data_address(out) + c_offset, row, STEP)
-    if bound.counter is not None:
-        loop.store(ctypes.addressof(bound.counter), 0)
-    function = ctypes.cast(bound.function, ctypes.c_void_p).value
-    if bound.second is None:
-        loop.call(function, bound.first)
-    else:
-        target = threads.native_pair_target() if hand_off else None
-        handoff, mailbox = target or (0, 0)
-        bound.second[2] = int(spin_handoff.RECLAIM_SPIN_SECONDS * spin_handoff.TICKS_PER_SECOND)
-        loop.pair(handoff, mailbox, function, ctypes.addressof(bound.second))
+    loop.product(bound, hand_off)
     threads.wake()
     loop.run(steps)
     h = h0

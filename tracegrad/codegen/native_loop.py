@@ -38,6 +38,7 @@ import ctypes
 from llvmlite import ir
 
 from tracegrad.codegen.ir_builder import I64, emit_loop
+from tracegrad.runtime import spin_handoff, threads
 from tracegrad.runtime.llvm_engine import generated_function
 
 STEP, PREVIOUS, EVEN_ODD, ODD_EVEN = range(4)
@@ -184,6 +185,21 @@ class StepLoop:
     def pair(self, handoff: int, mailbox: int, function: int, block: int) -> int:
         """`function` on block[0] here and block[1] on the worker (`handoff` 0: both here)."""
         return self._call(PAIR, handoff, mailbox, function, block)
+
+    def product(self, bound, hand_off: bool = True) -> None:
+        """A bound GEMM's call (`gemm.BoundProduct`, without an epilogue run after it): its
+        work counter reset, then its one block, or its two halves, the second handed to
+        the spinning worker natively (with `hand_off` False, or hand-offs off: both here).
+        Its parameter blocks' A, B and C are the caller's to point (updates)."""
+        if bound.counter is not None:
+            self.store(ctypes.addressof(bound.counter), 0)
+        function = ctypes.cast(bound.function, ctypes.c_void_p).value
+        if bound.second is None:
+            self.call(function, bound.first)
+            return
+        handoff, mailbox = (threads.native_pair_target() if hand_off else None) or (0, 0)
+        bound.second[2] = int(spin_handoff.RECLAIM_SPIN_SECONDS * spin_handoff.TICKS_PER_SECOND)
+        self.pair(handoff, mailbox, function, ctypes.addressof(bound.second))
 
     def kernel(self, function: int, buffers: int, extent: int) -> int:
         return self._call(KERNEL, function, buffers, extent)

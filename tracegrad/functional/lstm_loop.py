@@ -31,7 +31,7 @@ from tracegrad.codegen import gemm, matmul_steps
 from tracegrad.codegen.native_loop import EVEN_ODD, ODD_EVEN, PREVIOUS, STEP, StepLoop
 from tracegrad.functional import eager_fusion
 from tracegrad.ops import lstm_layer as lstm_ops
-from tracegrad.runtime import spin_handoff, threads
+from tracegrad.runtime import threads
 from tracegrad.runtime.buffers import data_address
 
 SIGHTINGS = 2   # a geometry's layers run by the Python loop before the native one is built
@@ -70,15 +70,7 @@ class _Layer:
             update = loop.update(ctypes.addressof(params) + 8 * a_field, 0, row, PREVIOUS,
                                  data_address(self.h_first) + a_offset)
             self.bases.append((update, "out", a_offset))
-        if bound.counter is not None:
-            loop.store(ctypes.addressof(bound.counter), 0)
-        function = ctypes.cast(bound.function, ctypes.c_void_p).value
-        if bound.second is None:
-            loop.call(function, bound.first)
-        else:
-            handoff, mailbox = threads.native_pair_target() or (0, 0)
-            bound.second[2] = int(spin_handoff.RECLAIM_SPIN_SECONDS * spin_handoff.TICKS_PER_SECOND)
-            loop.pair(handoff, mailbox, function, ctypes.addressof(bound.second))
+        loop.product(bound)
         # The tail's kernels. Program inputs: 0 gi_t (by step), 1 the product, 2 b_hh (per
         # run), 3 c (by parity); outputs pre, c' (by parity), h' (the output row, by step).
         program = self.program
