@@ -201,7 +201,6 @@ def _operand_views(node: Node, home: int, steps: list, writer: dict, readers: di
     return views
 
 
-
 def _write_over_product(item: MatmulEpilogue, graph: Graph) -> None:
     """Store an output of the epilogue over the product it reads, when nothing else reads
     the product: an output of the product's type that is not a program output (those may

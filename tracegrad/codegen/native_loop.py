@@ -44,7 +44,6 @@ from tracegrad.runtime.llvm_engine import generated_function
 STEP, PREVIOUS, EVEN_ODD, ODD_EVEN = range(4)
 CALL, PAIR, KERNEL, COPY, STORE = range(5)
 UPDATE_WORDS, CALL_WORDS, HEADER_WORDS = 5, 7, 4
-_PAIR_OP = 4  # spin_handoff.PAIR (the hand-off function's operation code)
 
 _SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _function = None
@@ -108,7 +107,7 @@ def _build() -> ir.Module:
             alone = function.append_basic_block("pair_alone")
             b.cbranch(b.icmp_signed("!=", a1, I64(0)), posted, alone)
             b.position_at_end(posted)
-            handed = b.call(b.inttoptr(a1, handoff), [I64(_PAIR_OP), a2, a3, a4])
+            handed = b.call(b.inttoptr(a1, handoff), [I64(spin_handoff.PAIR), a2, a3, a4])
             b.cbranch(b.icmp_signed("!=", handed, I64(0)), done, alone)
             b.position_at_end(alone)  # (the worker does not spin: both halves here)
             b.call(fn, [word(block, I64(0))])
