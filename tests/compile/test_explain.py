@@ -341,3 +341,12 @@ def test_the_rest_of_a_call_after_a_realization_reads_the_realized_value_and_nam
     rest = report.graphs[-1]
     assert [node.op.name for node in rest.optimized.nodes] == ["add", "log"]  # (exp: realized)
     assert "# result" in str(report).split(f"graph {len(report.graphs)}:")[1]
+
+
+def test_explain_lists_the_operand_views_a_product_takes():
+    # A batch folded into rows and a transposed weight: the product takes both views itself.
+    report = tg.compile(lambda x, w: x.reshape(-1, 5) @ w.T).explain(tg.ones(2, 3, 5), tg.ones(4, 5))
+    text = report.graphs[0].kernels_text()
+    assert "0 LLVM kernels, 1 NumPy step" in text
+    assert "takes operand %0: f32[6,5] = reshape(%x, shape=[6,5]) as a NumPy view" in text
+    assert "takes operand %1: f32[5,4] = permute(%w, perm=[1,0]) as a NumPy view" in text
