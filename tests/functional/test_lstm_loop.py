@@ -129,3 +129,14 @@ def test_an_lstm_trained_with_the_native_loop_matches_the_composites_gradients(n
     assert native_calls[-2:] == [True, True]
     for got, want in zip(grads[-1], grads[0]):  # (the first step's Python loop)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_weight_of_another_layout_gets_a_loop_of_its_own(native_calls):
+    gi, h0, c0, w_hh, b_hh = _layer_inputs(6, 20, 200, np.float32, 6)
+    for _ in range(3):
+        lstm_layer._lstm_layer_impl(gi, h0, c0, w_hh, b_hh, False)
+    transposed = np.asfortranarray(w_hh)  # (the same values, column-major)
+    results = [lstm_layer._lstm_layer_impl(gi, h0, c0, transposed, b_hh, False) for _ in range(2)]
+    assert native_calls[-2:] == [False, True]  # (a new geometry: sighted once first)
+    for array, expected in zip(results[-1], _python_loop(gi, h0, c0, w_hh, b_hh, False)):
+        np.testing.assert_array_equal(array, expected)

@@ -179,7 +179,8 @@ def native_layer(gi, h0, c0, w_hh, b_hh, reverse: bool):
         return None
     if any(a.dtype != dtype for a in (h0, c0, w_hh, b_hh)):
         return None
-    key = (batch, hidden, dtype, threading.get_ident(), threads.NUM_THREADS, matmul_steps.mode())
+    # (W_hh's strides too: the product is bound to its layout, though it reads the packing.)
+    key = (batch, hidden, dtype, w_hh.strides, threading.get_ident(), threads.NUM_THREADS, matmul_steps.mode())
     with _lock:
         entry = _layers.get(key)
         if entry is None or entry.__class__ is int:
