@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 
 from . import tiers
-from .compare import DOCUMENTED_LIMIT
+from .compare import NOT_FAILING
 from .runner import NEW_VALUES
 
 FOOTER = '''
@@ -79,7 +79,7 @@ def shared_features(seeds: list[int], programs: dict[int, dict]) -> list[str]:
 
 
 def summary(results: list[dict], programs: dict[int, dict], seconds: float) -> str:
-    failing = {r["seed"] for r in results if any(f["kind"] != DOCUMENTED_LIMIT for f in r["failures"])}
+    failing = {r["seed"] for r in results if any(f["kind"] not in NOT_FAILING for f in r["failures"])}
     raised = sum(1 for r in results if r.get("reference_error"))
     lines = [f"programs run: {len(results)} in {seconds:.0f} s ({len(results) / max(seconds, 1e-9):.2f} programs/s); "
              f"the reference raised in {raised}; failing programs: {len(failing)}"]

@@ -114,6 +114,29 @@ def run_modes(source: str, seed: int, with_torch: bool = False) -> dict[str, tup
     return runs
 
 
+# A program whose inputs or body name any of these is not its float32 self at another
+# precision (it mixes precisions on purpose), so it has no float64 arbiter (`run_float64`).
+FLOAT64_BLOCKERS = ("float64", "double", "float16", "half", "bfloat16", ".float()")
+
+
+def run_float64(source: str, seed: int) -> Outcome | None:
+    """The reference of the program with its float32 tensors float64 (the default dtype
+    too): the arbiter of a float32 difference (`compare.rounding_only`); None for a
+    program that names another floating dtype."""
+    own = source[source.find("def inputs("):]  # (the helpers before it are the same for every program)
+    if any(text in own for text in FLOAT64_BLOCKERS):
+        return None
+    import tracegrad as tg
+    namespace = load(source.replace("torch.float32", "torch.float64"), tg, seed)
+    previous = tg.get_default_dtype()
+    tg.set_default_dtype(tg.float64)
+    try:
+        with tg.reference_mode():
+            return call(namespace["program"], namespace, seed)
+    finally:
+        tg.set_default_dtype(previous)
+
+
 def run_torch(source: str, seed: int) -> Outcome:
     import torch
     namespace = load(source, torch, seed)

@@ -140,3 +140,58 @@ def test_rounding_noise_is_not_made_into_a_difference_by_the_generated_program(m
     assert "t8 / (t5 * t5 + 0.5)" in division
     loss = next(line for line in generate(53007257, disabled).source.splitlines() if "loss =" in line)
     assert "torch.linspace(0.5, 1.5, " in loss
+
+
+def _outcome(values: dict) -> Outcome:
+    outcome = Outcome()
+    for key, value in values.items():
+        outcome.values[key] = np.asarray(value)
+        outcome.dtypes[key] = outcome.values[key].dtype.name
+    return outcome
+
+
+def test_a_difference_is_the_references_rounding_only_where_float64_agrees_with_the_mode():
+    from tests.fuzz.compare import rounding_only
+    truth = _outcome({"grad:0": np.array([0.0, 1e-13], np.float64)})
+    accurate = _outcome({"grad:0": np.array([0.0, 0.0], np.float32)})
+    noisy = _outcome({"grad:0": np.array([0.0, -1.22e-4], np.float32)})
+    assert rounding_only(0, "compiled cold", accurate, noisy, truth)      # the reference rounded
+    assert not rounding_only(0, "compiled cold", noisy, accurate, truth)  # the mode did: a failure
+    assert not rounding_only(0, "compiled cold", noisy, accurate, None)   # no arbiter
+    other = _outcome({"grad:0": np.array([0.0, 5e-4], np.float64)})
+    assert not rounding_only(0, "compiled cold", accurate, noisy, other)  # float64 agrees with neither
+
+
+def test_the_float64_program_is_the_float32_one_at_another_precision():
+    truth = runner.run_float64(PROGRAM, 0)
+    want = runner.call(runner.load(PROGRAM, __import__("tracegrad"), 0)["program"],
+                       runner.load(PROGRAM, __import__("tracegrad"), 0), 0)
+    assert truth.error is None and truth.dtypes["out0"] == "float64" and list(truth.values) == list(want.values)
+    np.testing.assert_allclose(truth.values["out0"], want.values["out0"], rtol=1e-6)
+    import tracegrad as tg
+    assert tg.get_default_dtype() == tg.float32  # (set back)
+    assert runner.run_float64(PROGRAM.replace("t.sum()", "t.double().sum()"), 0) is None  # (mixes precisions)
+
+
+def test_a_wrong_compiled_value_stays_a_failure_with_the_float64_arbiter(monkeypatch):
+    from tests.fuzz import child
+    from tracegrad.autograd import backward_cache
+    from tracegrad.autograd.lru import RecencyCache
+    from tracegrad.codegen import program_builder
+    build = program_builder.build_program
+    monkeypatch.setattr(backward_cache, "_entries", RecencyCache(backward_cache.CAPACITY))
+
+    class Off:
+        def __init__(self, real):
+            self.real, self.feeds, self.kernel_count = real, None, real.kernel_count
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+        def run(self, arrays):
+            return [array * (1 + 1e-3) if array.dtype.kind == "f" else array for array in self.real.run(arrays)]
+
+    monkeypatch.setattr(program_builder, "build_program", lambda graph, **kw: Off(build(graph, **kw)))
+    result = child.run_program({"seed": 0, "source": PROGRAM, "features": []}, "full", False, False)
+    kinds = {f["mode"]: f["kind"] for f in result["failures"]}
+    assert kinds["compiled cold"] == WRONG_VALUE
