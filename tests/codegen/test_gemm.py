@@ -388,3 +388,25 @@ def test_a_binding_reads_a_packing_the_caller_keeps_current():
     np.testing.assert_array_equal(out, gemm.matmul(a, b))
     other_plan = gemm.PackedB(b, packed.kc // 2)
     assert gemm.bind(a, b, out, packed=other_plan).packed is None  # (not this plan's: B packed per run)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(20, 800, 200), (25, 200, 800), (40, 256, 256)])
+def test_a_product_reading_b_packed_once_cuts_m_between_threads_with_the_n_cuts_values(shape, dtype, monkeypatch):
+    # B read from its packing (an LSTM's recurrent weight, a program's shared right operand):
+    # each thread packs only its rows of A, and no thread packs B; the values are the N cut's.
+    from tracegrad.codegen.gemm_ir import P_SPLIT_N
+    from tracegrad.runtime import threads
+    from tracegrad.runtime.buffers import data_address
+    monkeypatch.setattr(threads, "NUM_THREADS", 2)
+    m, k, n = shape
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+    by_rows, by_columns = np.empty((m, n), dtype), np.empty((m, n), dtype)
+    rows = gemm.bind(a, b, by_rows, prepack=True)
+    columns = gemm.bind(a, b, by_columns, prepack=True, split_n=True)
+    assert rows.second is not None and rows.blocks[0][0][P_SPLIT_N] == 0 and columns.blocks[0][0][P_SPLIT_N] == 1
+    assert rows.run(data_address(a), data_address(b), data_address(by_rows))
+    assert columns.run(data_address(a), data_address(b), data_address(by_columns))
+    np.testing.assert_array_equal(by_rows, by_columns)
+    np.testing.assert_allclose(by_rows, a @ b, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-3)
