@@ -53,7 +53,8 @@ def test_generated_programs_run_under_pytorch():
     assert ran >= 20
 
 
-def test_a_wrong_compiled_value_is_reported(monkeypatch):
+def _perturb_compiled_programs(monkeypatch, change) -> None:
+    """Every program built from now on gives `change(array)` for each floating result."""
     from tracegrad.autograd import backward_cache
     from tracegrad.autograd.lru import RecencyCache
     from tracegrad.codegen import program_builder
@@ -69,9 +70,13 @@ def test_a_wrong_compiled_value_is_reported(monkeypatch):
             return getattr(self.real, name)
 
         def run(self, arrays):
-            return [array + 1 if array.dtype.kind == "f" else array for array in self.real.run(arrays)]
+            return [change(array) if array.dtype.kind == "f" else array for array in self.real.run(arrays)]
 
     monkeypatch.setattr(program_builder, "build_program", lambda graph, **kw: Off(build(graph, **kw)))
+
+
+def test_a_wrong_compiled_value_is_reported(monkeypatch):
+    _perturb_compiled_programs(monkeypatch, lambda array: array + 1)
     runs = runner.run_modes(PROGRAM, 0)
     failures = {mode: compare(0, mode, got, want) for mode, (got, want) in runs.items()}
     assert failures["compiled cold"].kind == WRONG_VALUE
@@ -175,23 +180,7 @@ def test_the_float64_program_is_the_float32_one_at_another_precision():
 
 def test_a_wrong_compiled_value_stays_a_failure_with_the_float64_arbiter(monkeypatch):
     from tests.fuzz import child
-    from tracegrad.autograd import backward_cache
-    from tracegrad.autograd.lru import RecencyCache
-    from tracegrad.codegen import program_builder
-    build = program_builder.build_program
-    monkeypatch.setattr(backward_cache, "_entries", RecencyCache(backward_cache.CAPACITY))
-
-    class Off:
-        def __init__(self, real):
-            self.real, self.feeds, self.kernel_count = real, None, real.kernel_count
-
-        def __getattr__(self, name):
-            return getattr(self.real, name)
-
-        def run(self, arrays):
-            return [array * (1 + 1e-3) if array.dtype.kind == "f" else array for array in self.real.run(arrays)]
-
-    monkeypatch.setattr(program_builder, "build_program", lambda graph, **kw: Off(build(graph, **kw)))
+    _perturb_compiled_programs(monkeypatch, lambda array: array * (1 + 1e-3))
     result = child.run_program({"seed": 0, "source": PROGRAM, "features": []}, "full", False, False)
     kinds = {f["mode"]: f["kind"] for f in result["failures"]}
     assert kinds["compiled cold"] == WRONG_VALUE
