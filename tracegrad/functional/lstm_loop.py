@@ -3,7 +3,7 @@
 Each step of the loop is the recurrent product h W_hh^T (the generated GEMM, bound once per
 geometry with W_hh packed at each run: `gemm.bind(prepack=True)`, `PackedB.pack`), then
 the step's elementwise tail pre = gi_t + (product + b_hh), c', h' = lstm_gates(pre, c) as
-one compiled program of the composites (its kernels: `build_program`), then copies of
+one compiled program of the composites (eager fusion's recipe; kernels only), then copies of
 pre, c' and h' into the layer's record. Driven from Python, a step paid ~20 µs around its
 18 µs product (W8's layers of 35 steps); here `codegen/native_loop.py` runs the whole
 sequence in one call, moving the pointers from step to step (gi_t and the record rows by
@@ -141,11 +141,9 @@ def _tail_program(batch: int, hidden: int, dtype: np.dtype):
     """The program of a step's elementwise tail: inputs (gi_t, product, b_hh, c), outputs
     (pre, c', h'); None unless it is kernels only, each reading and writing whole buffers."""
     from tracegrad.codegen.kernels import KernelStep
-    from tracegrad.codegen.program_builder import build_program
     from tracegrad.functional import arith, neural
     from tracegrad.grad_mode import no_grad
     from tracegrad.ir.graph import Graph
-    from tracegrad.ir.passes import optimize
     from tracegrad.ir.types import TensorType, from_numpy
     from tracegrad.ops.tracer import Tracer
 
@@ -159,7 +157,9 @@ def _tail_program(batch: int, hidden: int, dtype: np.dtype):
         pre = arith.add(gi_t, arith.add(product, bias))  # (the Python loop's order)
         hidden_next, cell_next = neural.lstm_gates(pre, cell)
         graph.outputs = [tracer.value_of(t) for t in (pre, cell_next, hidden_next)]
-    program = build_program(optimize(graph))
+    program = eager_fusion._build(graph)  # (eager fusion's recipe: its lstm_gates program's values)
+    if program is None:
+        return None
     slots = program.output_slots
     if (program.n_inputs != 4 or len(set(slots)) != 3 or min(slots) < 4
             or not all(isinstance(step, KernelStep) and not step.index_checks and not step.donated
