@@ -276,6 +276,22 @@ def test_timings_report_lists_each_step_with_rates_and_shares(log_stages):
     assert abs(sum(shares) - 100) < 0.2
 
 
+def test_a_program_given_its_kernels_in_place_gets_a_record_of_its_own(log_stages):
+    # Past the recompile limit a graph first runs interpreted (NumPy steps), and seen again
+    # becomes the compiled program in place: the same object, other steps.
+    log_stages("timings")
+    inspect_log.reset_timings()
+    compiled = tg.compile(lambda x: (x * 2.0 + 1.0).exp(), recompile_limit=0)
+    x = tg.ones(4)
+    for _ in range(3):
+        compiled(x)
+    interpreted, built = sorted(inspect_log.timings(), key=lambda record: record.runs)
+    assert interpreted.title.endswith(" [interpreted]") and interpreted.runs == 1
+    assert [(s.kind, s.label) for s in interpreted.steps] == [("numpy", "mul"), ("numpy", "add"), ("numpy", "exp")]
+    assert not built.title.endswith(" [interpreted]") and built.runs == 2
+    assert [(s.kind, s.label, s.calls) for s in built.steps] == [("llvm", "mul+add+exp", 2)]
+
+
 def test_timings_are_not_recorded_when_the_stage_is_off(log_stages):
     log_stages("kernels")
     inspect_log.reset_timings()

@@ -155,6 +155,8 @@ class Program:
 
     def _describe(self) -> tuple[str, list[tuple[str, str]]]:
         title = f"{self.name}({', '.join(map(str, self.input_types))})"
+        if self.interpreted:  # (its kernels come when it runs again: another record)
+            title += " [interpreted]"
         return title, [("numpy" if isinstance(s, NumpyStep) else "llvm", s.label) for s in self.steps]
 
 

@@ -38,8 +38,9 @@ class StepTiming:
 class ProgramTimings:
     """The step timings of one compiled program (one optimized graph)."""
 
-    def __init__(self, title: str, steps: list[tuple[str, str]]):
+    def __init__(self, title: str, steps: list[tuple[str, str]], plan=None):
         self.title = title
+        self.plan = plan  # the step list described (an upgraded program has another)
         self.runs = 0
         self.steps = [StepTiming(kind, label) for kind, label in steps]
 
@@ -63,14 +64,16 @@ _timings_of: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # program 
 
 
 def program_timings(program, describe) -> ProgramTimings:
-    """The record of `program`, made (from `describe()`: title and steps) on first use."""
+    """The record of `program`'s steps, made (from `describe()`: title and steps) on first
+    use. An interpreted program given its kernels in place (`ProgramCache.upgrade`) has new
+    steps, so it gets a new record (the interpreted runs keep theirs)."""
     record = _timings_of.get(program)
-    if record is None:
+    if record is None or record.plan is not program.steps:
         with _lock:
             record = _timings_of.get(program)
-            if record is None:
+            if record is None or record.plan is not program.steps:
                 title, steps = describe()
-                record = _timings_of[program] = ProgramTimings(title, steps)
+                record = _timings_of[program] = ProgramTimings(title, steps, program.steps)
                 _timed.append(record)
     return record
 
