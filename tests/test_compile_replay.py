@@ -1142,3 +1142,39 @@ def test_a_full_trace_keeps_the_saved_tensors_a_returned_result_reaches():
         want.backward()
         assert got.item() == pytest.approx(want.item(), rel=1e-12)
         np.testing.assert_allclose(w.grad.numpy(), eager_w.grad.numpy(), rtol=1e-12)
+
+
+def test_a_tensor_first_read_after_a_write_to_its_data_is_followed():
+    # `p.data.add_(...)` writes p's memory before the call reads p itself (the parameters
+    # held by the function, as an optimizer holds them): capturing p then makes its
+    # refresh's nodes before the op that reads it, in the recorded call as in the following
+    # ones (which used to diverge at that op on every call).
+    def make():
+        params = [tg.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True),
+                  tg.tensor(np.linspace(-1.0, 1.0, 4), requires_grad=True)]
+        for k, p in enumerate(params):
+            p.grad = tg.full(p.shape, 0.25 * (k + 1), dtype=p.dtype)
+        return params
+
+    def stepper(params):
+        def step():
+            for p in params:
+                p.data.add_(p.grad.data, alpha=-0.5)
+            return params[0].sum() * 2 + params[1].mean()
+        return step
+
+    eager, traced = make(), make()
+    compiled = tg.compile(stepper(traced))
+    followed = []
+    for _ in range(4):
+        want = stepper(eager)()
+        got, replayed = _followed(compiled)
+        followed.append(replayed)
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-12)
+        assert got.requires_grad and want.requires_grad
+        del got, want  # (a result kept alive would make the next call trace afresh)
+        for p, q in zip(traced, eager):
+            np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-12)
+            assert p._version_counter.value == q._version_counter.value
+    assert followed == [False, True, True, True]
+    assert compiled.cache_info().misses == 1

@@ -597,11 +597,45 @@ class Replay:
     def _elsewhere(self, prim, inputs: tuple, attrs: dict):
         """The op is not the recorded node at the cursor: the op of a relative recording
         that has it there (`switch`), else the replay diverges and the op is traced."""
+        tracer = self.tracer
+        if tracer.memory is not None:
+            moved = self._capture_first(prim, inputs, attrs)
+            if moved is not None:
+                return self.process_primitive(prim, inputs, attrs) if moved else (
+                    Tracer.process_primitive(tracer, prim, inputs, attrs))
         position = self.position
         if self.switch(_has_op_at(position, prim)):
             return self.process_primitive(prim, inputs, attrs)
-        self.tracer.diverge()
-        return Tracer.process_primitive(self.tracer, prim, inputs, attrs)
+        tracer.diverge()
+        return Tracer.process_primitive(tracer, prim, inputs, attrs)
+
+    def _capture_first(self, prim, inputs: tuple, attrs: dict) -> bool | None:
+        """A real tensor first read by this op, sharing memory with one the call wrote
+        (`p` after `p.data.add_(...)`): capturing it makes its refresh's nodes
+        (`jit.alias`), which the recorded call made before this op (`Tracer.process_primitive`
+        captures its inputs before recording it), so the cursor may be at them. Captures
+        the op's new real inputs as that would (after the shape rule and the view checks):
+        True when the cursor moved past nodes so made (follow the op from there), False
+        when the replay diverged meanwhile (trace the op), None when nothing was captured
+        or the cursor did not move."""
+        tracer = self.tracer
+        fresh = [t for t in inputs if t._data is not None and id(t) not in tracer.captured]
+        if not fresh:
+            return None
+        in_types = tuple([t._type for t in inputs])
+        prim.shape_rule(*in_types, **attrs) if attrs else prim.shape_rule(*in_types)
+        grad_enabled = MODE.grad_enabled
+        for t in inputs:
+            if t._base is not None and (grad_enabled or t._data is None):
+                t._check_view_is_current()
+        position = self.position
+        for t in fresh:
+            if tracer.replay is not self:
+                return False
+            tracer.value_of(t)
+        if tracer.replay is not self:
+            return False
+        return True if self.position != position else None
 
     def switch(self, fits) -> bool:
         """Follow, from the cursor on, another recording of the family (`Family`) that
