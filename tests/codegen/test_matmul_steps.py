@@ -1,6 +1,8 @@
 """Matmuls in compiled programs: NumPy's BLAS or the generated GEMM, chosen by measurement
 per signature; either way the results equal eager ones and buffers are reused."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -388,3 +390,21 @@ def test_batched_products_are_bound_to_their_geometry_in_programs_and_eagerly(mo
         np.testing.assert_allclose(compiled(a, b).numpy(), want, rtol=1e-10)
     (program,) = compiled._programs.values()
     assert all(s.binding is not None for s in program.steps if isinstance(s, MatmulStep))
+
+
+@pytest.mark.parametrize("shapes", [((1, 6), (6, 4)), ((3, 1, 6), (6, 4))])
+def test_a_product_run_through_numpy_overflows_to_inf_without_a_warning_as_eagerly(shapes):
+    # (A small product runs through NumPy in a program: a product and one with an epilogue,
+    # 2-D and batched. Eagerly the op runs with NumPy's warnings off; so does the step.)
+    a = tg.full(shapes[0], 3e38, dtype=tg.float32)
+    b = tg.full(shapes[1], 2.0, dtype=tg.float32)
+    compiled = tg.compile(lambda a, b: (a @ b, (a @ b).tanh() * 2.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        eager = (a @ b, (a @ b).tanh() * 2.0)
+        for _ in range(3):
+            got = compiled(a, b)
+    for g, e in zip(got, eager):
+        assert np.isinf(e.numpy()).all() or np.isfinite(e.numpy()).all()
+        np.testing.assert_array_equal(g.numpy(), e.numpy())
+    assert np.isposinf(got[0].numpy()).all()
