@@ -772,3 +772,57 @@ def test_parameter_read_after_an_update_through_its_data_alias_has_the_new_value
             np.testing.assert_allclose(p.grad.numpy(), t.grad.numpy(), rtol=1e-12)
             assert p.requires_grad and p.grad_fn is None
             p.grad = t.grad = None
+
+
+def _grad_through_an_early_view_after_a_no_grad_write(a, v):
+    t = v[::2]
+    with tg.no_grad():
+        a.add_(1)
+    loss = (t * t).sum()
+    return tg.autograd.grad(loss, [a, v], allow_unused=True)
+
+
+def _grad_through_an_early_view_after_a_write_with_grad(a, v):
+    t = v[::2]
+    a.mul_(2)
+    loss = (t * t).sum()
+    return tg.autograd.grad(loss, [a, v], allow_unused=True)
+
+
+def _grad_through_an_early_view_and_a_later_use(a, v):
+    t = v[::2]
+    with tg.no_grad():
+        a.add_(1)
+    loss = (t * t).sum() + (v * 3).sum()
+    return tg.autograd.grad(loss, [a, v], allow_unused=True)
+
+
+@pytest.mark.parametrize("fn,held", [
+    (_grad_through_an_early_view_after_a_no_grad_write, False),
+    (_grad_through_an_early_view_after_a_write_with_grad, False),
+    (_grad_through_an_early_view_and_a_later_use, False),
+    (_grad_through_an_early_view_after_a_no_grad_write, True),
+    (_grad_through_an_early_view_after_a_write_with_grad, True),
+])
+def test_a_view_of_a_view_is_regenerated_from_the_root_not_through_the_middle_view(fn, held):
+    # fuzz seed 84751350: `v = a[1:]`, `t = v[::2]` taken before `a` is written in place.
+    # As PyTorch regenerates t's grad_fn from its base a, the gradient with respect to v
+    # does not come through t (None when only t reaches the loss); the compiled call gave
+    # t's gradient to v (its regeneration went through v's new identity).
+    leaf = tg.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+
+    def make():
+        a = leaf.clone()
+        return a, a[1:]
+
+    if held:  # (written by each call: eager calls on a pair of their own)
+        eager, traced = make(), make()
+        compiled = tg.compile(lambda: fn(*traced))
+        want, got = [(fn(*eager), compiled()) for _ in range(2)][-1]
+    else:
+        compiled = tg.compile(fn)
+        want, got = [(fn(*make()), compiled(*make())) for _ in range(2)][-1]
+    assert [g is None for g in got] == [w is None for w in want]
+    for g, w in zip(got, want):
+        if w is not None:
+            np.testing.assert_array_equal(g.numpy(), w.numpy())

@@ -324,10 +324,33 @@ def view_now(trace, view: Tensor, grad: bool = False) -> tuple[Value, bool] | No
         return view._value, False
     trace.diverge()  # (not a recorded op: the graph goes on as this call's own)
     with enable_grad() if grad else no_grad():
-        replayed = base
+        replayed = _regeneration_start(trace, base) if grad else base
         for node in reversed(chain):
             replayed = bind(node.op, (replayed,), node.attrs)
     return replayed._value, False
+
+
+def _regeneration_start(trace, base: Tensor) -> Tensor:
+    """What a view of `base` is regenerated from with grad: `base`, or, when `base` is (or
+    stands for) a real view of another real tensor, that tensor's elements where `base`
+    lies. PyTorch's view of a view is a view of the root base, and its regenerated grad_fn
+    reads the root's graph, not the middle view's: gradients with respect to the middle
+    view do not come through it (`autograd.grad(loss, [v])` is None when only `v[::2]`,
+    taken before its base was written in place, reaches the loss)."""
+    real = base if base._data is not None else trace.real_tensor(base)
+    root = real._base if real is not None else None
+    if (root is None or root._data is None or not root._requires_grad
+            or root._data.dtype != real._data.dtype):
+        return base
+    # (A root the call knows: an argument, or a tensor it captured. Another is left alone:
+    # what it holds now is `base`'s to tell.)
+    stand_in = next((proxy for tensor, proxy, _ in trace.arguments if tensor is root), None)
+    if stand_in is None and trace.lookup(root) is None:
+        return base
+    found = _positions(real._data, root._data)
+    if found is None or found[1] is not None:
+        return base
+    return _overlaid(base, root if stand_in is None else stand_in, *found)
 
 
 def view_recipes(trace, alive: list[Tensor], alive_values: list[Value]) -> list[tuple]:
