@@ -803,6 +803,7 @@ def _grad_through_an_early_view_and_a_later_use(a, v):
     (_grad_through_an_early_view_and_a_later_use, False),
     (_grad_through_an_early_view_after_a_no_grad_write, True),
     (_grad_through_an_early_view_after_a_write_with_grad, True),
+    (_grad_through_an_early_view_and_a_later_use, True),
 ])
 def test_a_view_of_a_view_is_regenerated_from_the_root_not_through_the_middle_view(fn, held):
     # fuzz seed 84751350: `v = a[1:]`, `t = v[::2]` taken before `a` is written in place.
@@ -826,3 +827,31 @@ def test_a_view_of_a_view_is_regenerated_from_the_root_not_through_the_middle_vi
     for g, w in zip(got, want):
         if w is not None:
             np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+def test_a_held_view_given_a_graph_of_the_call_keeps_the_next_call_from_following_it():
+    # A call reading `v`, a view of `a`, after a write without grad to `a`: v's graph is
+    # regenerated in the call (v's grad_fn is a node of the call after it). The next call
+    # must not follow the recording (reuse its nodes) while v holds them: it did, and a
+    # gradient through v's history taken in that call lost its way (see the test above).
+    leaf = tg.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+
+    def step(a, v):
+        with tg.no_grad():
+            a.add_(1)
+        return ((v[::2] * v[::2]).sum() + (v * 3).sum()).detach()  # (only v holds the call's graph)
+
+    def make():
+        a = leaf.clone()
+        return a, a[1:]
+
+    eager, traced = make(), make()
+    compiled = tg.compile(lambda: step(*traced))
+    for _ in range(3):
+        want, (got, trace) = step(*eager), compiled._traced_call((), {})
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        assert trace.replay is None  # (traced afresh: v holds the last call's nodes)
+        assert traced[1].grad_fn is not None and traced[1].grad_fn is not eager[1].grad_fn
+        (want_a,) = tg.autograd.grad((eager[1] * 5).sum(), [eager[0]])
+        (got_a,) = tg.autograd.grad((traced[1] * 5).sum(), [traced[0]])
+        np.testing.assert_array_equal(got_a.numpy(), want_a.numpy())

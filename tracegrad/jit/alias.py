@@ -54,7 +54,7 @@ class SharedMemory:
     the call changed (see the module docstring). Made at the trace's first write, from the
     tensors captured until then; the trace adds each tensor it captures after."""
 
-    __slots__ = ("groups", "changed", "proxies")
+    __slots__ = ("groups", "changed", "rebased", "proxies")
 
     def __init__(self, trace):
         # (The trace is passed to each method, not kept: the trace holds this object.)
@@ -62,6 +62,7 @@ class SharedMemory:
         # it, or a list of the tensors when several do).
         self.groups: dict[int, tuple[object, object]] = {}
         self.changed: dict[int, Tensor] = {}  # tensors whose value the call changed, by id
+        self.rebased: list[Tensor] = []  # real tensors given a graph of the call (`_refresh`)
         # Each argument's stand-in, by the argument's id (every argument is known by now).
         self.proxies = {id(tensor): proxy for tensor, proxy, _ in trace.arguments}
         groups = self.groups
@@ -191,6 +192,8 @@ class SharedMemory:
             current._requires_grad = True
             current._grad_fn = new._grad_fn
             current._value = new._value
+            if current._data is not None:  # (it references the call's nodes from now on)
+                self.rebased.append(current)
         if current is not reader:  # (an argument's stand-in: its detached aliases share its memory)
             trace.alias_written(current, new)
         trace.overrides[id(reader)] = (reader, new._value)

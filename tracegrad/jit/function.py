@@ -823,6 +823,10 @@ class CompiledFunction:
         followed one to the end, keep that one)."""
         # (`_references_nodes`, inline: every call pays it per live tensor)
         escapes = [t for t in alive if t._grad_fn is not None and t._value.node is not None]
+        if trace.memory is not None and trace.memory.rebased:
+            # A real tensor a write to its memory rebased (a view of a written base, its graph
+            # regenerated: `jit.alias`) holds a node of the call as its grad_fn too.
+            escapes += [t for t in trace.memory.rebased if t._grad_fn is not None and t._value.node is not None]
         replay = trace.replay
         if escapes and (replay is None or replay.saved_made):  # (a followed call made none: W5)
             _release_saved_tensors(trace.graph)
