@@ -100,7 +100,35 @@ def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False, dev
 def linspace(start, end, steps: int, dtype=None, requires_grad: bool = False, device=None,
              **options) -> Tensor:
     _check_options("linspace", device, options)
-    return _make(np.linspace(start, end, steps).astype(_dtype(dtype).np), requires_grad)
+    if steps < 0:
+        raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
+    dt = _dtype(dtype).np
+    if dt.type in _WIDER:
+        return _make(_float_linspace(start, end, steps, dt.type), requires_grad)
+    return _make(np.linspace(start, end, steps).astype(dt), requires_grad)
+
+
+# PyTorch's values (its CPU kernel): the step in the output dtype, (end - start) / (steps - 1);
+# the first half start + step * i and the second end - step * (steps - 1 - i), each with one
+# rounding (a fused multiply-add), so the values are symmetric and the last is `end`.
+# Computed a precision wider (float64 for float32, the extended long double for float64),
+# then rounded once. NumPy's linspace differs from it in the last bit of about one value in
+# ten (`torch.linspace(0.5, 1.5, 75)` in 7 places).
+_WIDER = {np.float32: np.float64, np.float64: np.longdouble}
+
+
+def _float_linspace(start, end, steps: int, dt) -> np.ndarray:
+    first, last = dt(start), dt(end)
+    if steps <= 1:
+        return np.full(steps, first, dt)
+    step = dt((last - first) / dt(steps - 1))
+    wide = _WIDER[dt]
+    index = np.arange(steps)
+    half = steps // 2
+    values = np.empty(steps, wide)
+    values[:half] = wide(first) + wide(step) * index[:half]
+    values[half:] = wide(last) - wide(step) * (steps - 1 - index[half:])
+    return values.astype(dt)
 
 
 def logspace(start, end, steps: int, base: float = 10.0, dtype=None, requires_grad: bool = False, device=None,
