@@ -212,6 +212,28 @@ def test_setitem_gradient_flows_to_the_written_value_and_the_kept_elements():
     np.testing.assert_array_equal(base.grad.numpy(), [1.0, 0.0, 0.0, 4.0])
 
 
+@pytest.mark.parametrize("key", [(slice(None), slice(None)), Ellipsis], ids=["all_slices", "ellipsis"])
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_setitem_of_every_element_keeps_the_old_history_with_a_zero_gradient(key, compiled):
+    # fuzz seed 84801999 (PyTorch as oracle): `x[:, :] = v` with v requiring grad cut x's
+    # old history off, so a leaf behind it got no .grad (None) where PyTorch's CopySlices
+    # gives it zeros (and an optimizer's weight decay and momentum then update it).
+    def step(leaf, other):
+        x = leaf * tg.ones(1, 4, dtype=tg.float64)
+        x[key] = other.sum()
+        loss = (x * x).sum()
+        return (loss, *tg.autograd.grad(loss, [leaf, other], allow_unused=True))
+
+    leaf = tg.tensor([[0.5]], dtype=tg.float64, requires_grad=True)
+    other = tg.tensor([1.0, -2.0, 0.25], dtype=tg.float64, requires_grad=True)
+    fn = tg.compile(step) if compiled else step
+    for _ in range(2 if compiled else 1):
+        loss, leaf_grad, other_grad = fn(leaf, other)
+    assert leaf_grad is not None and leaf_grad.tolist() == [[0.0]]
+    np.testing.assert_array_equal(other_grad.numpy(), [-6.0, -6.0, -6.0])  # d/dv of 4 v^2 at v = -0.75
+    assert loss.item() == 4 * 0.75 ** 2
+
+
 @pytest.mark.parametrize("adder", ["generated_loop", "numpy_rounds"])
 @pytest.mark.parametrize("repeats", ["few", "more_than_the_rounds", "some_more_than_the_rounds"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])

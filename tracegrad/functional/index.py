@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracegrad.grad_mode import MODE
 from tracegrad.ir import types
 from tracegrad.ops import elementwise as ew
 from tracegrad.ops import indexing
@@ -180,7 +181,11 @@ def index_put(x: Tensor, key, value) -> Tensor:
     (value,) = prepare("index_put", value, dtype=x.dtype)
     broadcast_shapes("index_put", value.shape, target_shape)
     value = broadcast_to(value, target_shape)
-    if not plan.steps:
+    if not plan.steps:  # (every element written)
+        if x._requires_grad and MODE.grad_enabled:
+            # x stays in the graph with a zero gradient, as in PyTorch (a leaf behind it gets
+            # zeros, not None: an optimizer's weight decay and momentum still update it).
+            return ew.where(ew.full(x.shape, True, types.bool_), value, x)
         return ew.copy(value)
     placed = plan.scatter(value)
     counts = plan.scatter(ew.full(target_shape, 1.0, types.float64))
