@@ -11,6 +11,7 @@ import numpy as np
 from tracegrad import functional as F
 from tracegrad import reference
 from tracegrad.functional.pieces import repeat as _repeat
+from tracegrad.functional._util import replacing
 from tracegrad.autograd.engine import backward
 from tracegrad.device import check_device, is_device
 from tracegrad.grad_mode import MODE, enable_grad
@@ -276,7 +277,7 @@ def _apply_inplace(self: Tensor, name: str, compute, fresh: bool = False, replac
     if self._requires_grad and (not result._requires_grad or replaces) and MODE.grad_enabled:
         # A value not computed from `self` overwrote a tensor in the graph (zero_, fill_,
         # copy_): it stays in the graph, and its old history gets a zero gradient, as in PyTorch.
-        result = F.where(ew.full(self.shape, True, types.bool_), result, self)
+        result = replacing(result, self)
     if result._data is None:
         return _apply_traced_inplace(self, result, name, fresh)
     rebase = self._base is not None and _check_view_update(self, result, name)

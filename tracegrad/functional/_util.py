@@ -150,6 +150,14 @@ def prepare(name: str, *operands, dtype: types.DType | None = None) -> list[Tens
     return [t if t.shape == () else broadcast_to(t, shape) for t in tensors]
 
 
+def replacing(new: Tensor, old: Tensor) -> Tensor:
+    """`new`'s values, with `old` kept in the graph with a zero gradient: a value that
+    overwrites every element of a tensor in the graph (`fill_`, `copy_`, `x[...] = v`), as
+    PyTorch's, still reaches the old history, so a leaf behind it gets zeros, not None (an
+    optimizer's weight decay and momentum then update it)."""
+    return ew.where(ew.full(old.shape, True, types.bool_), new, old)
+
+
 def normalize_dim(name: str, dim: int, ndim: int) -> int:
     return _normalize_dim(name, dim, ndim)
 

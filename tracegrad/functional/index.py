@@ -17,7 +17,7 @@ from tracegrad.ops import elementwise as ew
 from tracegrad.ops import indexing
 from tracegrad.ops import movement as mv
 from tracegrad.tensor import Tensor
-from tracegrad.functional._util import broadcast_shapes, broadcast_to, prepare
+from tracegrad.functional._util import broadcast_shapes, broadcast_to, prepare, replacing
 
 
 def _as_index_array(item):
@@ -182,11 +182,7 @@ def index_put(x: Tensor, key, value) -> Tensor:
     broadcast_shapes("index_put", value.shape, target_shape)
     value = broadcast_to(value, target_shape)
     if not plan.steps:  # (every element written)
-        if x._requires_grad and MODE.grad_enabled:
-            # x stays in the graph with a zero gradient, as in PyTorch (a leaf behind it gets
-            # zeros, not None: an optimizer's weight decay and momentum still update it).
-            return ew.where(ew.full(x.shape, True, types.bool_), value, x)
-        return ew.copy(value)
+        return replacing(value, x) if x._requires_grad and MODE.grad_enabled else ew.copy(value)
     placed = plan.scatter(value)
     counts = plan.scatter(ew.full(target_shape, 1.0, types.float64))
     mask = ew.ne(counts, ew.full(x.shape, 0.0, types.float64))
