@@ -147,6 +147,8 @@ def reverse_mode(roots: list[tuple[Value, object]], targets: list[Value] | None 
         grads = [cotangents.pop(v, None) for v in outputs]
         if all(g is None for g in grads):
             continue
+        if target_set is not None and id(node) not in useful and not any(v in target_set for v in outputs):
+            continue  # (as PyTorch: a node no asked-for gradient needs runs no hook, no retain_grad)
         if run_hooks and node.hooks:
             grads = [apply_hooks(node.hooks.get(i), g) for i, g in enumerate(grads)]
         if target_set is not None:
