@@ -65,6 +65,29 @@ def test_gradients_match_finite_differences_with_broadcasting(name, check):
     assert check(lambda x, y: getattr(tg, name)(x, y) * x, (_leaf(a), _leaf(b)))
 
 
+@pytest.mark.parametrize("shapes", [((), (2,)), ((), (1,)), ((3,), (2, 3))], ids=str)
+@pytest.mark.parametrize("name", OPS)
+def test_gradients_when_the_first_operand_broadcasts_eager_and_compiled(name, shapes):
+    """A 0-d first operand against a shaped second one (copysign's rule built a `where`
+    whose 0-d operands met a shaped condition: fuzz seed 84821318)."""
+    a, b = _operands(name, *shapes, seed=6)
+
+    def fn(s, t):
+        out = getattr(tg, name)(s, t) * t
+        return out, tg.autograd.grad(out.sum(), [s, t])
+
+    assert gradcheck(lambda s, t: getattr(tg, name)(s, t) * t, (_leaf(a), _leaf(b)))
+    assert gradgradcheck(lambda s, t: getattr(tg, name)(s, t) * t, (_leaf(a), _leaf(b)))
+    eager_out, eager_grads = fn(_leaf(a), _leaf(b))
+    assert eager_grads[0].shape == shapes[0]
+    compiled = tg.compile(fn)
+    for _ in range(2):
+        out, grads = compiled(_leaf(a), _leaf(b))
+        np.testing.assert_allclose(out.detach().numpy(), eager_out.detach().numpy(), rtol=1e-13, atol=1e-13)
+        for got, want in zip(grads, eager_grads):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-13, atol=1e-13)
+
+
 @pytest.mark.parametrize("check", CHECKS)
 @pytest.mark.parametrize("name", OPS)
 def test_gradients_on_a_transposed_input(name, check):

@@ -356,6 +356,19 @@ def test_where_gradients_flow_to_the_selected_operand(check):
     assert check(lambda x, y: tg.where(cond, x, y), (a, b))
 
 
+@pytest.mark.parametrize("check", CHECKS)
+def test_where_of_0d_operands_takes_the_shape_of_its_condition(check):
+    """The op itself (not `tg.where`, which broadcasts first): 0-d operands and a shaped
+    condition give the condition's shape, and each operand's gradient sums over it."""
+    from tracegrad.ops import elementwise
+    cond = tg.tensor([True, False, True])
+    x, y = leaf(), leaf()
+    out = elementwise.where(cond, x, y)
+    assert out.shape == (3,)
+    np.testing.assert_array_equal(out.detach().numpy(), np.where(cond.numpy(), x.item(), y.item()))
+    assert check(lambda s, t: elementwise.where(cond, s, t) * 1.5, (x, y))
+
+
 def test_where_with_python_scalar_keeps_tensor_dtype():
     out = tg.where(tg.tensor([True, False]), tg.tensor([1.0, 2.0]), 0.0)
     assert out.dtype == tg.float32

@@ -288,7 +288,9 @@ LOGICAL_NOT = Primitive("logical_not", shape_rule=lambda x: (TensorType(x.shape,
 
 def _where_rule(cond: TensorType, a: TensorType, b: TensorType):
     result = _same_operands("where")(a, b)
-    if cond.dtype is not types.bool_ or cond.shape not in (result.shape, ()):
+    # (Operands of one shape, or 0-d; a 0-d condition, or one of their shape, or any shape
+    # when both operands are 0-d: the result takes it.)
+    if cond.dtype is not types.bool_ or cond.shape not in (result.shape, ()) and result.shape != ():
         raise TypeError(f"where: condition must be bool of the operands' shape, got {cond} for {result}")
     if cond.shape != () and result.shape == ():
         result = TensorType(cond.shape, result.dtype)
