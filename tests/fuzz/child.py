@@ -37,6 +37,8 @@ def run_program(entry: dict, mode: str, with_torch: bool, bisect: bool) -> dict:
             if comparison.rounding_only(seed, name, got, want, truths[inputs]):
                 failure.kind = comparison.REFERENCE_ROUNDING
                 failure.detail += " (the float64 program agrees with it, not with the float32 reference)"
+        if failure.kind == comparison.TORCH_RAISES and got.error.startswith(comparison.VERSION_ERROR):
+            failure = _judged_with_saved_copies(source, seed, want, loose, failure)
         failure.features = tuple(entry["features"])
         if bisect and failure.kind != comparison.TORCH_RAISES and name not in ("torch", "reference compiled") \
                 and not name.startswith("eager"):
@@ -45,6 +47,23 @@ def run_program(entry: dict, mode: str, with_torch: bool, bisect: bool) -> dict:
     reference = next(iter(runs.values()))[1]
     return {"seed": seed, "failures": failures, "reference_error": reference.error,
             "seconds": time.perf_counter() - start}
+
+
+def _judged_with_saved_copies(source: str, seed: int, want, loose: bool, failure):
+    """PyTorch refused a backward through a tensor modified since it was saved, tracegrad
+    did not (it saved something else): run PyTorch again saving copies, which gives the
+    values the backward should read. Equal to the reference: not a failure; different: the
+    reference's wrong value or gradient, against that run."""
+    copied = runner.run_torch(source, seed, saved_copies=True)
+    again = comparison.compare(seed, "torch", copied, want, loose)
+    if again is None:
+        failure.kind = comparison.TORCH_SAVES_OTHERS
+        failure.detail += " (PyTorch saving copies computes the reference's values)"
+        return failure
+    if again.kind == comparison.TORCH_RAISES:
+        return failure
+    again.detail += " (against PyTorch saving copies of what it saves: its own run raised a version error)"
+    return again
 
 
 def _bisect(source: str, seed: int, mode: str, want, loose: bool) -> str:

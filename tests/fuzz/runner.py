@@ -137,10 +137,18 @@ def run_float64(source: str, seed: int) -> Outcome | None:
         tg.set_default_dtype(previous)
 
 
-def run_torch(source: str, seed: int) -> Outcome:
+def run_torch(source: str, seed: int, saved_copies: bool = False) -> Outcome:
+    """The program run by PyTorch; `saved_copies`: with every tensor autograd saves copied
+    as it is saved (`saved_tensors_hooks`), so a backward reads the values the forward
+    read whatever was modified in place since, and raises no version error."""
     import torch
     namespace = load(source, torch, seed)
-    return call(namespace["program"], namespace, seed)
+    program = namespace["program"]
+    if saved_copies:
+        def program(*args, _program=program):
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: t.clone(), lambda t: t):
+                return _program(*args)
+    return call(program, namespace, seed)
 
 
 def run_warm(source: str, seed: int) -> dict[str, tuple[Outcome, Outcome]]:

@@ -184,3 +184,42 @@ def test_a_wrong_compiled_value_stays_a_failure_with_the_float64_arbiter(monkeyp
     result = child.run_program({"seed": 0, "source": PROGRAM, "features": []}, "full", False, False)
     kinds = {f["mode"]: f["kind"] for f in result["failures"]}
     assert kinds["compiled cold"] == WRONG_VALUE
+
+
+# mse_loss saves its target in PyTorch (modified in place before the backward: a version
+# error), its difference in tracegrad (no error, the gradient of the values it read).
+SAVES_OTHERS = '''
+def inputs(seed):
+    a = torch.tensor([0.5, -1.0], dtype=torch.float32)
+    b = torch.tensor([1.5, 0.25], dtype=torch.float32, requires_grad=True)
+    return [a, b], [a, b]
+
+
+def program(a, b):
+    t = torch.nn.functional.mse_loss(a, b, reduction='none')
+    with torch.no_grad():
+        b.copy_(a)
+    t.sum().backward()
+    return [t]
+'''
+
+
+def test_a_version_error_only_pytorch_raises_is_judged_by_pytorch_saving_copies():
+    pytest.importorskip("torch")
+    from tests.fuzz import child
+    from tests.fuzz.compare import TORCH_RAISES, TORCH_SAVES_OTHERS, VERSION_ERROR, WRONG_GRAD, NOT_FAILING
+    assert runner.run_torch(SAVES_OTHERS, 0).error.startswith(VERSION_ERROR)
+    copied = runner.run_torch(SAVES_OTHERS, 0, saved_copies=True)
+    assert copied.error is None
+    np.testing.assert_array_equal(copied.values["grad:1"], [2.0, 2.5])  # -2 (a - b) at the values read
+    result = child.run_program({"seed": 0, "source": SAVES_OTHERS, "features": []}, "full", True, False)
+    kinds = {f["mode"]: f["kind"] for f in result["failures"]}
+    assert kinds == {"torch": TORCH_SAVES_OTHERS} and TORCH_SAVES_OTHERS in NOT_FAILING
+    # A reference gradient that is not the one the values read is a failure against that run.
+    want = runner.call(runner.load(SAVES_OTHERS, __import__("tracegrad"), 0)["program"],
+                       runner.load(SAVES_OTHERS, __import__("tracegrad"), 0), 0)
+    want.values["grad:1"] = want.values["grad:1"] * 0  # (as if the backward read b after the copy)
+    raised = compare(0, "torch", runner.run_torch(SAVES_OTHERS, 0), want)
+    assert raised.kind == TORCH_RAISES
+    judged = child._judged_with_saved_copies(SAVES_OTHERS, 0, want, False, raised)
+    assert judged.kind == WRONG_GRAD and "saving copies" in judged.detail
