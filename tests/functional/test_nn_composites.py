@@ -328,6 +328,12 @@ def test_in_place_activation_of_a_non_leaf_gives_the_out_of_place_gradient(name)
      "Using a target size .* that is different to the input size"),
     (lambda: F.binary_cross_entropy(tg.ones(2) * 2.0, tg.ones(2)), RuntimeError,
      "all elements of input should be between 0 and 1"),
+    (lambda: F.binary_cross_entropy(tg.ones(2) * 0.5, tg.ones(2), weight=tg.ones(2, requires_grad=True)),
+     RuntimeError, "'binary_cross_entropy' is not differentiable with respect to argument 'weight'"),
+    (lambda: F.binary_cross_entropy_with_logits(tg.ones(2), tg.ones(2), weight=tg.ones(2, requires_grad=True)),
+     RuntimeError, "'binary_cross_entropy_with_logits' is not differentiable with respect to argument 'weight'"),
+    (lambda: tg.nn.BCEWithLogitsLoss(pos_weight=tg.ones(2, requires_grad=True))(tg.ones(2), tg.ones(2)),
+     RuntimeError, "'binary_cross_entropy_with_logits' is not differentiable with respect to argument 'pos_weight'"),
     (lambda: F.kl_div(tg.ones(2), tg.ones(2), reduction="foo"), ValueError, "foo is not a valid value for reduction"),
     (lambda: F.gaussian_nll_loss(tg.ones(2, 3), tg.ones(2, 3), tg.ones(3, 3)), ValueError, "var is of incorrect size"),
     (lambda: F.gaussian_nll_loss(tg.ones(2, 3), tg.ones(2, 3), -tg.ones(2, 3)), ValueError,
@@ -374,6 +380,19 @@ def test_bad_input_is_refused_with_pytorchs_message(call, error, message):
         warnings.simplefilter("ignore")
         with pytest.raises(error, match=message):
             call()
+
+
+def test_loss_weights_that_require_grad_are_refused_only_with_grad_on_eager_and_compiled():
+    x, target = tg.tensor([0.5, -1.0], requires_grad=True), tg.tensor([1.0, 0.0])
+    weight = tg.tensor([2.0, 3.0], requires_grad=True)
+    with tg.no_grad():  # (nothing to differentiate: PyTorch computes it)
+        expected = F.binary_cross_entropy_with_logits(x, target, pos_weight=weight)
+    np.testing.assert_allclose(expected.item(), F.binary_cross_entropy_with_logits(
+        x, target, pos_weight=weight.detach()).item())
+    compiled = tg.compile(lambda a, w: F.binary_cross_entropy_with_logits(a, target, pos_weight=w))
+    with pytest.raises(RuntimeError, match="not differentiable with respect to argument 'pos_weight'"):
+        compiled(x, weight)
+    assert compiled(x, weight.detach()).item() == pytest.approx(expected.item())
 
 
 def test_dropout2d_warns_as_pytorch_for_3d_and_other_inputs():

@@ -244,6 +244,23 @@ def test_bad_shapes_and_dims_are_refused_with_the_ops_message(call, message):
         call()
 
 
+def test_take_along_dim_keeps_its_indices_along_a_dim_and_reads_them_flattened_without_one():
+    """As PyTorch's: along a dim it gathers with a copy of the (broadcast) indices, so an
+    update of the indices before the backward changes no gradient; with dim=None it reads a
+    view of them, and the backward raises (fuzz seed 84821112 with PyTorch)."""
+    def run(dim):
+        a = tg.arange(4.0).reshape(4, 1).requires_grad_()
+        j = tg.tensor([[1], [0]])
+        out = tg.take_along_dim(a, j, dim)
+        j.fill_(3)
+        out.sum().backward()
+        return a.grad.flatten().tolist()
+
+    assert run(0) == [1.0, 1.0, 0.0, 0.0]
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        run(None)
+
+
 def test_helpers_without_gradients_match_pytorchs_definitions():
     assert tg.broadcast_shapes((2, 1), (3,), 1) == (2, 3)
     assert tg.triu_indices(3, 4, 1).tolist() == [[0, 0, 0, 1, 1, 2], [1, 2, 3, 2, 3, 3]]

@@ -155,7 +155,8 @@ def loss(b) -> bool:
     if kind == "bce_with_logits":
         extra, names = "", [x.name, other]
         if b.chance(0.4) and x.ndim >= 1:
-            names.append(_arg(b, x.shape[-1:], x.dtype, positive=True))
+            # (without grad: PyTorch refuses a pos_weight or weight that requires it)
+            names.append(_arg(b, x.shape[-1:], x.dtype, False, positive=True))
             extra = f", pos_weight={names[-1]}"
         if b.chance(0.3):
             extra += f", weight={_arg(b, x.shape[-1:], x.dtype, False)}"

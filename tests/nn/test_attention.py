@@ -75,6 +75,35 @@ def test_sdpa_is_softmax_of_scaled_scores_times_values():
     np.testing.assert_allclose(F.scaled_dot_product_attention(q, k, v).numpy(), weights @ v.numpy(), rtol=1e-12)
 
 
+@pytest.mark.parametrize("scale", [None, -0.7])
+def test_sdpa_saves_scaled_query_and_key_so_they_may_be_updated_in_place_but_not_value(scale):
+    """As PyTorch's math path: query and key are scaled before their product (a negative
+    scale's sign on the query), so updating them in place before the backward changes no
+    gradient; value is saved as it is (fuzz seeds 84821320 and 84821685 with PyTorch)."""
+    def run(update):
+        q, k, v = _sdpa_inputs([(3, 2), (4, 2), (4, 5)])
+        q2, k2, v2 = q * 1, k * 1, v * 1
+        out = F.scaled_dot_product_attention(q2, k2, v2, scale=scale, is_causal=True)
+        with tg.no_grad():
+            update(q2, k2, v2)
+        out.pow(2).sum().backward()
+        return [x.grad.numpy() for x in (q, k, v)]
+
+    untouched = run(lambda q, k, v: None)
+    for got, want in zip(run(lambda q, k, v: (q.mul_(3.0), k.add_(1.0))), untouched):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        run(lambda q, k, v: v.add_(1.0))
+    factor = 1 / math.sqrt(2) if scale is None else scale
+    q, k, v = (x.detach() for x in _sdpa_inputs([(3, 2), (4, 2), (4, 5)]))
+    scores = (q.numpy() * -math.sqrt(abs(factor)) if factor < 0 else q.numpy() * math.sqrt(factor)) @ (
+        k.numpy().T * math.sqrt(abs(factor)))
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    np.testing.assert_allclose(F.scaled_dot_product_attention(q, k, v, scale=scale).numpy(), weights @ v.numpy(),
+                               rtol=1e-13)
+
+
 def test_sdpa_bool_mask_true_means_attend_and_causal_is_the_lower_triangle():
     q, k, v = (x.detach() for x in _sdpa_inputs([(4, 2), (4, 2), (4, 3)]))
     causal = F.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -158,6 +158,14 @@ def replacing(new: Tensor, old: Tensor) -> Tensor:
     return ew.where(ew.full(old.shape, True, types.bool_), new, old)
 
 
+def refuse_grad(name: str, argument: str, tensor: Tensor | None) -> None:
+    """Raise PyTorch's error for an argument `name` has no gradient for (a loss's weights)
+    when it requires grad and grad mode is on: a gradient asked of it would be wrong."""
+    if tensor is not None and tensor._requires_grad and MODE.grad_enabled:
+        raise RuntimeError(f"The function '{name}' is not differentiable with respect to argument "
+                           f"'{argument}'. This input cannot have requires_grad True.")
+
+
 def normalize_dim(name: str, dim: int, ndim: int) -> int:
     return _normalize_dim(name, dim, ndim)
 

@@ -89,7 +89,11 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         value = _repeat_heads(value, query.shape[-3] // value.shape[-3])
     length, source = query.shape[-2], key.shape[-2]
     factor = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    scores = arith.mul(matmul(query, transpose(key, -2, -1)), factor)
+    # PyTorch's math path: query and key each scaled by the root of the scale (the query
+    # takes a negative scale's sign) before their product, which saves those copies (the
+    # caller may then update query and key in place; value is saved as it is).
+    root = math.sqrt(abs(factor))
+    scores = matmul(arith.mul(query, -root if factor < 0 else root), arith.mul(transpose(key, -2, -1), root))
     if is_causal:
         attn_mask = Tensor(np.tril(np.ones((length, source), dtype=bool)))
     if attn_mask is None:

@@ -345,7 +345,9 @@ def take_along_dim(input: Tensor, indices: Tensor, dim: int | None = None) -> Te
     outer_indices = indices.shape[:axis] + (1,) + indices.shape[axis + 1:]
     common = broadcast_shapes("take_along_dim", outer_input, outer_indices)
     values = broadcast_to(input, common[:axis] + (input.shape[axis],) + common[axis + 1:])
-    where_ = broadcast_to(indices, common[:axis] + (indices.shape[axis],) + common[axis + 1:])
+    # (A copy, as PyTorch's: the indices may be updated in place before the backward; with
+    # dim=None it reads a view of them, and such an update raises there as here.)
+    where_ = ew.copy(broadcast_to(indices, common[:axis] + (indices.shape[axis],) + common[axis + 1:]))
     if input.ndim == 0:
         return reshape(indexing.gather(reshape(values, (1,)), reshape(where_, (1,)), 0), ())
     return indexing.gather(values, where_, axis)

@@ -21,7 +21,7 @@ from tracegrad.ops import movement as mv
 from tracegrad.ops import neural as neural_ops
 from tracegrad.tensor import Tensor
 from tracegrad.functional import arith
-from tracegrad.functional._util import composite
+from tracegrad.functional._util import composite, refuse_grad
 from tracegrad.functional import reduce as reductions  # (`reduce` is an argument of the losses)
 from tracegrad.functional.distance import pairwise_distance
 from tracegrad.functional.neural import _reduce_loss
@@ -159,6 +159,7 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
     if target.shape != input.shape:
         raise ValueError(f"Using a target size ({_size(target)}) that is different to the input size "
                          f"({_size(input)}) is deprecated. Please ensure they have the same size.")
+    refuse_grad("binary_cross_entropy", "weight", weight)
     if MODE.tracer is None and input.numel() and not _within_unit_interval(input):
         raise RuntimeError("all elements of input should be between 0 and 1")
     target = ew.convert(target, input.dtype)

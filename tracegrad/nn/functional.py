@@ -29,7 +29,7 @@ from tracegrad.functional.losses import (  # noqa: F401
     margin_ranking_loss, multi_margin_loss, nll_loss, poisson_nll_loss, smooth_l1_loss,
     triplet_margin_loss,
 )
-from tracegrad.functional._util import in_place_option
+from tracegrad.functional._util import in_place_option, refuse_grad
 from tracegrad.functional.neural import _reduce_loss
 from tracegrad.functional.normalization import (  # noqa: F401
     group_norm, instance_norm, local_response_norm, rms_norm,
@@ -120,6 +120,8 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
     if target.shape != input.shape:
         raise ValueError(f"Target size ({list(target.shape)}) must be the same as input size "
                          f"({list(input.shape)})")
+    refuse_grad("binary_cross_entropy_with_logits", "weight", weight)
+    refuse_grad("binary_cross_entropy_with_logits", "pos_weight", pos_weight)
     # maximum splits its gradient at a tie and |x|' = sign(0) = 0, so the gradient at
     # x = 0 is the exact sigmoid(0) - y, not -y (zero-initialized logits start there).
     softplus_of_negative = F.add(F.log(F.add(F.exp(F.neg(F.abs(input))), 1.0)),
