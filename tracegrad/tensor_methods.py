@@ -104,7 +104,7 @@ _METHODS = {
     "dsplit": F.dsplit, "roll": F.roll, "rot90": F.rot90, "tile": F.tile, "repeat_interleave": F.repeat_interleave,
     "diag": F.diag, "diagonal": F.diagonal, "diag_embed": F.diag_embed, "trace": F.trace,
     "index_select": F.index_select, "index_add": F.index_add, "index_copy": F.index_copy,
-    "index_fill": F.index_fill, "scatter": F.scatter, "scatter_add": F.scatter_add,
+    "index_fill": F.index_fill, "index_put": F.index_put, "scatter": F.scatter, "scatter_add": F.scatter_add,
     "scatter_reduce": F.scatter_reduce, "masked_select": F.masked_select, "masked_scatter": F.masked_scatter,
     "take": F.take, "put": F.put, "take_along_dim": F.take_along_dim,
     # products.py, norms.py
@@ -665,7 +665,7 @@ def _setitem(self, key, value):
         else:
             view.fill_(value)
         return
-    _apply_inplace(self, "setitem", lambda: F.index_put(self, key, value))
+    _apply_inplace(self, "setitem", lambda: F.index_put_by_key(self, key, value))
 
 
 def _basic_key(key) -> bool:
@@ -698,7 +698,7 @@ def _inplace_of(fn, name):
     return op
 
 
-for _fn in (F.index_add, F.index_copy, F.index_fill, F.scatter, F.scatter_add, F.scatter_reduce,
+for _fn in (F.index_add, F.index_copy, F.index_fill, F.index_put, F.scatter, F.scatter_add, F.scatter_reduce,
             F.masked_scatter, F.put, F.baddbmm, F.addbmm, F.addmv, F.addr, F.renorm):
     setattr(Tensor, _fn.__name__ + "_", _inplace_of(_fn, _fn.__name__ + "_"))
 Tensor.tril_ = lambda self, diagonal=0: _apply_inplace(self, "tril_", lambda: F.tril(self, diagonal))

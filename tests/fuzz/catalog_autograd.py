@@ -260,8 +260,10 @@ def setitem(b) -> bool:
     else:
         items, indexed = _basic_key(b, target)
         key = ", ".join(items) if items else "..."
+    # (Through index tensors PyTorch's index_put_ takes a tensor value of the target's dtype only.)
     value_var = b.pick(lambda v: v.static and v is not target and broadcast(indexed, v.shape) == indexed
-                       and (target.is_float or v.dtype in ("int64", "bool")))
+                       and (target.is_float or v.dtype in ("int64", "bool"))
+                       and (kind == "basic" or v.dtype == target.dtype))
     if value_var is not None and b.chance(0.5):
         value, vbits, value_grad = value_var.name, value_var.bits, value_var.requires_grad
     else:

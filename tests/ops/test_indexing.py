@@ -234,6 +234,69 @@ def test_setitem_of_every_element_keeps_the_old_history_with_a_zero_gradient(key
     assert loss.item() == 4 * 0.75 ** 2
 
 
+_LONG, _DOUBLE = tg.tensor([1, 2]), tg.tensor(1.0, dtype=tg.float64)
+
+
+@pytest.mark.parametrize("key, value, refused", [
+    ([0, 1], _LONG, True), ([0, 1], tg.tensor(1), True), (tg.tensor([0, 1]), _DOUBLE, True),
+    ((slice(None), [0, 1]), _DOUBLE, True), ((0, [1, 2]), _DOUBLE, True), ((Ellipsis, [1, 2]), _DOUBLE, True),
+    (tg.tensor([True, False, True]), tg.ones(4, dtype=tg.float64), True),
+    ([0], tg.tensor(1.0, dtype=tg.float64, requires_grad=True), True),
+    (tg.tensor([True, False, True]), tg.tensor([2]), False),  # one mask, one element: masked_fill_ converts
+    ((tg.tensor([True, False, True]), slice(0, 2)), _DOUBLE, False),
+    (slice(0, 2), tg.tensor([[1, 2, 3, 4]]), False),  # no index tensor: copy_ converts
+    (tg.tensor(1), _DOUBLE, False),  # a 0-d integer tensor is an int
+    ([0, 1], 5, False), ([0], tg.tensor(1.0), False),
+], ids=str)
+def test_setitem_through_index_tensors_takes_a_tensor_value_only_of_its_dtype(key, value, refused):
+    """PyTorch's index_put_ rule (fuzz seeds 84820946, 84820149, 84820849 with PyTorch):
+    refused before anything changes, eagerly and compiled."""
+    def write(x):
+        x[key] = value
+        return x
+
+    for fn in (write, tg.compile(write)):
+        x = tg.zeros(3, 4)
+        if refused:
+            source = "Double" if value.dtype == tg.float64 else "Long"
+            with pytest.raises(RuntimeError, match="Index put requires the source and destination dtypes match, "
+                                                   f"got Float for the destination and {source}"):
+                fn(x)
+            assert x.tolist() == [[0.0] * 4] * 3 and x._version == 0
+        else:
+            fn(x)
+            assert x._version == 1
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_index_put_replaces_or_accumulates_at_index_tensors_as_pytorch(compiled):
+    i, j = tg.tensor([0, 2, 0]), tg.tensor([1, 1, 1])
+
+    def puts(x, values):
+        return (x.index_put((i, j), values, accumulate=True), tg.index_put(x, (i,), values[:1], True),
+                x.clone().index_put_([i[1:]], values[:1]), x.index_put((i[1:], j[1:]), values[1:]))
+
+    fn = tg.compile(puts) if compiled else puts
+    x, values = tg.arange(6.0).reshape(3, 2), tg.tensor([1.0, 2.0, 3.0])
+    for _ in range(2 if compiled else 1):
+        added, rows, put_, replaced = fn(x, values)
+    assert added.tolist() == [[0.0, 5.0], [2.0, 3.0], [4.0, 7.0]]  # (0, 1) gets 1 + 3
+    assert rows.tolist() == [[2.0, 3.0], [2.0, 3.0], [5.0, 6.0]]
+    assert put_.tolist() == [[1.0, 1.0], [2.0, 3.0], [1.0, 1.0]]
+    assert replaced.tolist() == [[0.0, 3.0], [2.0, 3.0], [4.0, 2.0]]
+    with pytest.raises(TypeError, match="argument 'indices' must be tuple of Tensors"):
+        x.index_put(i, values)
+
+
+@pytest.mark.parametrize("check", [gradcheck, gradgradcheck], ids=["grad", "gradgrad"])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put_gradients_reach_the_tensor_and_the_values(accumulate, check):
+    i = tg.tensor([0, 2, 0]) if accumulate else tg.tensor([0, 2])
+    x = tg.tensor(np.random.default_rng(3).standard_normal((3, 2)), requires_grad=True)
+    values = tg.tensor(np.random.default_rng(4).standard_normal((len(i), 2)), requires_grad=True)
+    assert check(lambda a, v: a.index_put((i,), v, accumulate=accumulate) * a, (x, values))
+
+
 @pytest.mark.parametrize("adder", ["generated_loop", "numpy_rounds"])
 @pytest.mark.parametrize("repeats", ["few", "more_than_the_rounds", "some_more_than_the_rounds"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])

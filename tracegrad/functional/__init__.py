@@ -21,7 +21,7 @@ from tracegrad.functional.diagonals import (  # noqa: F401
 )
 from tracegrad.functional.contract import einsum, tensordot  # noqa: F401
 from tracegrad.functional.dtype_info import can_cast, finfo, iinfo, promote_types, result_type  # noqa: F401
-from tracegrad.functional.index import gather, getitem, index_put  # noqa: F401
+from tracegrad.functional.index import gather, getitem, index_put, index_put_by_key  # noqa: F401
 from tracegrad.functional.linalg import addmm, bmm, dot, matmul, mm, mv, outer  # noqa: F401
 from tracegrad.functional.masking import masked_fill, tril, triu  # noqa: F401
 from tracegrad.functional.norms import cdist, dist, norm, renorm  # noqa: F401

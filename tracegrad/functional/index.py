@@ -1,5 +1,6 @@
 """NumPy/PyTorch indexing: `t[key]` and the functional form of `t[key] = value`.
 
+`index_put` is PyTorch's (a sequence of index tensors); `index_put_by_key` takes any key.
 A key is compiled into a plan of primitive steps (slice, reshape, permute, index). Reading
 runs the plan; writing runs each step's transpose in reverse on the value and on a mask of
 ones, then selects: `where(mask, scattered_value, x)`. An element written by several
@@ -174,13 +175,17 @@ def _select(x: Tensor, index: int) -> Tensor:
     return mv.select(x, 0, index % size)
 
 
-def index_put(x: Tensor, key, value) -> Tensor:
-    """`x` with `x[key]` replaced by `value` (broadcast), as a new tensor."""
+def index_put_by_key(x: Tensor, key, value, accumulate: bool = False) -> Tensor:
+    """`x` with `x[key]` replaced by `value` (broadcast), as a new tensor; `accumulate`:
+    `value` added there instead, repeated indices adding each of their values."""
+    check_put_dtypes(x, key, value)
     plan = _Plan(x, key)
     target_shape = plan.read(ew.full_like(x, 0)).shape
     (value,) = prepare("index_put", value, dtype=x.dtype)
     broadcast_shapes("index_put", value.shape, target_shape)
     value = broadcast_to(value, target_shape)
+    if accumulate:
+        return ew.add(x, plan.scatter(value) if plan.steps else value)
     if not plan.steps:  # (every element written)
         return replacing(value, x) if x._requires_grad and MODE.grad_enabled else ew.copy(value)
     placed = plan.scatter(value)
@@ -193,6 +198,47 @@ def index_put(x: Tensor, key, value) -> Tensor:
     else:
         placed = ew.convert(ew.div(ew.convert(placed, types.float64), writes), x.dtype)
     return ew.where(mask, placed, x)
+
+
+def index_put(input: Tensor, indices, values, accumulate: bool = False) -> Tensor:
+    """PyTorch's `index_put`: `input` with the elements at `indices` (a sequence of index
+    tensors, one per leading dim) replaced by `values`, or added to (`accumulate`)."""
+    if isinstance(indices, Tensor) or not isinstance(indices, (tuple, list)):
+        raise TypeError(f"index_put(): argument 'indices' must be tuple of Tensors, not {type(indices).__name__}")
+    if not all(isinstance(index, Tensor) for index in indices):
+        raise TypeError("index_put(): argument 'indices' must be tuple of Tensors")
+    if not isinstance(values, Tensor):
+        raise TypeError(f"index_put(): argument 'values' must be Tensor, not {type(values).__name__}")
+    return index_put_by_key(input, tuple(indices), values, accumulate)
+
+
+def check_put_dtypes(x: Tensor, key, value) -> None:
+    """PyTorch's index_put_ takes a tensor value only of `x`'s dtype where the key indexes
+    with tensors (lists, integer or bool tensors), but where one bool mask selects and the
+    value is one element (it fills through masked_fill_, which converts). A Python number
+    converts; a key of ints and slices only copies (copy_ converts)."""
+    if not isinstance(value, Tensor) or value._type.dtype is x._type.dtype:
+        return
+    items = key if key.__class__ is tuple else (key,)
+    indices = [item for item in items if isinstance(item, (list, np.ndarray))
+               or isinstance(item, Tensor) and (item._type.shape or item._type.dtype is types.bool_)]
+    if not indices:
+        return
+    if len(indices) == 1 and value.numel() == 1 and _is_mask(indices[0]):
+        return
+    raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
+                       f"{_scalar_name(x._type.dtype)} for the destination and {_scalar_name(value._type.dtype)} "
+                       f"for the source.")
+
+
+def _is_mask(index) -> bool:
+    if isinstance(index, Tensor):
+        return index._type.dtype in (types.bool_, types.uint8)
+    return np.asarray(index).dtype == np.bool_
+
+
+def _scalar_name(dtype: types.DType) -> str:
+    return types.TENSOR_TYPE_NAMES[dtype].removesuffix("Tensor")  # PyTorch's ScalarType name: "Float"
 
 
 def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracegrad.functional._util import broadcast_shapes, broadcast_to, normalize_dim, scalar_tensor
-from tracegrad.functional.index import getitem, index_put
+from tracegrad.functional.index import getitem, index_put_by_key
 from tracegrad.functional.reduce import amax as _amax
 from tracegrad.functional.reduce import amin as _amin
 from tracegrad.functional.shape import expand, reshape
@@ -302,7 +302,7 @@ def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:
     if input.ndim == 0:
         return ew.where(broadcast_to(mask, ()), reshape(taken, ()) if count else input, input)
     positions = tuple(Tensor(p.astype(np.int64)) for p in chosen)
-    return index_put(input, positions, taken)
+    return index_put_by_key(input, positions, taken)
 
 
 def take(input: Tensor, index: Tensor) -> Tensor:
@@ -328,7 +328,7 @@ def put(input: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) 
     if accumulate:
         out = ew.add(flat, indexing.index_add(flat.shape, values, [positions], 0))
     else:
-        out = index_put(flat, (positions,), values)
+        out = index_put_by_key(flat, (positions,), values)
     return reshape(out, input.shape)
 
 
