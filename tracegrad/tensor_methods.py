@@ -624,12 +624,33 @@ def _clamp_(self, min=None, max=None):  # noqa: A002
 
 
 def _fill_(self, value):
+    if not isinstance(value, Tensor) and _overlaps_itself(self):
+        return _fill_repeated(self, value)
+    return _fill_each(self, value)
+
+
+def _fill_each(self, value):
+    """`self` filled with `value` element by element (refused where elements repeat)."""
     return _apply_inplace(self, "fill_", lambda: F.where(ew.full(self.shape, True, types.bool_),
                                                          value, ew.full_like(self, 0)))
 
 
 def _zero_(self):
+    if _overlaps_itself(self):
+        return _fill_repeated(self, 0)
     return _apply_inplace(self, "zero_", lambda: ew.full_like(self, 0))
+
+
+def _fill_repeated(self: Tensor, value) -> Tensor:
+    """fill_ of a number (zero_) on a tensor whose elements repeat (an expanded one), which
+    PyTorch allows as every copy of an element gets the same value: the view taking each
+    repeated dim once (repeating no element) is filled, and every copy shows it. Other
+    in-place ops on such a tensor are refused, as in PyTorch (the copies would be written
+    over each other)."""
+    strides = self._data.strides if self._data is not None else layout.tensor_strides(self, MODE.tracer.array_of)
+    key = tuple(slice(0, 1) if n > 1 and not stride else slice(None) for n, stride in zip(self.shape, strides))
+    self[key].fill_(value)  # (as `_setitem` writes a row of such a tensor)
+    return self
 
 
 def _copy_(self, src):
@@ -662,8 +683,8 @@ def _setitem(self, key, value):
         view = self[key]
         if isinstance(value, Tensor):
             view.copy_(value)
-        else:
-            view.fill_(value)
+        else:  # (a copy in PyTorch: refused where the view's elements repeat, unlike fill_)
+            _fill_each(view, value)
         return
     _apply_inplace(self, "setitem", lambda: F.index_put_by_key(self, key, value))
 

@@ -55,8 +55,16 @@ def _empty_slice_set(m, a, b):
     return a * 1, b * 1
 
 
+def _fill_and_zero(m, a, b):
+    a.fill_(4.0)  # (a number: every copy of an element gets it, so PyTorch allows it)
+    e = (b * 2).expand(3, 3)
+    e.zero_()
+    e.t()[1:].fill_(-1.0)
+    return a * 1, e * 1
+
+
 WRITES = {f.__name__[1:]: f for f in (_row_set, _element_set, _row_add, _row_set_from_a_tensor,
-                                       _expanded_inside, _real_expanded_inside, _empty_slice_set)}
+                                       _expanded_inside, _real_expanded_inside, _empty_slice_set, _fill_and_zero)}
 
 
 def _inputs(m):
@@ -111,7 +119,12 @@ def _column_view_write(m):
     a[:, 0].mul_(2.0)
 
 
-ERRORS = {f.__name__[1:]: f for f in (_whole_write, _column_write, _column_view_write)}
+def _fill_from_a_tensor(m):
+    a, _ = _inputs(m)
+    a.fill_(m.tensor(2.0))  # (a tensor value: refused, unlike a number)
+
+
+ERRORS = {f.__name__[1:]: f for f in (_whole_write, _column_write, _column_view_write, _fill_from_a_tensor)}
 
 
 @pytest.mark.parametrize("name", ERRORS)
@@ -164,3 +177,21 @@ def test_a_row_written_with_grad_equals_torch():
     for g, e in zip(_gradients(tg, lambda w, v: _write_with_grad(tg, w, v)),
                     _gradients(torch, lambda w, v: _write_with_grad(torch, w, v)), strict=True):
         np.testing.assert_array_equal(g, e)
+
+
+def test_filling_an_expanded_view_with_grad_overwrites_its_base_eagerly_and_compiled():
+    """PyTorch fills it too (fuzz seeds 84821356, 84821762 and 4 more with PyTorch), then
+    refuses the backward through its CopySlices; tracegrad gives the gradient of the values
+    written: none reaches the base's old history."""
+    def fn(w):
+        h = w * 2
+        a = h.expand(2, 3)
+        a.fill_(3.0)
+        weights = tg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=w.dtype)
+        return (a * weights).sum() + (h * h).sum()
+
+    for f in (fn, tg.compile(fn), tg.compile(fn)):
+        w = tg.tensor([1.0, 2.0, 3.0], dtype=tg.float64, requires_grad=True)
+        out = f(w)
+        out.backward()
+        assert out.item() == 3.0 * 21 + 27 and w.grad.tolist() == [0.0, 0.0, 0.0]
