@@ -13,6 +13,7 @@ import numpy as np
 from tracegrad.ir import types
 from tracegrad.ops import REGISTRY
 from tracegrad.ops import elementwise as ew
+from tracegrad.ops import unary_math
 from tracegrad.grad_mode import MODE
 from tracegrad.ops.dispatch import NO_ATTRS
 from tracegrad.tensor import Tensor
@@ -85,10 +86,7 @@ def pow_op(input, exponent) -> Tensor:
 _POW_BY_SCALAR = {
     2: lambda x: mul(x, x),
     3: lambda x: mul(mul(x, x), x),
-    0.5: lambda x: GENERATED["sqrt"](x),
-    -0.5: lambda x: rsqrt(x),
-    -1: lambda x: GENERATED["reciprocal"](x),
-    -2: lambda x: GENERATED["reciprocal"](mul(x, x)),
+    **{exponent: (lambda x, e=exponent: unary_math.pow_root(x, e)) for exponent in unary_math.ROOT_POWERS},
 }
 
 

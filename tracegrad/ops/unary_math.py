@@ -18,7 +18,7 @@ import numpy as np
 from tracegrad.ir.primitive import ELEMENTWISE, Primitive
 from tracegrad.ops.dispatch import bind
 from tracegrad.ops.elementwise import _unary_any_rule, _unary_float_rule, add, div, full_like, mul, neg, sqrt, sub
-from tracegrad.ops.fp_errors import quiet
+from tracegrad.ops.fp_errors import quiet, quiet_keywords
 
 
 def _float(name, impl, vjp, *, saves_output=False, lower=None) -> Primitive:
@@ -80,6 +80,61 @@ TRUNC = _rounding("trunc", np.trunc, "trunc")
 ROUND = _rounding("round", np.rint, "rint")  # half to even, as torch.round
 
 
+# --- x ** k for the exponents PyTorch's CPU pow computes as a root or a reciprocal ---------
+# Their values are its values bit for bit (a root, its reciprocal, 1 / x, 1 / (x * x)) and
+# they fuse into kernels, where pow runs as a NumPy step; and, as PyTorch's pow, the node
+# saves x, not its result, which the caller may then update in place before the backward
+# (`t = x ** 0.5; t.zero_()`: sqrt's node would save t). Exponents 2 and 3 are products.
+ROOT_POWERS = (0.5, -0.5, -1, -2)
+
+
+def _root_power_impl(x, exponent):
+    if exponent == 0.5:
+        return np.sqrt(x)
+    if exponent == -0.5:
+        root = np.sqrt(x)
+        return np.divide(np.ones_like(root), root)
+    return np.reciprocal(x if exponent == -1 else x * x)
+
+
+def _root_power_lower(b, x, exponent):
+    if exponent == 0.5:
+        return b.math("sqrt", x)
+    denominator = b.math("sqrt", x) if exponent == -0.5 else x if exponent == -1 else b.mul(x, x)
+    return b.div(b.like(1.0, x), denominator)
+
+
+def _root_power_vjp(ctx, g):
+    # PyTorch's pow_backward: g * k * x ** (k - 1), the power by the same forms.
+    x, exponent = ctx.inputs[0], ctx.attrs["exponent"]
+    one = full_like(x, 1.0)
+    if exponent == 0.5:
+        power = div(one, sqrt(x))  # x ** -0.5
+    elif exponent == -0.5:
+        power = div(div(one, sqrt(x)), x)  # x ** -1.5
+    elif exponent == -1:
+        power = reciprocal(mul(x, x))  # x ** -2
+    else:
+        power = reciprocal(mul(mul(x, x), x))  # x ** -3
+    return (mul(g, mul(full_like(x, float(exponent)), power)),)
+
+
+def _root_power_rule(x, exponent):
+    if exponent not in ROOT_POWERS:
+        raise ValueError(f"pow_root: the exponent must be one of {ROOT_POWERS}, got {exponent}")
+    return _unary_float_rule("pow")(x)
+
+
+POW_ROOT = Primitive("pow_root", shape_rule=_root_power_rule, impl=quiet_keywords(_root_power_impl), kind=ELEMENTWISE,
+                     saves_inputs=(0,), vjp=_root_power_vjp, lower=_root_power_lower, backward_name="PowBackward")
+
+
+def pow_root(x, exponent: float):
+    """`x ** exponent` of a float tensor for an exponent of ROOT_POWERS."""
+    return bind(POW_ROOT, (x,), {"exponent": exponent})
+
+
+def reciprocal(x): return bind(RECIPROCAL, (x,))
 def sinh(x): return bind(SINH, (x,))
 def cosh(x): return bind(COSH, (x,))
 
