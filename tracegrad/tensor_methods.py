@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import warnings
 from types import FunctionType
 
 import numpy as np
@@ -641,14 +642,42 @@ def _zero_(self):
     return _apply_inplace(self, "zero_", lambda: ew.full_like(self, 0))
 
 
+def _repeated_dims(self: Tensor) -> tuple[list[int], tuple]:
+    """The dims along which `self`'s elements repeat (stride 0 over more than one), and
+    the key of the view taking each of them once (a view that repeats no element)."""
+    strides = self._data.strides if self._data is not None else layout.tensor_strides(self, MODE.tracer.array_of)
+    dims = [d for d, (n, stride) in enumerate(zip(self.shape, strides)) if n > 1 and not stride]
+    return dims, tuple(slice(0, 1) if d in dims else slice(None) for d in range(len(self.shape)))
+
+
+def _masked_fill_repeated(self: Tensor, mask: Tensor, value, name: str) -> Tensor:
+    """A masked fill of one value into a tensor whose elements repeat, which PyTorch still
+    does with a deprecation warning: an element's memory gets the value where any of its
+    copies is selected (the view taking each repeated dim once, under the mask reduced
+    over those dims with any)."""
+    warnings.warn(f"Use of {name} on expanded tensors is deprecated. Please clone() the tensor before performing "
+                  "this operation. This also applies to advanced indexing e.g. tensor[mask] = scalar", UserWarning,
+                  stacklevel=3)
+    dims, key = _repeated_dims(self)
+    selected = F.broadcast_to(mask, self.shape)
+    for d in dims:
+        selected = selected.any(d, keepdim=True)
+    self[key].masked_fill_(selected, value)
+    return self
+
+
+def _one_value(value) -> bool:
+    """Whether a fill's value is one number (a Python number or a one-element tensor)."""
+    return not isinstance(value, Tensor) or value.numel() == 1
+
+
 def _fill_repeated(self: Tensor, value) -> Tensor:
     """fill_ of a number (zero_) on a tensor whose elements repeat (an expanded one), which
     PyTorch allows as every copy of an element gets the same value: the view taking each
     repeated dim once (repeating no element) is filled, and every copy shows it. Other
     in-place ops on such a tensor are refused, as in PyTorch (the copies would be written
     over each other)."""
-    strides = self._data.strides if self._data is not None else layout.tensor_strides(self, MODE.tracer.array_of)
-    key = tuple(slice(0, 1) if n > 1 and not stride else slice(None) for n, stride in zip(self.shape, strides))
+    _, key = _repeated_dims(self)
     self[key].fill_(value)  # (as `_setitem` writes a row of such a tensor)
     return self
 
@@ -686,6 +715,13 @@ def _setitem(self, key, value):
         else:  # (a copy in PyTorch: refused where the view's elements repeat, unlike fill_)
             _fill_each(view, value)
         return
+    if (isinstance(key, Tensor) and key.dtype is types.bool_ and key.ndim and _one_value(value)
+            and _overlaps_itself(self)):
+        # (one mask selecting with one value: PyTorch's index_put_ fills through masked_fill_)
+        F.index.check_put_dtypes(self, key, value)
+        mask = F.reshape(key, key.shape + (1,) * (self.ndim - key.ndim))
+        _masked_fill_repeated(self, mask, F.reshape(value, ()) if isinstance(value, Tensor) else value, "index_put_")
+        return
     _apply_inplace(self, "setitem", lambda: F.index_put_by_key(self, key, value))
 
 
@@ -705,6 +741,8 @@ def _overlaps_itself(tensor: Tensor) -> bool:
 
 
 def _masked_fill_(self, mask, value):
+    if isinstance(mask, Tensor) and mask.dtype is types.bool_ and _one_value(value) and _overlaps_itself(self):
+        return _masked_fill_repeated(self, mask, value, "masked_fill_")
     return _apply_inplace(self, "masked_fill_", lambda: F.masked_fill(self, mask, value))
 
 

@@ -5,6 +5,8 @@ against what the memory holds, gradients through a write with grad, compiled equ
 eager over several calls (expanded arguments, and tensors expanded inside the call), and
 PyTorch's values and errors where it is installed."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -63,8 +65,19 @@ def _fill_and_zero(m, a, b):
     return a * 1, e * 1
 
 
+def _masked_writes(m, a, b):
+    # (PyTorch warns that these are deprecated; a copy's memory gets the value where any
+    # of the copies is selected: fuzz seed 84830450 with PyTorch)
+    a.masked_fill_(m.tensor([[True, False, False], [False, False, True]]), 9.0)
+    a[m.tensor([[False, True, False], [False, False, False]])] = -3.0
+    e = (b * 2).expand(2, 2, 3)
+    e[m.tensor([[True, False], [False, False]])] = m.tensor([0.5])
+    return a * 1, e * 1
+
+
 WRITES = {f.__name__[1:]: f for f in (_row_set, _element_set, _row_add, _row_set_from_a_tensor,
-                                       _expanded_inside, _real_expanded_inside, _empty_slice_set, _fill_and_zero)}
+                                       _expanded_inside, _real_expanded_inside, _empty_slice_set, _fill_and_zero,
+                                       _masked_writes)}
 
 
 def _inputs(m):
@@ -74,7 +87,9 @@ def _inputs(m):
 
 def _run(m, fn):
     a, b = _inputs(m)
-    return [t.detach().numpy().copy() for t in fn(m, a, b)] + [b.numpy().copy()]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Use of .* on expanded tensors is deprecated")
+        return [t.detach().numpy().copy() for t in fn(m, a, b)] + [b.numpy().copy()]
 
 
 def test_a_row_of_an_expanded_tensor_is_written_into_the_memory_every_row_shows():
@@ -92,7 +107,9 @@ def test_compiled_writes_into_expanded_tensors_equal_eager(name):
     compiled = tg.compile(lambda a, b: fn(tg, a, b))
     for call in range(3):
         a, b = _inputs(tg)
-        got = [t.detach().numpy().copy() for t in compiled(a, b)] + [b.numpy().copy()]
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Use of .* on expanded tensors is deprecated")
+            got = [t.detach().numpy().copy() for t in compiled(a, b)] + [b.numpy().copy()]
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(g, w, err_msg=f"call {call}")
 
@@ -195,3 +212,15 @@ def test_filling_an_expanded_view_with_grad_overwrites_its_base_eagerly_and_comp
         out = f(w)
         out.backward()
         assert out.item() == 3.0 * 21 + 27 and w.grad.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_masked_writes_into_an_expanded_tensor_warn_as_pytorch():
+    a, b = _inputs(tg)
+    with pytest.warns(UserWarning, match="Use of masked_fill_ on expanded tensors is deprecated"):
+        a.masked_fill_(tg.tensor([[True, False, False], [False, False, False]]), 9.0)
+    with pytest.warns(UserWarning, match="Use of index_put_ on expanded tensors is deprecated"):
+        a[tg.tensor([[False, False, False], [False, False, True]])] = 4.0
+    assert b.tolist() == [9.0, 1.0, 4.0]
+    with pytest.raises(RuntimeError, match=OVERLAP):  # (a value per element: refused, unchanged)
+        a[tg.tensor([[True, False, False], [False, True, False]])] = tg.tensor([1.0, 2.0])
+    assert b.tolist() == [9.0, 1.0, 4.0]
