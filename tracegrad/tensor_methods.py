@@ -715,12 +715,15 @@ def _setitem(self, key, value):
         else:  # (a copy in PyTorch: refused where the view's elements repeat, unlike fill_)
             _fill_each(view, value)
         return
-    if (isinstance(key, Tensor) and key.dtype is types.bool_ and key.ndim and _one_value(value)
-            and _overlaps_itself(self)):
-        # (one mask selecting with one value: PyTorch's index_put_ fills through masked_fill_)
+    if _one_value(value) and _overlaps_itself(self):
+        # Index tensors (or a mask) selecting with one value: every selected copy of an
+        # element writes the same value, so the elements whose memory any selected copy
+        # views get it (PyTorch's index_put_ does so, deprecated). With values per element
+        # the copies would be written over each other: refused below.
         F.index.check_put_dtypes(self, key, value)
-        mask = F.reshape(key, key.shape + (1,) * (self.ndim - key.ndim))
-        _masked_fill_repeated(self, mask, F.reshape(value, ()) if isinstance(value, Tensor) else value, "index_put_")
+        selected = F.index_put_by_key(ew.full(self.shape, False, types.bool_), key, True)
+        _masked_fill_repeated(self, selected, F.reshape(value, ()) if isinstance(value, Tensor) else value,
+                              "index_put_")
         return
     _apply_inplace(self, "setitem", lambda: F.index_put_by_key(self, key, value))
 
@@ -757,7 +760,16 @@ def _inplace_of(fn, name):
     return op
 
 
-for _fn in (F.index_add, F.index_copy, F.index_fill, F.index_put, F.scatter, F.scatter_add, F.scatter_reduce,
+def _index_put_(self, indices, values, accumulate=False):
+    F.index.check_index_put_arguments(indices, values)
+    if not accumulate and _one_value(values) and _overlaps_itself(self):
+        _setitem(self, tuple(indices), values)  # (one value into repeated elements: PyTorch's deprecated write)
+        return self
+    return _apply_inplace(self, "index_put_", lambda: F.index_put(self, indices, values, accumulate))
+
+
+Tensor.index_put_ = _index_put_
+for _fn in (F.index_add, F.index_copy, F.index_fill, F.scatter, F.scatter_add, F.scatter_reduce,
             F.masked_scatter, F.put, F.baddbmm, F.addbmm, F.addmv, F.addr, F.renorm):
     setattr(Tensor, _fn.__name__ + "_", _inplace_of(_fn, _fn.__name__ + "_"))
 Tensor.tril_ = lambda self, diagonal=0: _apply_inplace(self, "tril_", lambda: F.tril(self, diagonal))

@@ -75,9 +75,19 @@ def _masked_writes(m, a, b):
     return a * 1, e * 1
 
 
+def _indexed_writes(m, a, b):
+    # (index tensors selecting with one value, as PyTorch's deprecated index_put_ writes:
+    # fuzz seeds 84850324, 84851205 with PyTorch)
+    a[[1, 0], [2, 2]] = 6.0
+    a.index_put_((m.tensor([0]), m.tensor([0])), m.tensor(-2.0))
+    e = (b * 2).expand(2, 3)
+    e[m.tensor([1]), 1:] = m.tensor(0.25)
+    return a * 1, e * 1
+
+
 WRITES = {f.__name__[1:]: f for f in (_row_set, _element_set, _row_add, _row_set_from_a_tensor,
                                        _expanded_inside, _real_expanded_inside, _empty_slice_set, _fill_and_zero,
-                                       _masked_writes)}
+                                       _masked_writes, _indexed_writes)}
 
 
 def _inputs(m):
@@ -221,6 +231,11 @@ def test_masked_writes_into_an_expanded_tensor_warn_as_pytorch():
     with pytest.warns(UserWarning, match="Use of index_put_ on expanded tensors is deprecated"):
         a[tg.tensor([[False, False, False], [False, False, True]])] = 4.0
     assert b.tolist() == [9.0, 1.0, 4.0]
-    with pytest.raises(RuntimeError, match=OVERLAP):  # (a value per element: refused, unchanged)
-        a[tg.tensor([[True, False, False], [False, True, False]])] = tg.tensor([1.0, 2.0])
-    assert b.tolist() == [9.0, 1.0, 4.0]
+    with pytest.warns(UserWarning, match="Use of index_put_ on expanded tensors is deprecated"):
+        a.index_put_((tg.tensor([1]), tg.tensor([1])), tg.tensor(5.0))
+    assert b.tolist() == [9.0, 5.0, 4.0]
+    for write in (lambda: a.__setitem__(tg.tensor([[True, False, False], [False, True, False]]), tg.tensor([1.0, 2.0])),
+                  lambda: a.__setitem__(([0, 1], [0, 1]), tg.tensor([1.0, 2.0]))):
+        with pytest.raises(RuntimeError, match=OVERLAP):  # (a value per element: refused, unchanged)
+            write()
+    assert b.tolist() == [9.0, 5.0, 4.0]

@@ -203,13 +203,18 @@ def index_put_by_key(x: Tensor, key, value, accumulate: bool = False) -> Tensor:
 def index_put(input: Tensor, indices, values, accumulate: bool = False) -> Tensor:
     """PyTorch's `index_put`: `input` with the elements at `indices` (a sequence of index
     tensors, one per leading dim) replaced by `values`, or added to (`accumulate`)."""
+    check_index_put_arguments(indices, values)
+    return index_put_by_key(input, tuple(indices), values, accumulate)
+
+
+def check_index_put_arguments(indices, values) -> None:
+    """PyTorch's argument types of index_put: a sequence of index tensors, a tensor."""
     if isinstance(indices, Tensor) or not isinstance(indices, (tuple, list)):
         raise TypeError(f"index_put(): argument 'indices' must be tuple of Tensors, not {type(indices).__name__}")
     if not all(isinstance(index, Tensor) for index in indices):
         raise TypeError("index_put(): argument 'indices' must be tuple of Tensors")
     if not isinstance(values, Tensor):
         raise TypeError(f"index_put(): argument 'values' must be Tensor, not {type(values).__name__}")
-    return index_put_by_key(input, tuple(indices), values, accumulate)
 
 
 def check_put_dtypes(x: Tensor, key, value) -> None:
