@@ -85,9 +85,15 @@ def _indexed_writes(m, a, b):
     return a * 1, e * 1
 
 
+def _element_set_after_a_detached_alias(m, a, b):
+    d = a.detach()  # (log_softmax's composite takes one of its input: fuzz seed 84860818)
+    a[1:2, 2] = 5.0
+    return a * 1, d * 1
+
+
 WRITES = {f.__name__[1:]: f for f in (_row_set, _element_set, _row_add, _row_set_from_a_tensor,
                                        _expanded_inside, _real_expanded_inside, _empty_slice_set, _fill_and_zero,
-                                       _masked_writes, _indexed_writes)}
+                                       _masked_writes, _indexed_writes, _element_set_after_a_detached_alias)}
 
 
 def _inputs(m):

@@ -366,6 +366,10 @@ class CompileTrace(Tracer):
             return
         for ref in group:  # (an expanded argument raises before anything is changed)
             other = ref()
+            if other is tensor:
+                # (the writer: a whole write to an expanded argument's stand-in was refused
+                # before; this one came through the memory it views without repeats)
+                continue
             real = self.proxies.get(id(other)) if other is not None else None
             if real is not None and real._data.size and overlaps_itself(real._data):
                 raise RuntimeError(OVERLAPPING_WRITE_MESSAGE)
