@@ -625,7 +625,7 @@ def _clamp_(self, min=None, max=None):  # noqa: A002
 
 
 def _fill_(self, value):
-    if not isinstance(value, Tensor) and _overlaps_itself(self):
+    if not isinstance(value, Tensor) and _repeats(self):
         return _fill_repeated(self, value)
     return _fill_each(self, value)
 
@@ -637,9 +637,15 @@ def _fill_each(self, value):
 
 
 def _zero_(self):
-    if _overlaps_itself(self):
+    if _repeats(self):
         return _fill_repeated(self, 0)
     return _apply_inplace(self, "zero_", lambda: ew.full_like(self, 0))
+
+
+def _repeats(self: Tensor) -> bool:
+    """Whether elements of `self` repeat along a dim of stride 0 (an expanded tensor; not
+    a read-only array, whose writes are refused)."""
+    return bool(self._type.numel) and bool(_repeated_dims(self)[0])
 
 
 def _repeated_dims(self: Tensor) -> tuple[list[int], tuple]:
@@ -715,7 +721,7 @@ def _setitem(self, key, value):
         else:  # (a copy in PyTorch: refused where the view's elements repeat, unlike fill_)
             _fill_each(view, value)
         return
-    if _one_value(value) and _overlaps_itself(self):
+    if _one_value(value) and _repeats(self):
         # Index tensors (or a mask) selecting with one value: every selected copy of an
         # element writes the same value, so the elements whose memory any selected copy
         # views get it (PyTorch's index_put_ does so, deprecated). With values per element
@@ -744,7 +750,7 @@ def _overlaps_itself(tensor: Tensor) -> bool:
 
 
 def _masked_fill_(self, mask, value):
-    if isinstance(mask, Tensor) and mask.dtype is types.bool_ and _one_value(value) and _overlaps_itself(self):
+    if isinstance(mask, Tensor) and mask.dtype is types.bool_ and _one_value(value) and _repeats(self):
         return _masked_fill_repeated(self, mask, value, "masked_fill_")
     return _apply_inplace(self, "masked_fill_", lambda: F.masked_fill(self, mask, value))
 
@@ -762,7 +768,7 @@ def _inplace_of(fn, name):
 
 def _index_put_(self, indices, values, accumulate=False):
     F.index.check_index_put_arguments(indices, values)
-    if not accumulate and _one_value(values) and _overlaps_itself(self):
+    if not accumulate and _one_value(values) and _repeats(self):
         _setitem(self, tuple(indices), values)  # (one value into repeated elements: PyTorch's deprecated write)
         return self
     return _apply_inplace(self, "index_put_", lambda: F.index_put(self, indices, values, accumulate))

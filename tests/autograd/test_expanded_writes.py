@@ -245,3 +245,19 @@ def test_masked_writes_into_an_expanded_tensor_warn_as_pytorch():
         with pytest.raises(RuntimeError, match=OVERLAP):  # (a value per element: refused, unchanged)
             write()
     assert b.tolist() == [9.0, 5.0, 4.0]
+
+
+def test_writes_into_a_read_only_array_that_repeats_nothing_are_refused_not_recursed():
+    """A read-only array (NumPy's, through from_numpy) counts as overlapping for writes but
+    has no repeated dim: the paths for repeated elements do not take it (they took a view
+    of all of it, which overlapped again, without end)."""
+    data = np.arange(4.0)
+    data.flags.writeable = False
+    t = tg.from_numpy(data)
+    one = tg.tensor(1.0, dtype=tg.float64)
+    writes = [lambda: t.fill_(1.0), lambda: t.zero_(), lambda: t.masked_fill_(t > 2, 0.0),
+              lambda: t.__setitem__(t > 2, 0.0), lambda: t.index_put_((tg.tensor([0]),), one)]
+    for write in writes:
+        with pytest.raises(RuntimeError, match=OVERLAP):
+            write()
+    assert t.tolist() == [0.0, 1.0, 2.0, 3.0]
