@@ -673,8 +673,8 @@ def _masked_fill_repeated(self: Tensor, mask: Tensor, value, name: str) -> Tenso
 
 
 def _one_value(value) -> bool:
-    """Whether a fill's value is one number (a Python number or a one-element tensor)."""
-    return not isinstance(value, Tensor) or value.numel() == 1
+    """Whether a fill's value is one number (a Python or NumPy number, a one-element tensor)."""
+    return isinstance(value, (int, float, np.number)) or isinstance(value, Tensor) and value.numel() == 1
 
 
 def _fill_repeated(self: Tensor, value) -> Tensor:
