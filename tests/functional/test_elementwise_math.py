@@ -157,14 +157,29 @@ def test_logaddexp_of_equal_operands_splits_the_gradient():
     assert a.grad.item() == b.grad.item() == 0.5
 
 
-def test_xlogy_is_zero_where_x_is_zero_unless_y_is_nan_with_finite_gradients():
-    x = tg.tensor([0.0, 0.0, 0.0, 2.0], requires_grad=True)
-    y = tg.tensor([0.0, np.nan, 3.0, 0.0], requires_grad=True)
-    out = tg.xlogy(x, y)
-    np.testing.assert_array_equal(out.detach().numpy(), [0.0, np.nan, 0.0, -np.inf])
-    out.sum().backward()
-    assert x.grad[[0, 2]].tolist() == [0.0, 0.0] and y.grad[[0, 2]].tolist() == [0.0, 0.0]
-    assert x.grad[3].item() == -np.inf
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_xlogy_is_zero_where_x_is_zero_unless_y_is_nan_with_pytorchs_gradients(compiled):
+    """d/dx is log(y) at x = 0 too (x log y is linear in x), 0 where x = 0 and y <= 0; d/dy
+    is g x / y (0 / 0 at x = y = 0). The composite selecting 0 at x = 0 gave d/dx 0 there:
+    a wrong gradient, found by the fuzzer with the PyTorch oracle (seed 84871665)."""
+    x = tg.tensor([0.0, 0.0, 0.0, 2.0, 0.0, 0.0, -0.0], dtype=tg.float64, requires_grad=True)
+    y = tg.tensor([0.0, np.nan, 3.0, 0.0, -1.0, np.inf, 2.0], dtype=tg.float64, requires_grad=True)
+    fn = tg.compile(tg.xlogy) if compiled else tg.xlogy
+    for _ in range(2 if compiled else 1):
+        x.grad = y.grad = None
+        out = fn(x, y)
+        out.backward(tg.tensor([1.0, 1.0, 2.0, 1.0, 1.0, 1.0, 0.0], dtype=tg.float64))
+    np.testing.assert_array_equal(out.detach().numpy(), [0.0, np.nan, 0.0, -np.inf, 0.0, 0.0, 0.0])
+    np.testing.assert_allclose(x.grad.numpy(), [0.0, np.nan, 2 * np.log(3.0), -np.inf, 0.0, np.inf, 0.0],
+                               rtol=1e-15)
+    np.testing.assert_array_equal(y.grad.numpy(), [np.nan, np.nan, 0.0, np.inf, -0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("check", [gradcheck, gradgradcheck], ids=["grad", "gradgrad"])
+def test_xlogy_gradients_match_finite_differences_with_zeros_in_x_and_broadcasting(check):
+    x = tg.tensor([[0.0, 0.7, -1.2], [0.0, 0.0, 2.0]], dtype=tg.float64, requires_grad=True)
+    y = tg.tensor([0.5, 1.5, 2.5], dtype=tg.float64, requires_grad=True)
+    assert check(lambda a, b: tg.xlogy(a, b) * (b + 1.0), (x, y))
 
 
 def test_sinc_is_one_at_zero_with_a_zero_gradient():

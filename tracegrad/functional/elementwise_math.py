@@ -1,12 +1,12 @@
 """Elementwise functions composed of existing primitives, with PyTorch's signatures,
 promotion and errors: predicates (isfinite, isposinf, isneginf, signbit, sgn), nan_to_num,
-binary math (logaddexp, logaddexp2, xlogy, float_power, heaviside, true_divide), unary
+binary math (logaddexp, logaddexp2, xlogy (its op's function), float_power, heaviside, true_divide), unary
 math (frac, deg2rad, rad2deg, sinc, logit, negative, positive, polygamma), clamp_min and
 clamp_max, lerp, addcmul, addcdiv, and the comparisons isclose, allclose and equal.
 
 Nothing here has gradient code of its own: each gradient is its primitives'. Where a
-composite would send a NaN into an unused branch's gradient (0 * log 0 in xlogy, 0 / 0 in
-sinc), that branch reads a safe stand-in instead. The primitives these build on (atan2,
+composite would send a NaN into an unused branch's gradient (0 / 0 in sinc), that branch
+reads a safe stand-in instead. The primitives these build on (atan2,
 fmod, erfc, ...) are in `ops.binary_math` and `ops.special`; `INPLACE` names the in-place
 forms PyTorch has (`tensor_methods` installs them).
 """
@@ -206,9 +206,7 @@ def xlogy(input, other) -> Tensor:
         raise TypeError("xlogy(): expected at least one of 'input' and 'other' to be a Tensor, got "
                         f"{type(input).__name__} and {type(other).__name__}")
     x, y = _float_operands("xlogy", input, other)
-    zero_x = ew.logical_and(ew.eq(x, ew.full_like(x, 0.0)), ew.eq(y, y))
-    safe_y = ew.where(zero_x, ew.full(zero_x.shape, 1.0, y.dtype), y)  # (0 * log 0's NaN kept out of the gradient)
-    return ew.where(zero_x, ew.full((), 0.0, x.dtype), ew.mul(x, ew.log(safe_y)))
+    return binary_math.xlogy(x, y)
 
 
 def float_power(input, exponent) -> Tensor:
