@@ -1,12 +1,10 @@
 """Elementwise functions composed of existing primitives, with PyTorch's signatures,
 promotion and errors: predicates (isfinite, isposinf, isneginf, signbit, sgn), nan_to_num,
 binary math (logaddexp, logaddexp2, xlogy (its op's function), float_power, heaviside, true_divide), unary
-math (frac, deg2rad, rad2deg, sinc, logit, negative, positive, polygamma), clamp_min and
+math (frac, deg2rad, rad2deg, sinc (its op's function), logit, negative, positive, polygamma), clamp_min and
 clamp_max, lerp, addcmul, addcdiv, and the comparisons isclose, allclose and equal.
 
-Nothing here has gradient code of its own: each gradient is its primitives'. Where a
-composite would send a NaN into an unused branch's gradient (0 / 0 in sinc), that branch
-reads a safe stand-in instead. The primitives these build on (atan2,
+Nothing here has gradient code of its own: each gradient is its primitives'. The primitives these build on (atan2,
 fmod, erfc, ...) are in `ops.binary_math` and `ops.special`; `INPLACE` names the in-place
 forms PyTorch has (`tensor_methods` installs them).
 """
@@ -21,7 +19,7 @@ from tracegrad.functional._util import as_operand, check_operand, prepare, resul
 from tracegrad.functional.arith import GENERATED, clamp, div, pow
 from tracegrad.functional.shape import clone
 from tracegrad.ir import types
-from tracegrad.ops import binary_math, special
+from tracegrad.ops import binary_math, special, unary_math
 from tracegrad.ops import elementwise as ew
 from tracegrad.tensor import Tensor
 
@@ -143,11 +141,7 @@ def rad2deg(input: Tensor) -> Tensor:
 def sinc(input: Tensor) -> Tensor:
     """sin(pi x) / (pi x), and 1 at 0 (where the gradient is 0)."""
     _require_tensor("sinc", input)
-    x = _as_float(input)
-    zero = ew.eq(x, ew.full_like(x, 0.0))
-    safe = ew.where(zero, ew.full_like(x, 1.0), x)  # (0/0's NaN kept out of the gradient at 0)
-    scaled = ew.mul(safe, ew.full((), math.pi, x.dtype))
-    return ew.where(zero, ew.full_like(x, 1.0), ew.div(ew.sin(scaled), scaled))
+    return unary_math.sinc(_as_float(input))
 
 
 def logit(input: Tensor, eps: float | None = None) -> Tensor:
