@@ -645,7 +645,7 @@ def _zero_(self):
 def _repeats(self: Tensor) -> bool:
     """Whether elements of `self` repeat along a dim of stride 0 (an expanded tensor; not
     a read-only array, whose writes are refused)."""
-    return bool(self._type.numel) and bool(_repeated_dims(self)[0])
+    return bool(self._type.numel) and bool(_repeated_dims(_memory_holder(self))[0])
 
 
 def _repeated_dims(self: Tensor) -> tuple[list[int], tuple]:
@@ -664,12 +664,22 @@ def _masked_fill_repeated(self: Tensor, mask: Tensor, value, name: str) -> Tenso
     warnings.warn(f"Use of {name} on expanded tensors is deprecated. Please clone() the tensor before performing "
                   "this operation. This also applies to advanced indexing e.g. tensor[mask] = scalar", UserWarning,
                   stacklevel=3)
-    dims, key = _repeated_dims(self)
+    holder = _memory_holder(self)
+    dims, key = _repeated_dims(holder)
     selected = F.broadcast_to(mask, self.shape)
     for d in dims:
         selected = selected.any(d, keepdim=True)
-    self[key].masked_fill_(selected, value)
+    holder[key].masked_fill_(selected, value)
     return self
+
+
+def _memory_holder(self: Tensor) -> Tensor:
+    """The tensor whose view writes `self`'s memory: `self`, or in a compiled call the
+    argument's stand-in `self` is a detached alias of (its view reaches the argument's
+    memory; the alias then takes the new value from it, as eagerly from the buffer)."""
+    tracer = MODE.tracer
+    holder = tracer.argument_alias_of(self) if tracer is not None else None
+    return self if holder is None else holder
 
 
 def _one_value(value) -> bool:
@@ -683,8 +693,9 @@ def _fill_repeated(self: Tensor, value) -> Tensor:
     repeated dim once (repeating no element) is filled, and every copy shows it. Other
     in-place ops on such a tensor are refused, as in PyTorch (the copies would be written
     over each other)."""
-    _, key = _repeated_dims(self)
-    self[key].fill_(value)  # (as `_setitem` writes a row of such a tensor)
+    holder = _memory_holder(self)
+    _, key = _repeated_dims(holder)
+    holder[key].fill_(value)  # (as `_setitem` writes a row of such a tensor)
     return self
 
 

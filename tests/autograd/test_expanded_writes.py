@@ -91,9 +91,20 @@ def _element_set_after_a_detached_alias(m, a, b):
     return a * 1, d * 1
 
 
+def _fills_through_detached_aliases(m, a, b):
+    # (compiled, an alias of the argument's stand-in writes through the stand-in's view:
+    # fuzz seeds 84880939, 84881233)
+    d = a.detach()
+    d.fill_(3.0)
+    e = a.detach()
+    e[m.tensor([[True, False, False], [False, False, False]])] = -1.0
+    return a * 1, d * 1
+
+
 WRITES = {f.__name__[1:]: f for f in (_row_set, _element_set, _row_add, _row_set_from_a_tensor,
                                        _expanded_inside, _real_expanded_inside, _empty_slice_set, _fill_and_zero,
-                                       _masked_writes, _indexed_writes, _element_set_after_a_detached_alias)}
+                                       _masked_writes, _indexed_writes, _element_set_after_a_detached_alias,
+                                       _fills_through_detached_aliases)}
 
 
 def _inputs(m):

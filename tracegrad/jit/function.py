@@ -350,6 +350,16 @@ class CompileTrace(Tracer):
         group.append(weakref.ref(alias))
         self.detached[id(alias)] = group
 
+    def argument_alias_of(self, tensor: Tensor) -> Tensor | None:
+        """The argument's stand-in `tensor` is a detached alias of (one buffer eagerly), or
+        None: a write into repeated elements of the alias goes through the stand-in, whose
+        unrepeated view writes the argument's memory (`tensor_methods._fill_repeated`)."""
+        group = self._detached_group(tensor) if self.detached and tensor._data is None else None
+        if group is None:
+            return None
+        return next((other for other in (ref() for ref in group)
+                     if other is not None and other is not tensor and id(other) in self.proxies), None)
+
     def _detached_group(self, tensor: Tensor) -> list[weakref.ref] | None:
         group = self.detached.get(id(tensor))
         if group is not None and any(ref() is tensor for ref in group):

@@ -237,6 +237,11 @@ class Tracer(Trace):
         """The real tensor a lazy stand-in stands for (`CompileTrace.argument`), else None."""
         return None
 
+    def argument_alias_of(self, tensor):
+        """For a traced detached alias of an argument's stand-in (`note_detached`: one
+        buffer eagerly), that stand-in, else None (`CompileTrace.argument_alias_of`)."""
+        return None
+
     def array_of(self, value: Value):
         """The concrete array behind graph input `value`, if it was captured (else None)."""
         for tensor, captured in self.captured.values():
