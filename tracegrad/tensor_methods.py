@@ -645,7 +645,12 @@ def _zero_(self):
 def _repeats(self: Tensor) -> bool:
     """Whether elements of `self` repeat along a dim of stride 0 (an expanded tensor; not
     a read-only array, whose writes are refused)."""
-    return bool(self._type.numel) and bool(_repeated_dims(_memory_holder(self))[0])
+    if not self._type.numel:
+        return False
+    holder = _memory_holder(self)
+    if holder._data is not None and 0 not in holder._data.strides:
+        return False  # (the common case, without the dims and key: every eager fill_ and zero_ asks)
+    return bool(_repeated_dims(holder)[0])
 
 
 def _repeated_dims(self: Tensor) -> tuple[list[int], tuple]:
@@ -782,7 +787,7 @@ def _index_put_(self, indices, values, accumulate=False):
     if not accumulate and _one_value(values) and _repeats(self):
         _setitem(self, tuple(indices), values)  # (one value into repeated elements: PyTorch's deprecated write)
         return self
-    return _apply_inplace(self, "index_put_", lambda: F.index_put(self, indices, values, accumulate))
+    return _apply_inplace(self, "index_put_", lambda: F.index_put_by_key(self, tuple(indices), values, accumulate))
 
 
 Tensor.index_put_ = _index_put_

@@ -121,10 +121,13 @@ def _root_power_vjp(ctx, g):
     return (mul(g, mul(full_like(x, float(exponent)), power)),)
 
 
+_POW_RULE = _unary_float_rule("pow")
+
+
 def _root_power_rule(x, exponent):
     if exponent not in ROOT_POWERS:
         raise ValueError(f"pow_root: the exponent must be one of {ROOT_POWERS}, got {exponent}")
-    return _unary_float_rule("pow")(x)
+    return _POW_RULE(x)
 
 
 POW_ROOT = Primitive("pow_root", shape_rule=_root_power_rule, impl=quiet_keywords(_root_power_impl), kind=ELEMENTWISE,
@@ -146,10 +149,6 @@ SINC_SERIES_BELOW = 0.5
 _SINC_SERIES = tuple((-1) ** k * 2 * k / math.factorial(2 * k + 1) for k in range(1, 9))
 
 
-def _sinc_impl(x):
-    return np.sinc(x)  # (sin(pi x) / (pi x) as NumPy computes it, 1 at 0)
-
-
 def _sinc_lower(b, x):
     u = b.mul(x, b.like(math.pi, x))
     return b.select(b.compare("==", x, b.like(0.0, x)), b.like(1.0, x), b.div(b.math("sin", u), u))
@@ -169,7 +168,7 @@ def _sinc_vjp(ctx, g):
     return (mul(g, mul(where(small, series, quotient), full_like(x, math.pi))),)
 
 
-SINC = Primitive("sinc", shape_rule=_unary_float_rule("sinc"), impl=quiet(_sinc_impl), kind=ELEMENTWISE,
+SINC = Primitive("sinc", shape_rule=_unary_float_rule("sinc"), impl=quiet(np.sinc), kind=ELEMENTWISE,
                  saves_inputs=(0,), vjp=_sinc_vjp, lower=_sinc_lower, element_cost=8)
 
 
